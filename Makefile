@@ -1,0 +1,44 @@
+# isood: `make demo` and `make test` set everything up themselves on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.isood-installed
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: setup wordnet demo test bench clean
+
+setup: $(STAMP) wordnet
+
+# The venv is rebuilt only when the requirements change (idempotent).
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+# WordNet 3.0: Debian's wordnet-base when root, else nltk's data (see README).
+wordnet:
+	@if [ -d /usr/share/wordnet ] || [ -n "$$ISOOD_WORDNET_DIR" ] || $(PY) -c "import nltk; nltk.data.find('corpora/wordnet')" >/dev/null 2>&1; then \
+	  :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing WordNet 3.0 (Debian wordnet-base)"; \
+	  (apt-get install -y -qq --no-install-recommends wordnet-base >/dev/null 2>&1 || \
+	   (apt-get update -qq && apt-get install -y -qq --no-install-recommends wordnet-base >/dev/null)); \
+	else \
+	  echo "WordNet 3.0 is missing: run 'sudo apt-get install wordnet-base' or '$(PY) -m nltk.downloader wordnet'"; exit 1; \
+	fi
+
+demo: setup
+	$(VENV)/bin/isood demo --out demo-out
+
+test: setup
+	$(PY) -m pytest
+
+bench: setup
+	$(PY) bench/shift_nn.py
+	$(PY) bench/eval_passes.py
+
+clean:
+	rm -rf $(VENV) demo-out .pytest_cache

@@ -1,0 +1,29 @@
+"""Safe relative paths: everything a manifest stores is relative and stays inside its root."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath
+
+from isood.errors import ManifestError
+
+
+def check_relative(path: str) -> str:
+    """Return `path` as a POSIX relative path, refusing absolute paths and any `..` component."""
+    if not isinstance(path, str) or not path:
+        raise ManifestError(f"manifest path must be a non-empty string, got {path!r}")
+    p = PurePosixPath(path.replace("\\", "/"))
+    if p.is_absolute() or path.startswith(("/", "\\")) or (len(path) > 1 and path[1] == ":"):
+        raise ManifestError(f"manifest path {path!r} is absolute; paths must be relative to the manifest root")
+    if ".." in p.parts:
+        raise ManifestError(f"manifest path {path!r} escapes the manifest root ('..' is not allowed)")
+    return p.as_posix()
+
+
+def resolve_inside(root: Path, path: str) -> Path:
+    """Join a checked relative path onto `root` and make sure the result (symlinks resolved) stays inside it."""
+    rel = check_relative(path)
+    full = (root / rel).resolve()
+    if os.path.commonpath([str(full), str(root.resolve())]) != str(root.resolve()):
+        raise ManifestError(f"manifest path {path!r} resolves outside the manifest root")
+    return full
