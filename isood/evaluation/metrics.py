@@ -1,0 +1,309 @@
+"""OOD-detection metrics over ``(id_scores, ood_scores)``.
+
+Score convention (OpenOOD's): a HIGHER score means MORE in-distribution. Every function here is pure
+(arrays in, numbers out). Curves come from scikit-learn (``roc_curve``, ``roc_auc_score``,
+``precision_recall_curve``).
+
+Undefined cases:
+- empty inputs, non-finite scores, or mismatched lengths raise ``ValueError`` (one line, what to pass);
+- constant scores are well defined (AUROC 0.5, FPR 1.0, AUTC 0.5, ...), no special casing needed;
+- metrics that need both classes of a derived label (AUROC_M without any correct or any wrong image,
+  ADR with a zero total weight) return ``nan`` as documented on each function;
+- per-level statistics return ``nan`` when fewer than two levels are available (or when the values are
+  constant, for the Pearson correlation).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import numpy as np
+from sklearn.metrics import auc as _trapezoid_auc
+from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score, roc_curve
+
+__all__ = [
+    "FPR_CONVENTIONS",
+    "AUTCResult",
+    "auroc",
+    "fpr_at_tpr",
+    "aupr_in",
+    "aupr_out",
+    "autc",
+    "der",
+    "der_threshold",
+    "auroc_model",
+    "adr",
+    "level_correlation",
+    "level_sensitivity",
+]
+
+FPR_CONVENTIONS = ("openood", "id-positive")
+_AUPR_METHODS = ("trapezoid", "average_precision")
+
+
+# ----------------------------------------------------------------------------------------------- inputs
+def _scores(x, name: str) -> np.ndarray:
+    a = np.asarray(x, dtype=np.float64).ravel()
+    if a.size == 0:
+        raise ValueError(f"{name} is empty: pass at least one score")
+    if not np.all(np.isfinite(a)):
+        bad = int(np.sum(~np.isfinite(a)))
+        raise ValueError(f"{name} has {bad} non-finite value(s) (NaN/inf): drop or fix those images first")
+    return a
+
+
+def _flags(x, n: int, name: str) -> np.ndarray:
+    a = np.asarray(x).ravel()
+    if a.shape[0] != n:
+        raise ValueError(f"{name} has {a.shape[0]} entries but the scores have {n}: pass one flag per image")
+    if a.dtype != bool:
+        if not np.all(np.isin(a, (0, 1))):
+            raise ValueError(f"{name} must be boolean (True = correctly classified), got other values")
+        a = a.astype(bool)
+    return a
+
+
+def _pair(id_scores, ood_scores) -> tuple[np.ndarray, np.ndarray]:
+    return _scores(id_scores, "id_scores"), _scores(ood_scores, "ood_scores")
+
+
+def _labels_and_scores(id_s: np.ndarray, ood_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ID indicator (1 = ID) and the concatenated scores."""
+    y = np.concatenate([np.ones(id_s.size, dtype=np.int8), np.zeros(ood_s.size, dtype=np.int8)])
+    return y, np.concatenate([id_s, ood_s])
+
+
+# ------------------------------------------------------------------------------------------ AUROC / FPR
+def auroc(id_scores, ood_scores) -> float:
+    """Area under the ROC curve (ID vs OOD), ``sklearn.metrics.roc_auc_score``.
+
+    Symmetric in the choice of positive class. Ties count one half (Mann-Whitney U / (n_id n_ood)), so constant
+    scores give 0.5 and perfect separation gives 1.0.
+    """
+    id_s, ood_s = _pair(id_scores, ood_scores)
+    y, s = _labels_and_scores(id_s, ood_s)
+    return float(roc_auc_score(y, s))
+
+
+def fpr_at_tpr(id_scores, ood_scores, tpr: float = 0.95, convention: str = "openood") -> float:
+    """False-positive rate at the first operating point whose true-positive rate reaches ``tpr`` (FPR@95).
+
+    Two conventions are in use; both are offered, by name:
+
+    - ``'openood'`` (default; OpenOOD v1.5, IS-OOD): OOD is the positive class, detected by a LOW score.
+      Returns the fraction of ID images flagged as OOD at the threshold where ``tpr`` of the OOD images are
+      flagged (``roc_curve(is_ood, -score)``; FPR at the first point with TPR >= ``tpr``).
+    - ``'id-positive'`` (older papers, e.g. ODIN / Energy): ID is positive. Returns the fraction of OOD images
+      accepted as ID at the threshold where ``tpr`` of the ID images are accepted.
+
+    All thresholds are kept (``drop_intermediate=False``) so ties never shift the operating point.
+    """
+    if convention not in FPR_CONVENTIONS:
+        raise ValueError(f"unknown FPR convention {convention!r}: pass one of {', '.join(FPR_CONVENTIONS)}")
+    if not 0.0 < float(tpr) <= 1.0:
+        raise ValueError(f"tpr must be in (0, 1], got {tpr}: pass e.g. 0.95")
+    id_s, ood_s = _pair(id_scores, ood_scores)
+    y_id, s = _labels_and_scores(id_s, ood_s)
+    if convention == "openood":
+        fprs, tprs, _ = roc_curve(1 - y_id, -s, drop_intermediate=False)
+    else:
+        fprs, tprs, _ = roc_curve(y_id, s, drop_intermediate=False)
+    # tprs is non-decreasing and ends at 1.0, so a point reaching ``tpr`` always exists.
+    return float(fprs[int(np.argmax(tprs >= float(tpr) - 1e-12))])
+
+
+# ------------------------------------------------------------------------------------------------- AUPR
+def _aupr(y_pos: np.ndarray, s: np.ndarray, method: str) -> float:
+    if method not in _AUPR_METHODS:
+        raise ValueError(f"unknown AUPR method {method!r}: pass one of {', '.join(_AUPR_METHODS)}")
+    if method == "average_precision":
+        return float(average_precision_score(y_pos, s))
+    precision, recall, _ = precision_recall_curve(y_pos, s)
+    return float(_trapezoid_auc(recall, precision))
+
+
+def aupr_in(id_scores, ood_scores, method: str = "trapezoid") -> float:
+    """Area under the precision-recall curve with ID as the positive class (score as is).
+
+    ``method='trapezoid'`` (default) integrates ``precision_recall_curve`` with ``sklearn.metrics.auc`` exactly as
+    OpenOOD v1.5 does; ``'average_precision'`` uses the step-wise ``average_precision_score``.
+    """
+    id_s, ood_s = _pair(id_scores, ood_scores)
+    y, s = _labels_and_scores(id_s, ood_s)
+    return _aupr(y, s, method)
+
+
+def aupr_out(id_scores, ood_scores, method: str = "trapezoid") -> float:
+    """Area under the precision-recall curve with OOD as the positive class (score negated); see ``aupr_in``."""
+    id_s, ood_s = _pair(id_scores, ood_scores)
+    y, s = _labels_and_scores(id_s, ood_s)
+    return _aupr(1 - y, -s, method)
+
+
+# ------------------------------------------------------------------------------------------------- AUTC
+class AUTCResult(NamedTuple):
+    """AUTC and its two halves; all in [0, 1], lower is better."""
+
+    autc: float
+    aufpr: float
+    aufnr: float
+
+
+def autc(id_scores, ood_scores) -> AUTCResult:
+    """Area Under the Threshold Curve (Humblot-Renaux et al., "Beyond AUROC & co. for
+    evaluating out-of-distribution detection performance", CVPRW 2023).
+
+    OOD scores ``u = -score`` are min-max normalised to [0, 1] over all images (ID and OOD together). With OOD as
+    the positive class and an image flagged OOD when ``u >= t``:
+    ``FPR(t) = mean_ID [u >= t]``, ``FNR(t) = mean_OOD [u < t]``,
+    ``AUFPR = int_0^1 FPR(t) dt``, ``AUFNR = int_0^1 FNR(t) dt``, ``AUTC = (AUFPR + AUFNR) / 2``.
+
+    The integrals are computed exactly: ``int_0^1 [u >= t] dt = u``, hence ``AUFPR = mean_ID(u)`` and
+    ``AUFNR = mean_OOD(1 - u)`` (no histogram binning). Perfect separation with the extremes on the right side
+    gives 0; constant scores give AUTC 0.5 (then the split is undefined and reported as 0.5 / 0.5).
+    """
+    id_s, ood_s = _pair(id_scores, ood_scores)
+    u_id, u_ood = -id_s, -ood_s
+    lo = min(u_id.min(), u_ood.min())
+    hi = max(u_id.max(), u_ood.max())
+    if hi == lo:
+        return AUTCResult(0.5, 0.5, 0.5)
+    u_id = (u_id - lo) / (hi - lo)
+    u_ood = (u_ood - lo) / (hi - lo)
+    aufpr = float(u_id.mean())
+    aufnr = float((1.0 - u_ood).mean())
+    return AUTCResult((aufpr + aufnr) / 2.0, aufpr, aufnr)
+
+
+# -------------------------------------------------------------------------------------------------- DER
+def der_threshold(train_scores, train_correct, accept_rate: float = 0.95) -> float:
+    """Threshold gamma of the human-centric DER (Zhu et al., "Rethinking out-of-distribution detection from a
+    human-centric perspective", arXiv:2211.16778): the largest value such that at least ``accept_rate`` of the CORRECTLY
+    classified ID *training* images score ``>= gamma`` (i.e. ``ceil(accept_rate * n)`` of them lie above).
+    """
+    s = _scores(train_scores, "train_scores")
+    c = _flags(train_correct, s.size, "train_correct")
+    if not 0.0 < float(accept_rate) <= 1.0:
+        raise ValueError(f"accept_rate must be in (0, 1], got {accept_rate}: pass 0.95 (DER95) or 0.99 (DER99)")
+    kept = np.sort(s[c])
+    if kept.size == 0:
+        raise ValueError("no correctly classified training image: DER's threshold needs some (check the labels)")
+    k = int(np.ceil(float(accept_rate) * kept.size - 1e-9))
+    return float(kept[kept.size - k])
+
+
+def der(
+    id_scores,
+    ood_scores,
+    *,
+    id_correct,
+    train_scores,
+    train_correct,
+    ood_correct=None,
+    accept_rate: float = 0.95,
+) -> float:
+    """Detection error rate DER95 / DER99 (Zhu et al., human-centric OOD evaluation).
+
+    Threshold gamma = ``der_threshold(train_scores, train_correct, accept_rate)`` (95% / 99% of correctly
+    classified ID training images lie above). Over all test images (ID test + OOD): positives are images the
+    model classifies correctly (``id_correct``; ``ood_correct``, default all False for semantic OOD, may mark
+    covariate-shifted images whose label the model still gets right); an image is accepted when
+    ``score >= gamma``. ``DER = (FN + FP) / N`` with FN = correct but rejected, FP = wrong but accepted.
+    """
+    id_s, ood_s = _pair(id_scores, ood_scores)
+    id_c = _flags(id_correct, id_s.size, "id_correct")
+    ood_c = np.zeros(ood_s.size, bool) if ood_correct is None else _flags(ood_correct, ood_s.size, "ood_correct")
+    gamma = der_threshold(train_scores, train_correct, accept_rate)
+    s = np.concatenate([id_s, ood_s])
+    c = np.concatenate([id_c, ood_c])
+    accepted = s >= gamma
+    fn = np.sum(c & ~accepted)
+    fp = np.sum(~c & accepted)
+    return float((fn + fp) / s.size)
+
+
+# --------------------------------------------------------------------------------------- model-view
+def _model_view(id_scores, ood_scores, id_correct, ood_correct):
+    id_s, ood_s = _pair(id_scores, ood_scores)
+    id_c = _flags(id_correct, id_s.size, "id_correct")
+    ood_c = np.zeros(ood_s.size, bool) if ood_correct is None else _flags(ood_correct, ood_s.size, "ood_correct")
+    s = np.concatenate([id_s, ood_s])
+    c = np.concatenate([id_c, ood_c])
+    w = np.concatenate([np.full(id_s.size, 1.0 / id_s.size), np.full(ood_s.size, 1.0 / ood_s.size)])
+    return s, c, w
+
+
+def auroc_model(id_scores, ood_scores, *, id_correct, ood_correct=None) -> float:
+    """Model-distribution AUROC_M (Yang et al.; the model view of OOD evaluation, as defined in ARCHITECTURE.md).
+
+    Positives: images the classifier gets right, whatever their source (ID test, or covariate-shifted images via
+    ``ood_correct``); negatives: misclassified images and semantic OOD (``ood_correct=None`` means all OOD are
+    negatives). Each image is weighted ``1 / |its dataset|`` (``sample_weight`` of ``roc_auc_score``), so the ID
+    and the OOD set count equally. Returns ``nan`` when there is no positive or no negative image.
+    """
+    s, c, w = _model_view(id_scores, ood_scores, id_correct, ood_correct)
+    if c.all() or not c.any():
+        return float("nan")
+    return float(roc_auc_score(c.astype(np.int8), s, sample_weight=w))
+
+
+def adr(id_scores, ood_scores, *, id_correct, ood_correct=None) -> float:
+    """Area under the accuracy-rejection curve (ADR; model view of Yang et al., see ``auroc_model``).
+
+    Images are declared OOD from the lowest score up. For each distinct threshold the curve has a point
+    ``(x, y)``: ``x`` = weighted fraction declared OOD, ``y`` = weighted accuracy on the kept images (semantic
+    OOD counts as wrong). Weights are ``1 / |its dataset|``. The curve starts at ``x = 0`` (all kept, ``y`` =
+    overall weighted accuracy), is extended flat to ``x = 1`` from its last point (only the top-scored tie
+    group kept) and integrated with the trapezoid rule. A detector ordering all correct images above all wrong
+    ones has the largest area; a random one gives about the overall accuracy. In [0, 1], higher is better.
+    """
+    s, c, w = _model_view(id_scores, ood_scores, id_correct, ood_correct)
+    order = np.argsort(-s, kind="stable")
+    s, c, w = s[order], c[order], w[order]
+    cw = np.cumsum(w)
+    cc = np.cumsum(w * c)
+    # keep the top-k for each k that ends a tie group (thresholds are distinct score values)
+    ends = np.r_[np.nonzero(np.diff(s))[0], s.size - 1]
+    total = cw[-1]
+    kept_w = cw[ends]
+    acc = cc[ends] / kept_w
+    x = 1.0 - kept_w / total
+    # x decreases as more is kept: reverse to increasing order, then extend flat to x = 1.
+    x, acc = x[::-1], acc[::-1]
+    x = np.r_[x, 1.0]
+    acc = np.r_[acc, acc[-1]]
+    return float(_trapezoid_auc(x, acc))
+
+
+# --------------------------------------------------------------------------------------- per level
+def _levels(values_per_level: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    x = np.asarray(values_per_level, dtype=np.float64).ravel()
+    if x.size == 0:
+        raise ValueError("values_per_level is empty: pass one value per level (NaN for an N/A level)")
+    i = np.arange(1, x.size + 1, dtype=np.float64)
+    keep = np.isfinite(x)
+    return i[keep], x[keep]
+
+
+def level_correlation(values_per_level: Sequence[float]) -> float:
+    """Pearson correlation between a per-level metric ``x_i`` and the level index ``i = 1..n`` (IS-OOD, Sec. 4).
+
+    ``values_per_level[j]`` is the metric of level ``j + 1`` (mean over its non-N/A cells); NaN marks an N/A
+    level and is skipped (the other levels keep their index). Returns ``nan`` with fewer than two levels or
+    constant values (the correlation is undefined).
+    """
+    i, x = _levels(values_per_level)
+    if x.size < 2 or np.all(x == x[0]):
+        return float("nan")
+    return float(np.corrcoef(i, x)[0, 1])
+
+
+def level_sensitivity(values_per_level: Sequence[float]) -> float:
+    """``|slope|`` of the least-squares line of the per-level metric ``x_i`` on the level ``i = 1..n``
+    (IS-OOD, Sec. 4): ``|sum (i - mean i)(x_i - mean x) / sum (i - mean i)^2|``. NaN levels are skipped;
+    ``nan`` with fewer than two levels."""
+    i, x = _levels(values_per_level)
+    if x.size < 2:
+        return float("nan")
+    di = i - i.mean()
+    return float(abs(np.dot(di, x - x.mean()) / np.dot(di, di)))
