@@ -1,6 +1,6 @@
 """ImageNet class lists (wnids) from timm's bundled files, a user's list file, or a dataset root.
 
-Named lists (read offline from ``timm/data/_info``):
+Named lists (read offline from timm's bundled ``timm/data/_info`` folder, found without importing timm):
 
 ========== ================================ ======= ==============================================
 spec       timm file                        classes what
@@ -24,8 +24,8 @@ pass ``./1k``.
 from __future__ import annotations
 
 import csv
+import importlib.util
 from functools import lru_cache
-from importlib import resources
 from os import PathLike
 from pathlib import Path
 
@@ -46,8 +46,19 @@ _LEMMA_FILE = "imagenet_synset_to_lemma.txt"
 _DEFINITION_FILE = "imagenet_synset_to_definition.txt"
 
 
+@lru_cache(maxsize=1)
+def _timm_info_dir() -> Path:
+    """timm's ``data/_info`` folder, located without importing timm (importing it loads torch, ~5 s)."""
+    spec = importlib.util.find_spec("timm")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        folder = Path(location) / "data" / "_info"
+        if folder.is_dir():
+            return folder
+    raise ClassListError("timm's bundled ImageNet synset lists not found; install timm (pip install timm)")
+
+
 def _timm_info_text(name: str) -> str:
-    return resources.files("timm.data").joinpath("_info", name).read_text(encoding="utf-8")
+    return (_timm_info_dir() / name).read_text(encoding="utf-8")
 
 
 @lru_cache(maxsize=None)
