@@ -1,0 +1,56 @@
+"""ASH-B: activation shaping, binarised (Djurisic et al., "Extremely simple activation shaping for OOD
+detection", ICLR 2023, Sec. 3).
+
+Per image, on the pre-pool feature map ``A`` (C x H x W, flattened): keep the top ``k = n - round(n p / 100)``
+activations (default ``p = 90``), set each of them to ``sum(A) / k`` and every other to 0; then the model's own
+pooling and fc layer; score = energy (T = 1). Uses the captured feature maps: no extra backbone pass."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .base import Detector, ForwardOutputs, energy
+from .registry import register_detector
+
+
+def ash_b(feature_maps: torch.Tensor, percentile: float) -> torch.Tensor:
+    """ASH-B of a batch of feature maps (N, ...): top-k positions get ``sum / k``, the rest 0."""
+    n_img = feature_maps.shape[0]
+    flat = feature_maps.reshape(n_img, -1)
+    n = flat.shape[1]
+    k = n - int(round(n * percentile / 100.0))
+    if k < 1:
+        raise ValueError(f"ash: percentile {percentile} keeps no activation of {n}: pass a smaller percentile")
+    total = flat.sum(dim=1, keepdim=True)
+    idx = flat.topk(k, dim=1).indices
+    out = torch.zeros_like(flat).scatter_(1, idx, (total / k).expand(-1, k))
+    return out.reshape(feature_maps.shape)
+
+
+@register_detector("ash", aliases=("ash-b", "ashb"))
+class ASHB(Detector):
+    """Energy of the logits of binarised-shaped feature maps."""
+
+    name = "ash"
+    requires = frozenset({"feature_maps", "fc"})
+
+    def __init__(self, percentile: float = 90.0, chunk: int = 256) -> None:
+        super().__init__()
+        if not 0.0 <= float(percentile) < 100.0:
+            raise ValueError(f"ash: percentile must be in [0, 100), got {percentile}")
+        self.percentile = float(percentile)
+        self.chunk = int(chunk)
+
+    def params(self) -> dict:
+        return {"percentile": self.percentile}
+
+    def score(self, outputs: ForwardOutputs) -> np.ndarray:
+        self._check(outputs)
+        scores = []
+        with torch.no_grad():
+            for i in range(0, len(outputs), self.chunk):
+                fm = torch.from_numpy(np.ascontiguousarray(outputs.feature_maps[i:i + self.chunk])).float()
+                feats = outputs.pool(ash_b(fm, self.percentile)).double().numpy()
+                scores.append(energy(outputs.head(feats)))
+        return np.concatenate(scores)

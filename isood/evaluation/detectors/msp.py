@@ -1,0 +1,27 @@
+"""MSP: maximum softmax probability (Hendrycks & Gimpel, ICLR 2017): ``S(x) = max_c softmax(z)_c``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Detector, ForwardOutputs, softmax
+from .registry import register_detector
+
+
+@register_detector("msp")
+class MSP(Detector):
+    """Maximum softmax probability (temperature 1, as in the paper and OpenOOD v1.5)."""
+
+    name = "msp"
+    requires = frozenset({"logits"})
+
+    def __init__(self, temperature: float = 1.0) -> None:
+        super().__init__()
+        self.temperature = float(temperature)
+
+    def params(self) -> dict:
+        return {"temperature": self.temperature}
+
+    def score(self, outputs: ForwardOutputs) -> np.ndarray:
+        self._check(outputs)
+        return softmax(outputs.logits, self.temperature).max(axis=1)

@@ -1,0 +1,220 @@
+"""Each detector on a tiny seeded conv net against a direct formula written here (loops / torch / scipy)."""
+
+import numpy as np
+import pytest
+import torch
+from scipy.special import logsumexp
+from scipy.stats import entropy
+
+from isood.errors import IsoodError
+from isood.evaluation.detectors import (POST_HOC_DETECTORS, Detector, DetectorInputError, ForwardOutputs,
+                                        available_detectors, get_detector, register_detector)
+
+
+def _fit_score(name, tiny_outputs, **kw):
+    tr, labels, te, _ = tiny_outputs
+    d = get_detector(name, **kw)
+    d.fit(tr, labels)
+    return d, d.score(te)
+
+
+def test_registry_lists_the_13_builtins_and_aliases():
+    assert set(POST_HOC_DETECTORS) | {"odin"} <= set(available_detectors())
+    assert len(POST_HOC_DETECTORS) == 12
+    assert type(get_detector("ASH_B")).__name__ == "ASHB"
+    assert type(get_detector("kl-matching")).__name__ == "KLMatching"
+    with pytest.raises(IsoodError, match="unknown detector 'nope'"):
+        get_detector("nope")
+
+
+def test_user_detector_registration(tiny_outputs):
+    @register_detector("test-logit-std")
+    class LogitStd(Detector):
+        requires = frozenset({"logits"})
+
+        def score(self, outputs):
+            self._check(outputs)
+            return outputs.logits.std(axis=1)
+
+    te = tiny_outputs[2]
+    assert "test-logit-std" in available_detectors()
+    np.testing.assert_allclose(get_detector("test-logit-std").score(te), te.logits.std(axis=1))
+    with pytest.raises(ValueError, match="already registered"):
+        register_detector("test-logit-std", type("Other", (LogitStd,), {}))
+    with pytest.raises(ValueError, match="unknown kind"):
+        register_detector("test-bad", type("Bad", (Detector,), {"requires": frozenset({"attention"})}))
+
+
+def test_logit_detectors(tiny_outputs):
+    te = tiny_outputs[2]
+    z = torch.from_numpy(te.logits).double()
+    np.testing.assert_allclose(get_detector("msp").score(te), torch.softmax(z, 1).max(1).values.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(get_detector("maxlogit").score(te), z.max(1).values.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(get_detector("energy").score(te), torch.logsumexp(z, 1).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(get_detector("energy", temperature=2.0).score(te),
+                               2.0 * torch.logsumexp(z / 2.0, 1).numpy(), rtol=1e-6)
+
+
+def test_odin_against_per_image_autograd(tiny, tiny_data):
+    backbone, fc = tiny
+    x = tiny_data[2][:6]
+
+    def net(inp):
+        return fc(backbone(inp).mean(dim=(2, 3)))
+
+    std = (0.5, 0.25, 0.2)
+    got = get_detector("odin").score_inputs(net, x, input_std=std)
+    T, eps = 1000.0, 0.0014
+    for i in range(x.shape[0]):
+        xi = x[i:i + 1].clone().requires_grad_(True)
+        out = net(xi)
+        loss = -torch.log_softmax(out / T, dim=1)[0, out.argmax()]
+        loss.backward()
+        sign = torch.where(xi.grad >= 0, 1.0, -1.0) / torch.tensor(std).view(1, 3, 1, 1)
+        with torch.no_grad():
+            ref = torch.softmax(net(xi - eps * sign).double() / T, dim=1).max().item()
+        assert got[i] == pytest.approx(ref, rel=1e-9, abs=1e-12)
+    # eps = 0 is temperature-scaled MSP
+    with torch.no_grad():
+        msp_t = torch.softmax(net(x).double() / 1000.0, 1).max(1).values.numpy()
+    np.testing.assert_allclose(get_detector("odin", eps=0.0).score_inputs(net, x), msp_t, rtol=1e-9)
+    with pytest.raises(DetectorInputError, match="perturbs the input"):
+        get_detector("odin").score(ForwardOutputs(logits=np.zeros((1, 2))))
+
+
+def test_mds_against_explicit_inverse(tiny_outputs):
+    tr, labels, te, _ = tiny_outputs
+    _, got = _fit_score("mds", tiny_outputs)
+    x = tr.features.astype(np.float64)
+    classes = np.unique(labels)
+    mus = {c: x[labels == c].mean(0) for c in classes}
+    centred = np.stack([x[i] - mus[labels[i]] for i in range(len(x))])
+    prec = np.linalg.inv(centred.T @ centred / len(x))
+    for i, h in enumerate(te.features.astype(np.float64)):
+        ref = max(-(h - mus[c]) @ prec @ (h - mus[c]) for c in classes)
+        assert got[i] == pytest.approx(ref, rel=1e-6)
+    with pytest.raises(DetectorInputError, match="labels"):
+        get_detector("mds").fit(tr, None)
+
+
+def test_knn_against_brute_force(tiny_outputs):
+    tr, _, te, _ = tiny_outputs
+    _, got = _fit_score("knn", tiny_outputs, k=50)
+    bank = tr.features / np.linalg.norm(tr.features, axis=1, keepdims=True)
+    q = te.features / np.linalg.norm(te.features, axis=1, keepdims=True)
+    d = np.sqrt(((q[:, None, :] - bank[None, :, :]) ** 2).sum(-1))
+    ref = -np.sort(d, axis=1)[:, 49]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    with pytest.raises(DetectorInputError, match="k=500"):
+        get_detector("knn", k=500).fit(tr)
+
+
+def test_vim_against_projector_formula(tiny_outputs):
+    tr, _, te, _ = tiny_outputs
+    det, got = _fit_score("vim", tiny_outputs, dim=6)
+    w, b = tr.fc_weight.astype(np.float64), tr.fc_bias.astype(np.float64)
+    x = tr.features.astype(np.float64)
+    u = -np.linalg.pinv(w) @ b
+    vals, vecs = np.linalg.eig((x - u).T @ (x - u) / len(x))
+    top = vecs[:, np.argsort(-vals.real)[:6]].real
+    resid = lambda f: np.linalg.norm((f - u) - (f - u) @ top @ top.T, axis=1)  # noqa: E731
+    alpha = (x @ w.T + b).max(1).mean() / resid(x).mean()
+    h = te.features.astype(np.float64)
+    ref = logsumexp(h @ w.T + b, axis=1) - alpha * resid(h)
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+    assert det.alpha_ == pytest.approx(alpha, rel=1e-6)
+    assert get_detector("vim").fit(tr).dim_ == 8  # default: half of 16 dims
+
+
+def test_react_against_clip_formula(tiny_outputs):
+    tr, _, te, _ = tiny_outputs
+    det, got = _fit_score("react", tiny_outputs)
+    c = np.percentile(tr.features.ravel(), 90)
+    assert det.threshold_ == pytest.approx(c)
+    z = np.minimum(te.features, c) @ te.fc_weight.T + te.fc_bias
+    np.testing.assert_allclose(got, logsumexp(z.astype(np.float64), axis=1), rtol=1e-5)
+    assert (te.features > c).any()  # the clip is active on this data
+
+
+def test_dice_against_per_class_loop(tiny_outputs):
+    tr, _, te, _ = tiny_outputs
+    _, got = _fit_score("dice", tiny_outputs, p=90)
+    w, b = te.fc_weight.astype(np.float64), te.fc_bias.astype(np.float64)
+    m = tr.features.astype(np.float64).mean(0)
+    contrib = [[w[c, j] * m[j] for j in range(w.shape[1])] for c in range(w.shape[0])]
+    thr = np.percentile(np.array(contrib), 90)
+    kept = sum(v > thr for row in contrib for v in row)
+    assert kept == pytest.approx(0.1 * w.size, abs=1)
+    for i, h in enumerate(te.features.astype(np.float64)):
+        z = [sum(w[c, j] * h[j] for j in range(len(h)) if contrib[c][j] > thr) + b[c] for c in range(len(b))]
+        assert got[i] == pytest.approx(logsumexp(z), rel=1e-6)
+
+
+def test_ash_b_against_numpy_sort(tiny_outputs):
+    te = tiny_outputs[2]
+    got = get_detector("ash").score(te)
+    w, b = te.fc_weight.astype(np.float64), te.fc_bias.astype(np.float64)
+    for i, fm in enumerate(te.feature_maps.astype(np.float64)):
+        flat = fm.ravel()
+        k = flat.size - int(round(flat.size * 0.9))
+        keep = np.argsort(-flat)[:k]
+        shaped = np.zeros_like(flat)
+        shaped[keep] = flat.sum() / k
+        h = shaped.reshape(fm.shape).mean(axis=(1, 2))
+        assert got[i] == pytest.approx(logsumexp(h @ w.T + b), rel=1e-5)
+
+
+def test_rankfeat_against_numpy_svd(tiny_outputs):
+    te = tiny_outputs[2]
+    got = get_detector("rankfeat").score(te)
+    w, b = te.fc_weight.astype(np.float64), te.fc_bias.astype(np.float64)
+    for i, fm in enumerate(te.feature_maps.astype(np.float64)):
+        x = fm.reshape(fm.shape[0], -1)
+        u, s, vt = np.linalg.svd(x, full_matrices=False)
+        h = (x - s[0] * np.outer(u[:, 0], vt[0])).mean(axis=1)
+        assert got[i] == pytest.approx(logsumexp(h @ w.T + b), rel=1e-4)
+
+
+def test_gradnorm_analytic_equals_autograd(tiny_outputs):
+    te = tiny_outputs[2]
+    got = get_detector("gradnorm").score(te)
+    w = torch.tensor(te.fc_weight, dtype=torch.float64, requires_grad=True)
+    b = torch.tensor(te.fc_bias, dtype=torch.float64)
+    n_cls = w.shape[0]
+    for i, h in enumerate(torch.tensor(te.features, dtype=torch.float64)):
+        w.grad = None
+        logp = torch.log_softmax(w @ h + b, dim=0)
+        kl = torch.sum((1.0 / n_cls) * (np.log(1.0 / n_cls) - logp))  # KL(uniform || softmax)
+        kl.backward()
+        assert got[i] == pytest.approx(w.grad.abs().sum().item(), rel=1e-6)
+        # the original code's loss sum_c -log p_c gives exactly C times the KL gradient norm
+        w.grad = None
+        (-torch.log_softmax(w @ h + b, dim=0)).sum().backward()
+        assert n_cls * got[i] == pytest.approx(w.grad.abs().sum().item(), rel=1e-6)
+
+
+def test_kl_matching_against_scipy_entropy(tiny_outputs):
+    tr, _, te, _ = tiny_outputs
+    det, got = _fit_score("klm", tiny_outputs)
+    p_tr = torch.softmax(torch.from_numpy(tr.logits).double(), 1).numpy()
+    pred = p_tr.argmax(1)
+    templates = [p_tr[pred == c].mean(0) for c in np.unique(pred)]
+    p_te = torch.softmax(torch.from_numpy(te.logits).double(), 1).numpy()
+    ref = [-min(entropy(p, d) for d in templates) for p in p_te]
+    np.testing.assert_allclose(got, ref, rtol=1e-8)
+
+
+@pytest.mark.parametrize("name", POST_HOC_DETECTORS)
+def test_every_detector_scores_each_image_independently_and_checks_inputs(name, tiny_outputs):
+    tr, labels, te, ood = tiny_outputs
+    d = get_detector(name)
+    if d.needs_fit:
+        with pytest.raises(DetectorInputError, match="not fitted"):
+            d.score(te)
+        d.fit(tr, labels)
+    s = d.score(te)
+    assert s.shape == (len(te),) and np.isfinite(s).all()
+    # a single image scores the same alone as in the batch (no cross-image leakage)
+    assert d.score(te.subset(slice(3, 4)))[0] == pytest.approx(s[3], rel=1e-6, abs=1e-9)
+    with pytest.raises(DetectorInputError, match=f"detector '{name}' needs"):
+        d.score(ForwardOutputs(labels=np.zeros(3)))
