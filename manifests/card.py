@@ -124,6 +124,7 @@ def _cells(tables: Mapping[str, pd.DataFrame], main: pd.DataFrame, na_threshold:
     if not {"cov_level", "sem_level"} <= set(main.columns):
         return out
     keyed = main.dropna(subset=["cov_level", "sem_level"])
+    keyed = keyed[(keyed["cov_level"] >= 0) & (keyed["sem_level"] >= 0)]  # level -1: no shift value, no cell
     src = keyed["source"].fillna("").astype(str) if "source" in keyed.columns else pd.Series("", index=keyed.index)
     counts = keyed.groupby([src, keyed["cov_level"].astype(int), keyed["sem_level"].astype(int)]).size()
     for (s, c, l), n in sorted(counts.items()):
@@ -163,6 +164,7 @@ def config_layout(kind: str, tables: Mapping[str, pd.DataFrame | pa.Table], na_t
         has = levels.notna().all(axis=1)
         cov = levels["cov_level"].where(has, -1).astype(int)
         sem = levels["sem_level"].where(has, -1).astype(int)
+        has &= (cov >= 0) & (sem >= 0)
         for rec in sorted(layout.cells, key=lambda r: (r["cov_level"], r["sem_level"], r["source"])):
             if rec["na"]:
                 continue

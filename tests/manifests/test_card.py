@@ -1,0 +1,183 @@
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import manifests
+from isood.cli import app
+from isood.errors import ManifestError
+from manifests.card import add_card, config_layout, dataset_card, write_with_card
+
+FIXTURE_V1 = Path(__file__).parent / "fixtures" / "v1_splits"
+
+
+def _front_matter(root):
+    text = (Path(root) / "README.md").read_text()
+    assert text.startswith("---\n")
+    return yaml.safe_load(text.split("---\n")[1])
+
+
+@pytest.mark.parametrize("kind", ["splits", "syn-is", "class-filter", "audit", "features"])
+def test_every_kind_loads_offline_with_all_config_and_verifies(tmp_path, worlds, load, kind):
+    m = worlds.WRITERS[kind](tmp_path / kind)
+    assert manifests.verify(m.root).ok
+    assert "README.md" in {f["path"] for f in m.meta["files"]}
+    main = {"splits": "images", "syn-is": "images", "class-filter": "classes", "audit": "audit",
+            "features": "index"}[kind]
+    expected = m.frame(main)
+    ds = load(m.root)  # the `all` config is the default
+    (split,) = ds.keys()
+    assert split == ("test" if kind in ("splits", "syn-is") else "train")
+    got = ds[split].to_pandas()
+    assert list(got.columns) == list(expected.columns)
+    assert got["path" if "path" in got else "wnid"].tolist() == expected["path" if "path" in expected else "wnid"].tolist()
+    assert manifests.verify(m.root).ok  # loading wrote nothing into the manifest
+
+
+@pytest.mark.parametrize("kind", ["splits", "syn-is"])
+def test_cell_configs_return_exactly_the_cell_rows_and_na_cells_have_none(tmp_path, worlds, load, kind):
+    m = worlds.WRITERS[kind](tmp_path / kind)
+    images = m.frame("images")
+    cells = m.frame("cells")
+    usable = cells[~cells["na"]]
+    configs = {c["config_name"] for c in _front_matter(m.root)["configs"]}
+    assert {c for c in configs if c.startswith("cov_")} == set(usable["cell"])
+    for rec in usable.itertuples():
+        got = load(m.root, rec.cell)["test"].to_pandas()
+        want = images[(images.cov_level == rec.cov_level) & (images.sem_level == rec.sem_level)]
+        assert len(got) == rec.n
+        assert got["path"].tolist() == want["path"].tolist()
+        assert set(got["cov_level"]) == {rec.cov_level} and set(got["sem_level"]) == {rec.sem_level}
+    na_cell = cells[cells["na"] & (cells["n"] > 0)]["cell"].iloc[0]
+    with pytest.raises(ValueError, match=na_cell):
+        load(m.root, na_cell)
+
+
+def test_planted_cell_cov_2_sem_5_and_rows_without_level(tmp_path, worlds, load):
+    m = worlds.write_splits(tmp_path / "s")
+    cell = load(m.root, "cov_2_sem_5")["test"]
+    assert cell.num_rows == worlds.PLANTED_CELLS[(2, 5)]
+    assert set(cell["wnid"]) == {"n09000025"}
+    everything = load(m.root)["test"]
+    assert everything.num_rows == sum(worlds.PLANTED_CELLS.values()) + worlds.NO_LEVEL_ROWS
+
+
+def test_class_filter_kept_and_dropped_configs(tmp_path, worlds, load):
+    m = worlds.write_class_filter(tmp_path / "cf")
+    kept = load(m.root, "kept")["train"]
+    dropped = load(m.root, "dropped")["train"]
+    assert kept["wnid"] == ["n00000001", "n00000003"]
+    assert dropped["wnid"] == ["n00000002", "n00000004", "n00000005"]
+    assert dropped["conflict_name"] == ["tench", "goldfish", ""]
+
+
+def test_card_states_counts_edges_provenance_and_licence(tmp_path, worlds):
+    m = worlds.write_splits(tmp_path / "s")
+    text = (m.root / "README.md").read_text()
+    grid = text.split("## Counts per cell")[1].split("##")[0]
+    row2 = next(line for line in grid.splitlines() if line.startswith("| 2 |"))
+    assert row2.split("|")[2 + 5].strip() == "12"  # cov 2, sem 5
+    row3 = next(line for line in grid.splitlines() if line.startswith("| 3 |"))
+    assert row3.split("|")[2 + 1].strip() == "N/A (4)"
+    assert "3 cells usable" in grid
+    assert "| sem | 8 | 1 |" in text  # the last semantic edge
+    assert m.meta["content_sha256"] in text
+    assert "isood build-splits --out" in text
+    assert "never redistributed" in text and "paths" in text
+    syn = worlds.write_syn_is(tmp_path / "syn")
+    syn_text = (syn.root / "README.md").read_text()
+    assert "Syn-IS images under `images/`" in syn_text and "local-dir:/tiny" in syn_text
+    assert "never redistributed" not in syn_text
+
+
+def test_card_only_points_at_files_the_manifest_has(tmp_path, worlds):
+    tables = worlds.splits_tables()
+    m = manifests.write_manifest(tmp_path / "plain", kind="splits", tables=tables, config={})
+    front = yaml.safe_load(dataset_card(m.meta, tables).split("---\n")[1])
+    names = [c["config_name"] for c in front["configs"]]
+    assert names == ["all", "cells", "edges"]  # no per-cell files were written, so no cell configs
+
+
+def test_content_change_bumps_version_and_changelog_through_the_card_writer(tmp_path, worlds, load):
+    root = tmp_path / "s"
+    first = worlds.write_splits(root)
+    again = worlds.write_splits(root)
+    assert again.dataset_version == first.dataset_version == "1.0.0"
+    assert len(again.meta["changelog"]) == 1
+    # cov_2_sem_5 drops below the N/A threshold: content changes, its config and its file go
+    cells = {**worlds.PLANTED_CELLS, (2, 5): 9}
+    changed = worlds.write_splits(root, cells=cells, note="fewer images in cov_2_sem_5")
+    assert changed.dataset_version == "1.1.0"
+    assert [c["version"] for c in changed.meta["changelog"]] == ["1.0.0", "1.1.0"]
+    assert changed.meta["changelog"][-1]["note"] == "fewer images in cov_2_sem_5"
+    assert manifests.verify(root).ok
+    assert not (root / "data/configs/cov_2_sem_5").exists()
+    text = (root / "README.md").read_text()
+    assert "(v1.1.0)" in text and "1.1.0 (" in text and "fewer images in cov_2_sem_5" in text
+    assert "cov_2_sem_5" not in {c["config_name"] for c in _front_matter(root)["configs"]}
+    with pytest.raises(ValueError):
+        load(root, "cov_2_sem_5")
+
+
+def test_card_is_not_content(tmp_path, worlds):
+    m = worlds.write_splits(tmp_path / "s")
+    assert m.meta["content_sha256"] == manifests.store.content_hash(m.meta["files"])
+    rewritten = worlds.write_splits(tmp_path / "s", title="another title")  # only the card differs
+    assert rewritten.dataset_version == "1.0.0"
+    assert "# another title (v1.0.0)" in (tmp_path / "s/README.md").read_text()
+
+
+def test_add_card_to_a_plain_manifest(tmp_path, worlds, load):
+    root = tmp_path / "plain"
+    manifests.write_manifest(root, kind="splits", tables=worlds.splits_tables(), config={"n_levels": 8},
+                             files={"lists/cov_2_sem_5.txt": "a\n"})
+    result = CliRunner().invoke(app, ["card", str(root)])
+    assert result.exit_code == 0, result.output
+    m = manifests.read(root)
+    assert m.dataset_version == "1.1.0" and m.meta["changelog"][-1]["note"].startswith("dataset card")
+    assert manifests.verify(root).ok
+    assert (root / "lists/cov_2_sem_5.txt").read_text() == "a\n"
+    assert load(root, "cov_0_sem_0")["test"].num_rows == 15
+    add_card(root)  # idempotent
+    assert manifests.read(root).dataset_version == "1.1.0"
+
+
+def test_writer_refuses_files_it_owns(tmp_path, worlds):
+    with pytest.raises(ManifestError, match="README.md"):
+        worlds.write_splits(tmp_path / "s", files={"README.md": "mine"})
+
+
+def test_sources_become_splits_and_never_mix(tmp_path, load):
+    images = pd.DataFrame({
+        "path": [f"{src}/n00000001/x{i}.JPEG" for src in ("a", "b") for i in range(12)],
+        "wnid": "n00000001", "d_sem": 0.1, "d_cov": 0.2, "sem_level": 1, "cov_level": 0,
+        "source": ["in21k-train"] * 12 + ["syn-is"] * 12,
+    })
+    layout = config_layout("splits", {"images": images})
+    assert layout.configs["cov_0_sem_1"] == {"in21k_train": "data/configs/cov_0_sem_1/in21k_train.parquet",
+                                             "syn_is": "data/configs/cov_0_sem_1/syn_is.parquet"}
+    m = write_with_card(tmp_path / "m", kind="splits", tables={"images": images}, config={})
+    ds = load(m.root, "cov_0_sem_1")
+    assert sorted(ds) == ["in21k_train", "syn_is"]
+    assert all(p.startswith("b/") for p in ds["syn_is"]["path"])
+    assert load(m.root)["in21k_train"].num_rows == 12
+
+
+def test_frozen_v1_fixture_stays_readable(tmp_path, load):
+    """tests/manifests/fixtures/v1_splits was written once by the v1 writer and is never regenerated."""
+    m = manifests.read(FIXTURE_V1)
+    assert m.meta["schema"] == {"name": "isood-manifest", "version": "1.0"}
+    assert m.kind == "splits" and m.dataset_version == "1.0.0"
+    assert manifests.verify(FIXTURE_V1).ok
+    images = m.frame("images")
+    assert len(images) == 25 and images["path"].iloc[0] == "n09000000/n09000000_0.JPEG"
+    assert m.frame("cells").set_index("cell").loc["cov_2_sem_5", "n"] == 12
+    cell = load(FIXTURE_V1, "cov_2_sem_5")["test"]
+    assert cell.num_rows == 12 and set(cell["sem_level"]) == {5}
+    assert (FIXTURE_V1 / "lists/cov_2_sem_5.txt").read_text().count("\n") == 12
+    meta = json.loads((FIXTURE_V1 / "manifest.json").read_text())
+    assert meta["content_sha256"] == manifests.store.content_hash(meta["files"])
+    assert manifests.verify(FIXTURE_V1).ok
