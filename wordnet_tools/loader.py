@@ -103,6 +103,16 @@ def _is_staging_folder(path: str) -> bool:
         return False
 
 
+def _find_nltk_wordnet():
+    """nltk's own WordNet: a folder, or the zip nltk.downloader installs (found as nltk's LazyCorpusLoader does)."""
+    for resource in ("corpora/wordnet", "corpora/wordnet.zip/wordnet/"):
+        try:
+            return nltk.data.find(resource)
+        except LookupError:
+            continue
+    return None
+
+
 def find_wordnet_source() -> WordNetSource:
     """Pick the WordNet data to load (see the module docstring); raise WordNetNotFound if there is none."""
     env = os.environ.get("ISOOD_WORDNET_DIR")
@@ -114,10 +124,7 @@ def find_wordnet_source() -> WordNetSource:
                 f"point it at one, or unset it and {INSTALL_HINT}"
             )
         return WordNetSource("env", str(path.resolve()))
-    try:
-        found = nltk.data.find("corpora/wordnet")
-    except LookupError:
-        found = None
+    found = _find_nltk_wordnet()
     if found is not None and not _is_staging_folder(str(found)):
         return WordNetSource("nltk", str(found))
     if _is_dict_folder(DEBIAN_WORDNET_DIR):
@@ -165,7 +172,8 @@ def _stage_dict_folder(source: Path) -> Path:
 
 @lru_cache(maxsize=None)
 def _load(kind: str, path: str) -> WordNetCorpusReader:
-    root = path if kind == "nltk" else str(_stage_dict_folder(Path(path)))
+    # nltk's own data may be a zip (corpora/wordnet.zip): hand the reader nltk's path pointer for it.
+    root = _find_nltk_wordnet() if kind == "nltk" else str(_stage_dict_folder(Path(path)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "multilingual functions are not available": no OMW reader, by design
         try:

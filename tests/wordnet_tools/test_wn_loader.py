@@ -98,3 +98,25 @@ def test_raw_dict_folder_is_staged_with_lexnames(monkeypatch, tmp_path, wordnet)
     assert (staged / "data.noun").stat().st_size == (raw / "data.noun").stat().st_size
     assert wn.synset("hand_blower.n.01").offset() == 3483316
     assert wn.synset("hand_blower.n.01").lexname() == "noun.artifact"
+
+
+def test_nltk_data_zip_is_used_when_present(monkeypatch, tmp_path, wordnet):
+    # nltk.downloader installs corpora/wordnet.zip; build one from the data in use (with a lexnames file).
+    import zipfile
+
+    corpora = tmp_path / "nltk_data" / "corpora"
+    corpora.mkdir(parents=True)
+    with zipfile.ZipFile(corpora / "wordnet.zip", "w", zipfile.ZIP_STORED) as zf:
+        for name in ("data.noun", "index.noun", "data.verb", "index.verb", "data.adj", "index.adj",
+                     "data.adv", "index.adv", "noun.exc", "verb.exc", "adj.exc", "adv.exc", "lexnames"):
+            with wordnet.abspath(name).open() as src:
+                zf.writestr(f"wordnet/{name}", src.read())
+    monkeypatch.delenv("ISOOD_WORDNET_DIR", raising=False)
+    monkeypatch.setenv("ISOOD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path / "nltk_data")])
+    source = find_wordnet_source()
+    assert source.kind == "nltk" and "wordnet.zip" in source.path
+    wn = load_wordnet()
+    assert wn is not wordnet
+    assert synset_from_wnid("n03483316", wn).name() == "hand_blower.n.01"
+    assert not (tmp_path / "cache").exists()  # nothing staged for nltk's own data
