@@ -122,6 +122,53 @@ def _resolve_device(device: str | None):
     return dev
 
 
+def parse_clip_spec(spec: str) -> tuple[str, str | None, str]:
+    """Validate a ``--clip`` name without loading weights: ``(open_clip model name, pretrained, identity)``.
+
+    ``identity`` names the weights stably (tag, or content hash of local files); it keys caches and shards.
+    Raises ``IsoodError`` (unknown model, unknown tag, bad folder) or ``MissingWeightsError`` (folder without
+    weights) with one line.
+    """
+    import open_clip
+
+    spec = str(spec).strip()
+    if spec.startswith("local-dir:"):
+        folder = Path(spec[len("local-dir:"):]).expanduser()
+        if not folder.is_dir():
+            raise IsoodError(f"--clip {spec}: folder {folder} does not exist; {_LOCAL_HINT}")
+        if not (folder / "open_clip_config.json").is_file():
+            raise IsoodError(f"--clip {spec}: {folder} has no open_clip_config.json; {_LOCAL_HINT}")
+        if not any(p.suffix in (".safetensors", ".bin", ".pth", ".pt") for p in folder.iterdir()):
+            raise MissingWeightsError(f"--clip {spec}: {folder} holds no weights (*.safetensors, *.bin, *.pth)")
+        return f"local-dir:{folder}", None, _local_dir_identity(folder)
+    if spec.startswith("hf-hub:"):
+        if not spec[len("hf-hub:"):]:
+            raise IsoodError("--clip hf-hub: needs a repository, e.g. hf-hub:laion/CLIP-ViT-B-32-laion2B-s34B-b79K")
+        return spec, None, f"open_clip:{spec}"
+    name, sep, pretrained = spec.partition(":")
+    name = name.replace("/", "-")
+    if name not in open_clip.list_models():
+        raise IsoodError(
+            f"unknown CLIP model {name!r}; list valid MODEL:PRETRAINED names with "
+            "`python -c \"import open_clip; print(open_clip.list_pretrained())\"`, or pass --clip local-dir:PATH"
+        )
+    tags = open_clip.list_pretrained_tags_by_model(name)
+    if not sep or not pretrained:
+        raise IsoodError(
+            f"--clip {spec!r} names no weights; pass MODEL:PRETRAINED, e.g. {name}:{tags[0] if tags else 'TAG'}"
+        )
+    if pretrained in tags:
+        return name, pretrained, f"open_clip:{name}:{pretrained}"
+    if Path(pretrained).expanduser().is_file():
+        pretrained = str(Path(pretrained).expanduser())
+        return name, pretrained, f"open_clip:{name}:sha256={_sha256_file(Path(pretrained))[:32]}"
+    shown = ", ".join(tags[:8]) + (", ..." if len(tags) > 8 else "")
+    raise IsoodError(
+        f"unknown pretrained tag {pretrained!r} for {name} (known: {shown or 'none'}); "
+        "pass a tag, a checkpoint file, or --clip local-dir:PATH"
+    )
+
+
 def load_clip(spec: str, device: str | None = None) -> ClipEncoder:
     """Load an open_clip encoder named ``MODEL:PRETRAINED``, ``local-dir:PATH`` or ``hf-hub:ORG/REPO``.
 
@@ -133,48 +180,7 @@ def load_clip(spec: str, device: str | None = None) -> ClipEncoder:
 
     spec = str(spec).strip()
     dev = _resolve_device(device)
-    pretrained = None
-    if spec.startswith("local-dir:"):
-        folder = Path(spec[len("local-dir:"):]).expanduser()
-        if not folder.is_dir():
-            raise IsoodError(f"--clip {spec}: folder {folder} does not exist; {_LOCAL_HINT}")
-        if not (folder / "open_clip_config.json").is_file():
-            raise IsoodError(f"--clip {spec}: {folder} has no open_clip_config.json; {_LOCAL_HINT}")
-        if not any(p.suffix in (".safetensors", ".bin", ".pth", ".pt") for p in folder.iterdir()):
-            raise MissingWeightsError(f"--clip {spec}: {folder} holds no weights (*.safetensors, *.bin, *.pth)")
-        model_name = f"local-dir:{folder}"
-        identity = _local_dir_identity(folder)
-    elif spec.startswith("hf-hub:"):
-        if not spec[len("hf-hub:"):]:
-            raise IsoodError("--clip hf-hub: needs a repository, e.g. hf-hub:laion/CLIP-ViT-B-32-laion2B-s34B-b79K")
-        model_name, identity = spec, f"open_clip:{spec}"
-    else:
-        name, sep, pretrained = spec.partition(":")
-        name = name.replace("/", "-")
-        if name not in open_clip.list_models():
-            raise IsoodError(
-                f"unknown CLIP model {name!r}; list valid MODEL:PRETRAINED names with "
-                "`python -c \"import open_clip; print(open_clip.list_pretrained())\"`, or pass --clip local-dir:PATH"
-            )
-        if not sep or not pretrained:
-            tags = open_clip.list_pretrained_tags_by_model(name)
-            raise IsoodError(
-                f"--clip {spec!r} names no weights; pass MODEL:PRETRAINED, e.g. {name}:{tags[0] if tags else 'TAG'}"
-            )
-        tags = open_clip.list_pretrained_tags_by_model(name)
-        if pretrained in tags:
-            identity = f"open_clip:{name}:{pretrained}"
-        elif Path(pretrained).expanduser().is_file():
-            pretrained = str(Path(pretrained).expanduser())
-            identity = f"open_clip:{name}:sha256={_sha256_file(Path(pretrained))[:32]}"
-        else:
-            shown = ", ".join(tags[:8]) + (", ..." if len(tags) > 8 else "")
-            raise IsoodError(
-                f"unknown pretrained tag {pretrained!r} for {name} (known: {shown or 'none'}); "
-                "pass a tag, a checkpoint file, or --clip local-dir:PATH"
-            )
-        model_name = name
-
+    model_name, pretrained, identity = parse_clip_spec(spec)
     try:
         with _quiet_libraries():
             model, _, preprocess = open_clip.create_model_and_transforms(

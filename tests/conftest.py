@@ -55,6 +55,12 @@ def build_tiny_clip(folder, seed: int = 0):
 
 
 @pytest.fixture(scope="session")
+def tiny_clip_factory():
+    """``build_tiny_clip(folder, seed=0)``: write another seeded tiny model into ``folder`` (returns the folder)."""
+    return build_tiny_clip
+
+
+@pytest.fixture(scope="session")
 def tiny_clip_dir(tmp_path_factory):
     """Folder with a seeded tiny open_clip model (embed_dim 32, ViT 64/2 layers/patch 8/image 32, text 64/2/2)."""
     return build_tiny_clip(tmp_path_factory.mktemp("tiny_clip"))
@@ -99,8 +105,21 @@ def make_image_dataset(root, classes=TINY_IMAGE_CLASSES, seed: int = 0, corrupt:
 
 @pytest.fixture(scope="session")
 def tiny_images(tmp_path_factory):
-    """Dataset root: 16 readable images in 4 wnid folders + one corrupt file (do not modify it)."""
+    """Dataset root: 16 readable images in 4 wnid folders (TINY_IMAGE_CLASSES) + one corrupt file (TINY_CORRUPT).
+    Shared by the session: do not modify it; make another with ``image_dataset_factory``."""
     return make_image_dataset(tmp_path_factory.mktemp("tiny_images"))
+
+
+@pytest.fixture(scope="session")
+def tiny_image_info():
+    """Facts about ``tiny_images``: {'classes': wnid -> readable images, 'corrupt': relative path of the bad file}."""
+    return {"classes": dict(TINY_IMAGE_CLASSES), "corrupt": TINY_CORRUPT}
+
+
+@pytest.fixture(scope="session")
+def image_dataset_factory():
+    """``make_image_dataset(root, classes={wnid: n}, seed=0, corrupt=relpath|None)``: another image dataset."""
+    return make_image_dataset
 
 
 @pytest.fixture
