@@ -178,9 +178,12 @@ def _load(kind: str, path: str) -> WordNetCorpusReader:
         warnings.simplefilter("ignore")  # "multilingual functions are not available": no OMW reader, by design
         try:
             reader = _WordNet30Reader(root, None)
+            version = reader.get_version()
         except (OSError, LookupError, ValueError, AssertionError) as exc:
-            raise WordNetNotFound(f"cannot read WordNet at {path} ({type(exc).__name__}: {exc}); {INSTALL_HINT}")
-    version = reader.get_version()
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise WordNetNotFound(
+                f"cannot read WordNet at {path} ({type(exc).__name__}: {reason}); {INSTALL_HINT}"
+            ) from exc
     if version != "3.0":
         raise WordNetNotFound(
             f"WordNet at {path} is version {version}, but ImageNet wnids are WordNet 3.0 offsets; {INSTALL_HINT}"
