@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from isood.errors import IsoodError, ManifestError
+from isood.errors import IsoodError
 from manifests.card import CARD_FILE
 from manifests.store import MANIFEST_FILE, read, verify
 

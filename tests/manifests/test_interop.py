@@ -1,0 +1,232 @@
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import manifests
+from isood.cli import app
+from manifests.interop import (
+    EXPORT_INFO,
+    EXPORT_YAML,
+    ListFormatError,
+    export_openood,
+    import_imagenet_ood,
+    import_isood_lists,
+    import_openood_imglist,
+    parse_list,
+    wnid_of,
+)
+
+# source -> {(cov, sem): number of images}
+RELEASE = {
+    "in21k-train": {(0, 0): 12, (2, 5): 11, (7, 1): 3},
+    "in21k-val": {(2, 5): 10, (4, 4): 2},
+    "syn-is": {(1, 6): 14},
+}
+
+
+def _release(root: Path, with_labels_in=("in21k-val",)):
+    """An IS-OOD-style release folder; 'in21k-val' lists carry OpenOOD labels, the others bare paths."""
+    for source, cells in RELEASE.items():
+        for (c, s), n in cells.items():
+            lines = []
+            for i in range(n):
+                if source == "syn-is":
+                    path = f"syn/style{c}/img_{s}_{i}.png"
+                else:
+                    wnid = f"n{9100000 + 10 * c + s:08d}"
+                    path = f"{wnid}/{wnid}_{i}.JPEG"
+                lines.append(f"{path} -1" if source in with_labels_in else path)
+            f = root / source / f"cov_{c}_sem_{s}.txt"
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text("# IS-OOD list\n" + "\n".join(lines) + "\n\n")
+    (root / "README.txt").write_text("not a list")
+    return root
+
+
+def test_import_isood_lists_reads_levels_sources_and_cells(tmp_path, load):
+    m = import_isood_lists(_release(tmp_path / "rel"), tmp_path / "m")
+    assert m.kind == "splits" and manifests.verify(m.root).ok
+    images = m.frame("images")
+    assert len(images) == sum(sum(c.values()) for c in RELEASE.values())
+    assert images["d_sem"].isna().all() and images["d_cov"].isna().all()
+    val = images[images["source"] == "in21k-val"]
+    assert sorted(set(zip(val["cov_level"], val["sem_level"]))) == [(2, 5), (4, 4)]
+    assert (val[val["cov_level"] == 2]["wnid"] == "n09100025").all()
+    assert images[images["source"] == "syn-is"]["wnid"].isna().all()
+    assert (images["label"] == -1).all()
+    cells = m.frame("cells").set_index(["source", "cell"])
+    assert len(cells) == 3 * 64
+    assert cells.loc[("in21k-train", "cov_2_sem_5"), "n"] == 11 and not cells.loc[("in21k-train", "cov_2_sem_5"), "na"]
+    assert cells.loc[("in21k-train", "cov_7_sem_1"), "na"] and cells.loc[("in21k-val", "cov_0_sem_0"), "n"] == 0
+    assert m.meta["summary"]["ignored_files"] == ["README.txt"]
+    assert (m.root / "lists/in21k-val/cov_2_sem_5.txt").read_text().count("\n") == 10
+    # datasets: one split per source; N/A cells have no config
+    cell = load(m.root, "cov_2_sem_5")
+    assert sorted(cell) == ["in21k_train", "in21k_val"]
+    assert cell["in21k_val"].num_rows == 10 and cell["in21k_train"].num_rows == 11
+    assert load(m.root, "cov_1_sem_6")["syn_is"].num_rows == 14
+    with pytest.raises(ValueError):
+        load(m.root, "cov_7_sem_1")
+
+
+def test_isood_lists_round_trip_through_openood_export_is_identical(tmp_path):
+    first = import_isood_lists(_release(tmp_path / "rel"), tmp_path / "m1")
+    out = tmp_path / "openood"
+    r = export_openood(first.root, out)
+    assert r.rows == len(first.frame("images")) and r.skipped == 0
+    second = import_isood_lists(out / "benchmark_imglist" / "isood", tmp_path / "m2")
+    for t in ("images", "cells", "edges"):
+        pd.testing.assert_frame_equal(first.frame(t), second.frame(t))
+    assert first.meta["content_sha256"] == second.meta["content_sha256"]
+    out2 = tmp_path / "openood2"
+    export_openood(second.root, out2)
+    for f in (out / "benchmark_imglist").rglob("*.txt"):
+        assert f.read_bytes() == (out2 / f.relative_to(out)).read_bytes()
+
+
+def test_export_writes_openood_imglists_and_configs(tmp_path):
+    m = import_isood_lists(_release(tmp_path / "rel"), tmp_path / "m")
+    out = tmp_path / "openood"
+    r = export_openood(m.root, out, data_dir="images/")
+    lines = (out / "benchmark_imglist/isood/in21k-val/test_cov_2_sem_5.txt").read_text().splitlines()
+    assert len(lines) == 10 and lines[0] == "n09100025/n09100025_0.JPEG -1"
+    # every non-empty (source, cell) has a list; only non-N/A ones are registered for OpenOOD
+    assert len(r.imglists) == 6
+    assert sorted(r.registered) == ["in21k_train_cov_0_sem_0", "in21k_train_cov_2_sem_5", "in21k_val_cov_2_sem_5",
+                                    "syn_is_cov_1_sem_6"]
+    info = json.loads((out / EXPORT_INFO).read_text())
+    near, far = info["ood"]["near"], info["ood"]["far"]
+    assert near["datasets"] == ["in21k_train_cov_0_sem_0"]  # semantic level < 4 of 8
+    assert sorted(far["datasets"]) == ["in21k_train_cov_2_sem_5", "in21k_val_cov_2_sem_5", "syn_is_cov_1_sem_6"]
+    entry = far["in21k_val_cov_2_sem_5"]
+    assert entry == {"data_dir": "images/in21k-val/",
+                     "imglist_path": "benchmark_imglist/isood/in21k-val/test_cov_2_sem_5.txt"}
+    assert (out / entry["imglist_path"]).is_file()
+    cfg = yaml.safe_load((out / EXPORT_YAML).read_text())["ood_dataset"]
+    assert cfg["dataset_class"] == "ImglistDataset" and cfg["split_names"] == ["nearood", "farood"]
+    assert cfg["farood"]["syn_is_cov_1_sem_6"]["imglist_pth"] == "./data/benchmark_imglist/isood/syn-is/test_cov_1_sem_6.txt"
+    # OpenOOD's ImglistDataset parsing: split at the first space, int label
+    for f in (out / "benchmark_imglist").rglob("*.txt"):
+        for line in f.read_text().splitlines():
+            name, extra = line.split(" ", 1)
+            assert not name.startswith("/") and int(extra) == -1
+
+
+def test_export_of_a_pipeline_splits_manifest_skips_rows_without_level(tmp_path, worlds):
+    m = worlds.write_splits(tmp_path / "s")
+    r = export_openood(m.root, tmp_path / "o")
+    assert r.skipped == worlds.NO_LEVEL_ROWS
+    assert sorted(r.registered) == ["cov_0_sem_0", "cov_2_sem_5", "cov_7_sem_7"]
+    assert len(r.imglists) == len(worlds.PLANTED_CELLS)
+    text = (tmp_path / "o/benchmark_imglist/isood/test_cov_2_sem_5.txt").read_text()
+    assert text.count("\n") == 12 and "n09000025/n09000025_0.JPEG -1\n" in text
+
+
+def test_image_list_round_trips(tmp_path):
+    f = tmp_path / "imagenet_ood.txt"
+    f.write_text("n01234567/n01234567_1.JPEG\nfoo/n07654321_9.JPEG\n\nbar/x.jpg\n")
+    a = import_imagenet_ood(f, tmp_path / "a")
+    imgs = a.frame("images")
+    assert imgs["path"].tolist() == ["n01234567/n01234567_1.JPEG", "foo/n07654321_9.JPEG", "bar/x.jpg"]
+    assert imgs["wnid"].tolist()[:2] == ["n01234567", "n07654321"] and pd.isna(imgs["wnid"][2])
+    assert (imgs["label"] == -1).all()
+    export_openood(a.root, tmp_path / "ea")
+    exported = tmp_path / "ea/benchmark_imglist/isood/test_isood.txt"
+    assert exported.read_text().splitlines()[1] == "foo/n07654321_9.JPEG -1"
+    b = import_openood_imglist(exported, tmp_path / "b")
+    pd.testing.assert_frame_equal(a.frame("images"), b.frame("images"))
+    assert a.meta["content_sha256"] == b.meta["content_sha256"]
+
+    g = tmp_path / "imglist.txt"
+    g.write_text("imagenet_1k/val/ILSVRC2012_val_00000001.JPEG 65\nimagenet_1k/val/ILSVRC2012_val_00000002.JPEG 970\n")
+    c = import_openood_imglist(g, tmp_path / "c")
+    assert c.frame("images")["label"].tolist() == [65, 970]
+    export_openood(c.root, tmp_path / "ec", name="val")
+    out_file = tmp_path / "ec/benchmark_imglist/val/test_val.txt"
+    assert out_file.read_text() == g.read_text()
+    d = import_openood_imglist(out_file, tmp_path / "d")
+    pd.testing.assert_frame_equal(c.frame("images"), d.frame("images"))
+
+
+@pytest.mark.parametrize("fmt,content,line,what", [
+    ("isood", "a/1.jpg\na/2.jpg 3 4\n", 2, "expected '<path>' or '<path> <integer label>'"),
+    ("isood", "a/1.jpg\n\n/abs/2.jpg\n", 3, "absolute"),
+    ("isood", "a/../../x.jpg\n", 1, "'..'"),
+    ("openood", "a/1.jpg 1\na/2.jpg\n", 2, "'<path> <integer label>'"),
+    ("openood", "a/1.jpg 1\na/2.jpg cat\n", 2, "'<path> <integer label>'"),
+    ("imagenet-ood", "a/1.jpg\n# comment\na/2.jpg -1\n", 3, "one relative image path"),
+])
+def test_malformed_lines_name_file_and_line(tmp_path, fmt, content, line, what):
+    if fmt == "isood":
+        f = tmp_path / "rel/in21k-val/cov_0_sem_1.txt"
+        f.parent.mkdir(parents=True)
+        f.write_text(content)
+        run = lambda: import_isood_lists(tmp_path / "rel", tmp_path / "m")  # noqa: E731
+        name = "in21k-val/cov_0_sem_1.txt"
+        cli = ["import", "isood-lists", str(tmp_path / "rel"), "--out", str(tmp_path / "m")]
+    else:
+        f = tmp_path / "list.txt"
+        f.write_text(content)
+        run = {"openood": lambda: import_openood_imglist(f, tmp_path / "m"),
+               "imagenet-ood": lambda: import_imagenet_ood(f, tmp_path / "m")}[fmt]
+        name = str(f)
+        cli = ["import", {"openood": "openood-imglist", "imagenet-ood": "imagenet-ood"}[fmt], str(f),
+               "--out", str(tmp_path / "m")]
+    with pytest.raises(ListFormatError) as info:
+        run()
+    assert str(info.value).startswith(f"{name}:{line}: ") and what in str(info.value)
+    result = CliRunner().invoke(app, cli)
+    assert result.exit_code == 2 and f"{name}:{line}:" in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "m" / "manifest.json").exists()
+
+
+def test_release_problems_are_named(tmp_path):
+    rel = tmp_path / "rel"
+    (rel / "a").mkdir(parents=True)
+    (rel / "a/cov_8_sem_0.txt").write_text("x/1.jpg\n")
+    with pytest.raises(Exception, match=r"a/cov_8_sem_0.txt: cell cov_8_sem_0 is outside the 8x8 grid; pass --levels 9"):
+        import_isood_lists(rel, tmp_path / "m")
+    m = import_isood_lists(rel, tmp_path / "m9", n_levels=9)
+    assert len(m.frame("cells")) == 81
+    (rel / "a/cov_8_sem_0.txt").unlink()
+    (rel / "a/cov_0_sem_0.txt").write_text("x/1.jpg\nx/2.jpg\n")
+    (rel / "a/cov_1_sem_0.txt").write_text("x/3.jpg\nx/1.jpg\n")
+    with pytest.raises(ListFormatError, match=r"a/cov_1_sem_0.txt:2: 'x/1.jpg' is already listed at a/cov_0_sem_0.txt:1"):
+        import_isood_lists(rel, tmp_path / "m2")
+    with pytest.raises(Exception, match="no cov_"):
+        import_isood_lists(tmp_path / "m9" / "data", tmp_path / "m3")
+
+
+def test_cli_import_and_export(tmp_path):
+    rel = _release(tmp_path / "rel")
+    runner = CliRunner()
+    res = runner.invoke(app, ["import", "isood-lists", str(rel), "--out", str(tmp_path / "m")])
+    assert res.exit_code == 0, res.output
+    assert "splits v1.0.0, 52 images" in res.stdout
+    res = runner.invoke(app, ["export", "openood", str(tmp_path / "m"), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    assert "6 imglists (4 registered for OpenOOD, 2 N/A), 52 rows" in res.stdout
+    # re-export into the same folder replaces the earlier export; a foreign non-empty folder is refused
+    assert runner.invoke(app, ["export", "openood", str(tmp_path / "m"), "--out", str(tmp_path / "o")]).exit_code == 0
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy/file").write_text("x")
+    res = runner.invoke(app, ["export", "openood", str(tmp_path / "m"), "--out", str(tmp_path / "busy")])
+    assert res.exit_code == 2 and "not empty" in res.output
+
+
+def test_wnid_of_and_parse_list(tmp_path):
+    assert wnid_of("n01440764/n01440764_10026.JPEG") == "n01440764"
+    assert wnid_of("train/n01440764/img.JPEG") == "n01440764"
+    assert wnid_of("n01440764_10026.JPEG") == "n01440764"
+    assert wnid_of("places/abbey/00001.jpg") is None
+    f = tmp_path / "l.txt"
+    f.write_bytes(b"a.jpg 3\r\nb.jpg\r\n")
+    assert parse_list(f) == [("a.jpg", 3, 1), ("b.jpg", -1, 2)]
+    f.write_bytes(b"a.jpg\n\xff\xfe.jpg\n")
+    with pytest.raises(ListFormatError, match=r"l.txt:2: not UTF-8"):
+        parse_list(f)
