@@ -15,9 +15,10 @@ from manifests.store import (
     verify,
     write_manifest,
 )
+from manifests.card import add_card, dataset_card, write_with_card
 
 __all__ = [
     "MANIFEST_FILE", "SCHEMA_NAME", "SCHEMA_VERSION", "Manifest", "VerifyReport", "atomic_write_bytes",
     "check_relative", "input_record", "parquet_bytes", "read", "resolve_inside", "sha256_file", "verify",
-    "write_manifest",
+    "write_manifest", "write_with_card", "dataset_card", "add_card",
 ]
