@@ -8,6 +8,19 @@ from torch import nn
 N_CLASSES = 5
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors run fastest on one thread (and the 2 shared cores stay free); restored afterwards."""
+    import faiss
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    faiss.omp_set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+    faiss.omp_set_num_threads(before)
+
+
 class TinyBackbone(nn.Module):
     """8x8 RGB -> 16 x 4 x 4 feature map (conv, ReLU, strided conv, ReLU)."""
 

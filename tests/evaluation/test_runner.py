@@ -1,0 +1,202 @@
+"""The one-pass runner: adapters (timm, torchvision, user module), scores equal to each detector alone, the
+on-disk cache (no second forward), model loading errors."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from isood.errors import IsoodError, MissingWeightsError
+from isood.evaluation.detectors import POST_HOC_DETECTORS, get_detector
+from isood.evaluation.runner import (DetectorScores, HookAdapter, ModuleAdapter, TimmAdapter, extract_outputs,
+                                     load_classifier, run_detectors, wrap_model)
+
+
+class _Counter:
+    """Counts real calls of a module's forward (hook), whatever path reaches it."""
+
+    def __init__(self, module):
+        self.n = 0
+        module.register_forward_hook(lambda *a: setattr(self, "n", self.n + 1))
+
+
+def _datasets(tiny_data):
+    train, labels, test, ood = tiny_data
+    return torch.utils.data.TensorDataset(train, labels), {"id_test": test, "ood": ood}
+
+
+def test_one_pass_equals_each_detector_alone_and_counts_batches(tiny, tiny_data):
+    backbone, fc = tiny
+    counter = _Counter(backbone)
+    adapter = wrap_model(backbone=backbone, fc=fc, input_std=(0.5, 0.5, 0.5))
+    train, datasets = _datasets(tiny_data)
+    names = list(POST_HOC_DETECTORS) + ["odin"]
+    together = run_detectors(adapter, names, datasets, id_train=train, batch_size=32)
+    # batches: train 120/32 -> 4, id_test 40/32 -> 2, ood 30/32 -> 1; capture passes = 7
+    assert adapter.forward_calls == 7
+    # ODIN alone adds forward + backward + forward on the two test sets (3 batches x 2 forwards)
+    assert counter.n == 7 + 3 * 2
+    for name in names:
+        alone = run_detectors(wrap_model(backbone=backbone, fc=fc, input_std=(0.5, 0.5, 0.5)), [name], datasets,
+                              id_train=train, batch_size=32)
+        for ds in datasets:
+            np.testing.assert_allclose(together.scores[name][ds], alone.scores[name][ds], rtol=1e-6, atol=1e-9)
+    # and a detector scoring captured outputs equals it scoring directly computed tensors
+    with torch.no_grad():
+        z = fc(backbone(tiny_data[2]).mean(dim=(2, 3))).double()
+    np.testing.assert_allclose(together.scores["energy"]["id_test"], torch.logsumexp(z, 1).numpy(), rtol=1e-6)
+    np.testing.assert_array_equal(together.predictions["id_test"], z.argmax(1).numpy())
+
+
+def test_no_train_pass_when_no_detector_needs_fitting(tiny, tiny_data):
+    backbone, fc = tiny
+    adapter = wrap_model(backbone=backbone, fc=fc)
+    _, datasets = _datasets(tiny_data)
+    run_detectors(adapter, ["msp", "energy", "ash", "rankfeat", "gradnorm"], datasets, batch_size=64)
+    assert adapter.forward_calls == 2
+    with pytest.raises(IsoodError, match="knn need the ID training data"):
+        run_detectors(adapter, ["knn"], datasets)
+
+
+def test_cache_serves_second_evaluation_without_forward(tiny, tiny_data, tmp_path):
+    backbone, fc = tiny
+    counter = _Counter(backbone)
+    train, datasets = _datasets(tiny_data)
+    ids = {"id_train": "toy-train-v1", "id_test": "toy-test-v1", "ood": "toy-ood-v1"}
+    first = run_detectors(wrap_model(backbone=backbone, fc=fc), ["msp", "knn", "ash", "odin"], datasets,
+                          id_train=train, batch_size=32, cache_dir=tmp_path, data_ids=ids, score_train=True)
+    n_first = counter.n
+    assert n_first > 0
+    # other detectors, same kinds already cached (+ ODIN scores cached): no forward at all
+    second = run_detectors(wrap_model(backbone=backbone, fc=fc), ["energy", "mds", "rankfeat", "odin", "knn"],
+                           datasets, id_train=train, batch_size=32, cache_dir=tmp_path, data_ids=ids,
+                           score_train=True)
+    assert counter.n == n_first
+    for ds in ("id_test", "ood", "id_train"):
+        np.testing.assert_allclose(second.scores["odin"][ds], first.scores["odin"][ds])
+        np.testing.assert_allclose(second.scores["knn"][ds], first.scores["knn"][ds])
+    np.testing.assert_array_equal(second.labels["id_train"], tiny_data[1].numpy())
+    assert second.labels["id_test"] is None
+    # ViM needs fc + features (cached) -> still no forward; a different model -> a new pass
+    run_detectors(wrap_model(backbone=backbone, fc=fc), ["vim"], datasets, id_train=train, cache_dir=tmp_path,
+                  data_ids=ids)
+    assert counter.n == n_first
+    with torch.no_grad():
+        fc.weight.mul_(2.0)
+    run_detectors(wrap_model(backbone=backbone, fc=fc), ["msp"], {"id_test": datasets["id_test"]},
+                  cache_dir=tmp_path, data_ids=ids)
+    assert counter.n == n_first + 1
+    # ODIN with another eps is not served from the cache
+    run_detectors(wrap_model(backbone=backbone, fc=fc), [get_detector("odin", eps=0.01)],
+                  {"ood": datasets["ood"]}, cache_dir=tmp_path, data_ids=ids, batch_size=64)
+    assert counter.n == n_first + 1 + 1 + 2  # capture pass + ODIN's two forwards
+
+
+def test_correctness_and_der_inputs(tiny, tiny_data):
+    backbone, fc = tiny
+    train, datasets = _datasets(tiny_data)
+    res = run_detectors(wrap_model(backbone=backbone, fc=fc), ["msp"], datasets, id_train=train, score_train=True)
+    assert isinstance(res, DetectorScores)
+    assert set(res.scores["msp"]) == {"id_train", "id_test", "ood"}
+    np.testing.assert_array_equal(res.correct("id_train"), res.predictions["id_train"] == tiny_data[1].numpy())
+    with pytest.raises(IsoodError, match="no labels"):
+        res.correct("ood")
+
+
+def test_class_count_mismatch_and_missing_internals(tiny, tiny_data):
+    backbone, fc = tiny
+    train, labels, test, _ = tiny_data
+    bad = torch.utils.data.TensorDataset(train, labels + 7)
+    with pytest.raises(IsoodError, match="has 5 classes"):
+        run_detectors(wrap_model(backbone=backbone, fc=fc), ["mds"], {"t": test}, id_train=bad)
+    flat = wrap_model(backbone=nn.Sequential(backbone, nn.AdaptiveAvgPool2d(1), nn.Flatten()), fc=fc)
+    with pytest.raises(IsoodError, match="feature maps"):
+        run_detectors(flat, ["ash"], {"t": test})
+
+
+def test_timm_adapter_matches_model_and_pool(tiny_data):
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model("resnet18", pretrained=False, num_classes=5).eval()
+    adapter = wrap_model(model)
+    assert isinstance(adapter, TimmAdapter)
+    assert adapter.provides == {"logits", "features", "feature_maps", "fc"}
+    x = torch.randn(3, 3, 32, 32)
+    out = adapter.forward(x, ["logits", "features", "feature_maps"])
+    with torch.no_grad():
+        np.testing.assert_allclose(out["logits"], model(x), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(out["features"], out["feature_maps"].mean(dim=(2, 3)), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(adapter.pool(out["feature_maps"]), out["features"], rtol=1e-6)
+    w, b = adapter.fc_params()
+    np.testing.assert_allclose(out["features"].numpy() @ w.T + b, out["logits"].numpy(), rtol=1e-4, atol=1e-4)
+    assert adapter.input_std == pytest.approx((0.229, 0.224, 0.225))
+
+
+def test_timm_vit_has_no_feature_maps():
+    import timm
+
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=5, img_size=32, depth=1).eval()
+    adapter = wrap_model(vit)
+    assert "feature_maps" not in adapter.provides and {"features", "fc"} <= adapter.provides
+    with pytest.raises(IsoodError, match="detector 'rankfeat' needs feature_maps"):
+        run_detectors(adapter, ["rankfeat"], {"t": torch.randn(2, 3, 32, 32)})
+
+
+def test_torchvision_resnet_hook_adapter():
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=4).eval()
+    adapter = wrap_model(model)
+    assert isinstance(adapter, HookAdapter)
+    x = torch.randn(2, 3, 32, 32)
+    out = adapter.forward(x, ["logits", "features", "feature_maps"])
+    with torch.no_grad():
+        fmap = model.layer4(model.layer3(model.layer2(model.layer1(model.maxpool(model.relu(model.bn1(
+            model.conv1(x))))))))
+    np.testing.assert_allclose(out["feature_maps"], fmap, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["features"], fmap.mean(dim=(2, 3)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["logits"], model.fc(fmap.mean(dim=(2, 3))).detach(), rtol=1e-5, atol=1e-5)
+    assert adapter.forward_calls == 1
+    with pytest.raises(IsoodError, match="cannot find the layers"):
+        wrap_model(nn.Sequential(nn.Flatten(), nn.Linear(12, 2)))
+
+
+def test_load_classifier_offline_and_checkpoint(tmp_path, monkeypatch):
+    import huggingface_hub.constants as hfc
+    from safetensors.torch import save_file
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hfc, "HF_HUB_OFFLINE", True)
+    with pytest.raises(MissingWeightsError, match="pretrained=False"):
+        load_classifier("resnet18")
+    with pytest.raises(IsoodError, match="unknown model 'not_a_model_xyz'"):
+        load_classifier("not_a_model_xyz", pretrained=False)
+    with pytest.raises(IsoodError, match="does not exist"):
+        load_classifier("resnet18", checkpoint=tmp_path / "missing.pth")
+    torch.manual_seed(0)
+    random_model = load_classifier("resnet18", pretrained=False, num_classes=3)
+    assert random_model.transform is not None
+    path = tmp_path / "r18.safetensors"
+    save_file(random_model.model.state_dict(), str(path))
+    again = load_classifier("resnet18", checkpoint=path, num_classes=3)
+    assert again.identity == random_model.identity
+    torch.manual_seed(1)
+    assert load_classifier("resnet18", pretrained=False, num_classes=3).identity != random_model.identity
+
+
+def test_extract_outputs_reads_labels_and_hashes_tensors(tiny, tiny_data, tmp_path):
+    backbone, fc = tiny
+    adapter = wrap_model(backbone=backbone, fc=fc)
+    x = tiny_data[2]
+    out, _ = extract_outputs(adapter, x, ["features"], batch_size=16, cache_dir=tmp_path)
+    assert out.features.shape == (40, 16) and out.labels is None and out.logits is None
+    calls = adapter.forward_calls
+    out2, _ = extract_outputs(adapter, x.clone(), ["features"], batch_size=16, cache_dir=tmp_path)
+    assert adapter.forward_calls == calls  # same tensor content -> same cache entry
+    np.testing.assert_array_equal(out.features, out2.features)
+    with pytest.raises(IsoodError, match="data_id"):
+        extract_outputs(adapter, torch.utils.data.TensorDataset(x), ["features"], cache_dir=tmp_path)
+    with pytest.raises(IsoodError, match="no image"):
+        extract_outputs(adapter, torch.zeros(0, 3, 8, 8), ["features"])
