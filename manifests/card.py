@@ -152,8 +152,8 @@ def config_layout(kind: str, tables: Mapping[str, pd.DataFrame | pa.Table], na_t
         layout.files[rel] = rows.reset_index(drop=True)
         layout.configs.setdefault(config, {})[split] = rel
 
-    if sources == [""]:
-        layout.configs["all"] = {default_split: f"data/{layout.main}.parquet"}
+    if len(sources) == 1:  # one split: the main table itself, no copy
+        layout.configs["all"] = {splits[sources[0]]: f"data/{layout.main}.parquet"}
     else:
         for s in sources:
             put("all", splits[s], main[src_col == s])

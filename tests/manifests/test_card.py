@@ -164,6 +164,8 @@ def test_sources_become_splits_and_never_mix(tmp_path, load):
     assert sorted(ds) == ["in21k_train", "syn_is"]
     assert all(p.startswith("b/") for p in ds["syn_is"]["path"])
     assert load(m.root)["in21k_train"].num_rows == 12
+    one = config_layout("splits", {"images": images[images["source"] == "syn-is"]})
+    assert one.configs["all"] == {"syn_is": "data/images.parquet"}  # a single source is not copied
 
 
 def test_frozen_v1_fixture_stays_readable(tmp_path, load):
