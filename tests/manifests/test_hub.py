@@ -220,3 +220,20 @@ def test_token_from_env_without_hf_token_is_a_clear_error(tmp_path, worlds, monk
     m = worlds.write_splits(tmp_path / "s")
     result = CliRunner().invoke(app, ["publish", str(m.root), "--repo-id", "alice/x", "--token-from-env"])
     assert result.exit_code == 2 and "HF_TOKEN environment variable is not set" in result.output
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_recorded_calls_fit_the_real_hfapi_signatures(tmp_path, worlds, monkeypatch, large):
+    """The fake must not hide an API mismatch: bind every recorded call to the installed HfApi's signature."""
+    import inspect
+
+    from huggingface_hub import HfApi
+
+    if large:
+        monkeypatch.setattr(hub, "LARGE_UPLOAD_FILES", 3)
+    m = worlds.write_syn_is(tmp_path / "syn")
+    api = FakeApi(large=hasattr(HfApi, "upload_large_folder"))
+    hub.publish(m.root, "alice/syn", api=api, echo=lambda s: None)
+    assert len(api.calls) == (4 if large else 3)
+    for name, args, kwargs in api.calls:
+        inspect.signature(getattr(HfApi, name)).bind(None, *args, **kwargs)  # raises TypeError on a mismatch
