@@ -33,6 +33,8 @@ from manifests.paths import check_relative, resolve_inside
 SCHEMA_NAME = "isood-manifest"
 SCHEMA_VERSION = "1.0"
 MANIFEST_FILE = "manifest.json"
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 _PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=True, write_statistics=True)
 
 
@@ -67,6 +69,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the file the mode a plain open() would
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

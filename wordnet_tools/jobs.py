@@ -75,7 +75,7 @@ def run_audit(
 
 def _write(out, kind, tables, config, inputs, counts: pd.DataFrame) -> manifests.Manifest:
     summary = {"rules": {(r or "keep"): int(n) for r, n in zip(counts["rule"], counts["classes"])}}
-    return manifests.write_manifest(out, kind=kind, tables=tables, config=config, inputs=inputs, summary=summary)
+    return manifests.write_with_card(out, kind=kind, tables=tables, config=config, inputs=inputs, summary=summary)
 
 
 def counts_table(counts: pd.DataFrame, title: str) -> Table:

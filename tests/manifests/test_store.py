@@ -112,3 +112,9 @@ def test_interrupted_write_leaves_no_manifest_json(tmp_path, monkeypatch):
         _write(root)
     with pytest.raises(ManifestError, match="unfinished write"):
         manifests.read(root)
+
+
+def test_written_files_are_world_readable_like_plain_files(tmp_path):
+    m = _write(tmp_path / "m")
+    for rel in ("manifest.json", "data/rows.parquet", "lists/a.txt"):
+        assert (m.root / rel).stat().st_mode & 0o044 == 0o044, rel
