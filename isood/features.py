@@ -119,6 +119,8 @@ def _resolve_device(device: str | None):
         raise IsoodError(f"unknown device {device!r}; pass cpu, cuda, cuda:N or auto") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise IsoodError(f"device {device!r} requested but CUDA is not available; pass --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise IsoodError(f"device {device!r}: only {torch.cuda.device_count()} GPU(s); pass --device cuda:0 or --device cpu")
     return dev
 
 
@@ -181,10 +183,15 @@ def load_clip(spec: str, device: str | None = None) -> ClipEncoder:
     spec = str(spec).strip()
     dev = _resolve_device(device)
     model_name, pretrained, identity = parse_clip_spec(spec)
+    # Weights trained with QuickGELU (e.g. ViT-B-32:openai) need it in the architecture too, or every feature is
+    # slightly off; open_clip only warns. Use the tag's setting, as ViT-B-32-quickgelu:openai would.
+    tag_cfg = open_clip.get_pretrained_cfg(model_name, pretrained) if pretrained and not Path(pretrained).is_file() else {}
+    model_cfg = open_clip.get_model_config(model_name) if not model_name.startswith(("local-dir:", "hf-hub:")) else {}
+    quick_gelu = bool(tag_cfg.get("quick_gelu")) and not (model_cfg or {}).get("quick_gelu", False)
     try:
         with _quiet_libraries():
             model, _, preprocess = open_clip.create_model_and_transforms(
-                model_name, pretrained=pretrained, device=dev, require_pretrained=True
+                model_name, pretrained=pretrained, device=dev, require_pretrained=True, force_quick_gelu=quick_gelu
             )
             tokenizer = open_clip.get_tokenizer(model_name)
     except (IsoodError, KeyboardInterrupt):

@@ -49,6 +49,8 @@ def test_pretrained_tag_offline_is_one_line_missing_weights_error(monkeypatch, t
     msg = str(e.value)
     assert "\n" not in msg and "local-dir:PATH" in msg and "ViT-B-32:openai" in msg
     assert e.value.__cause__ is None and e.value.__suppress_context__  # no library traceback chained
+    with pytest.raises(MissingWeightsError, match=r"^CLIP weights for hf-hub:laion/CLIP-ViT-B-32-laion2B-s34B-b79K could not"):
+        F.load_clip("hf-hub:laion/CLIP-ViT-B-32-laion2B-s34B-b79K", device="cpu")
     assert time.perf_counter() - t0 < 30
 
     res = CliRunner().invoke(app, ["extract", "--images", str(tmp_path), "--clip", "ViT-B-32:openai", "--out", str(tmp_path / "o")])
@@ -73,6 +75,10 @@ def test_bad_clip_names_give_one_line_errors(tmp_path, tiny_clip_dir):
         F.load_clip("ViT-B-32")
     with pytest.raises(IsoodError, match="does not exist"):
         F.load_clip(f"local-dir:{tmp_path / 'missing'}")
+    with pytest.raises(IsoodError, match=r"device 'cuda:99'.*pass --device cpu"):
+        F.load_clip(f"local-dir:{tiny_clip_dir}", device="cuda:99")
+    with pytest.raises(IsoodError, match="unknown device 'tpu-ish'"):
+        F.load_clip(f"local-dir:{tiny_clip_dir}", device="tpu-ish")
     (tmp_path / "noweights").mkdir()
     (tmp_path / "noweights" / "open_clip_config.json").write_text((tiny_clip_dir / "open_clip_config.json").read_text())
     with pytest.raises(MissingWeightsError, match="holds no weights"):
