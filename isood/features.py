@@ -525,6 +525,20 @@ def _write_shard(out: Path, k: int, key: str, rows: pd.DataFrame, feats: np.ndar
     atomic_write_bytes(out / SHARD_NAME.format(k), _npy_bytes(feats))  # last: the shard now exists
 
 
+def check_output_kind(out: Path, kind: str, option: str = "--out") -> None:
+    """Refuse to write a ``kind`` manifest over a directory holding a manifest of another kind (its files would
+    be replaced); an unreadable or unfinished one is left to the writer."""
+    for name in ("manifest.json", _PARKED_MANIFEST):
+        f = Path(out) / name
+        if f.is_file():
+            try:
+                other = json.loads(f.read_text()).get("kind")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if other and other != kind:
+                raise IsoodError(f"{option} {out} holds a {other!r} manifest, not {kind!r}; pass another directory")
+
+
 def _park_manifest(out: Path) -> None:
     """Mark the directory unfinished while shards change; the old manifest is kept aside for versioning."""
     m = out / "manifest.json"
@@ -574,6 +588,7 @@ def extract_features(
     if shard_size < 1 or batch_size < 1:
         raise IsoodError("--shard-size and --batch-size must be >= 1")
     source = list_images(images)
+    check_output_kind(Path(out), "features")
     encoder = clip if isinstance(clip, ClipEncoder) else load_clip(clip, device)
     workers = default_workers() if workers is None else int(workers)
     out = Path(out)

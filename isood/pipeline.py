@@ -273,6 +273,9 @@ def build_splits(cfg: BuildConfig, console=None, argv: list[str] | None = None) 
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise IsoodError(f"--out {out} is a file; pass a directory")
+    F.check_output_kind(out, "splits")
+    for name in ("id", "test"):
+        F.check_output_kind(out / f"features-{name}", "features", option="--out")
     for name in ("id", "test"):
         if not Path(getattr(cfg, name)).exists():
             raise IsoodError(f"--{name} {getattr(cfg, name)} does not exist; pass an image folder, a file list or a feature set")

@@ -202,6 +202,10 @@ def test_extract_cli_prints_summary_and_resumes(tiny_clip_spec, tiny_images, tmp
     assert "shards written 0, reused 3" in res.output
     res = CliRunner().invoke(app, ["extract", "--images", str(tmp_path / "nope"), "--clip", tiny_clip_spec, "--out", str(tmp_path / "g")])
     assert res.exit_code == 2 and len(_error_lines(res.output)) == 1 and "does not exist" in res.output
+    manifests.write_manifest(tmp_path / "s", kind="splits", tables={}, config={}, files={"lists/a.txt": "x\n"})
+    res = CliRunner().invoke(app, [*args[:5], "--out", str(tmp_path / "s")])
+    assert res.exit_code == 2 and "holds a 'splits' manifest, not 'features'" in res.output
+    assert manifests.verify(tmp_path / "s").ok  # untouched
 
 
 # ----------------------------------------------------------------------------------------------- text
