@@ -91,7 +91,9 @@ def load_pipeline(spec: str = DEFAULT_PIPELINE, device: str | None = None):
                 f"--pipeline {spec}: {path} has no model_index.json; pass a folder written by save_pretrained "
                 "or a downloaded snapshot of stabilityai/sdxl-turbo"
             )
-        if cuda and any(path.rglob("*.fp16.safetensors")):
+        weights = [q.name for q in path.rglob("*") if q.suffix in (".safetensors", ".bin")]
+        has_fp16 = any(".fp16." in n for n in weights)
+        if has_fp16 and (cuda or all(".fp16." in n for n in weights)):  # a snapshot with only fp16 files: cast up on CPU
             kwargs["variant"] = "fp16"
         source, kwargs["local_files_only"] = str(path), True
     else:

@@ -109,6 +109,13 @@ def read_splits(path: str | Path) -> dict[str, Any]:
         raise IsoodError(f"--splits {path}: sem and cov have different numbers of levels ({len(sem_edges) - 1} vs {len(cov_edges) - 1})")
     cfg = (m.meta.get("command") or {}).get("config") or {}
     has_laid = any(r["path"] == LAID_FILE for r in m.meta["files"])
+    from isood.features import is_feature_dir
+
+    id_features = None  # the ID features build-splits used: extracted into the splits folder, or given to it
+    for candidate in (m.root / "features-id", cfg.get("id")):
+        if candidate and Path(candidate).exists() and is_feature_dir(candidate):
+            id_features = str(candidate)
+            break
     return {
         "sem_edges": sem_edges,
         "cov_edges": cov_edges,
@@ -116,6 +123,7 @@ def read_splits(path: str | Path) -> dict[str, Any]:
         "clip": cfg.get("clip"),
         "laid_path": str(m.path(LAID_FILE)) if has_laid else None,
         "version": m.dataset_version,
+        "id_features": id_features,
     }
 
 
@@ -214,10 +222,13 @@ def run_generate_syn(
         console.print(f"[yellow]warning:[/yellow] {msg}", highlight=False, soft_wrap=True)
 
     out = Path(opts.out)
-    if not opts.id_features:
+    splits = read_splits(opts.splits) if opts.splits else None
+    id_features = opts.id_features or (splits or {}).get("id_features")
+    if not id_features:
         raise IsoodError(
             "generate-syn needs the ID image features to measure each prompt's shift: pass --id-features DIR "
-            "(features of the in-distribution images, e.g. ImageNet-1K, extracted with the same --clip)"
+            "(features of the in-distribution images, e.g. ImageNet-1K, extracted with the same --clip), "
+            "or --splits of a build-splits run that extracted them"
         )
     if opts.prompts_only and _previous_kind(out) == KIND:
         raise IsoodError(f"{out} holds a generated Syn-IS set; pass another --out for --prompts-only")
@@ -240,13 +251,12 @@ def run_generate_syn(
     from isood.laid import LAID
     from isood.shift import shift_distances
 
-    splits = read_splits(opts.splits) if opts.splits else None
     clip_spec = opts.clip or (splits or {}).get("clip")
     if not clip_spec:
         raise IsoodError("pass --clip MODEL:PRETRAINED or local-dir:PATH (the CLIP used for the image splits)")
-    id_feats, _ = load_features(opts.id_features)
+    id_feats, _ = load_features(id_features)
     if len(id_feats) == 0:
-        raise IsoodError(f"--id-features {opts.id_features} holds no features; extract the ID images first")
+        raise IsoodError(f"--id-features {id_features} holds no features; extract the ID images first")
     encoder = load_clip(clip_spec, device=opts.device)
     if encoder.embed_dim != id_feats.shape[1]:
         raise IsoodError(
@@ -322,14 +332,14 @@ def run_generate_syn(
     config = {
         "styles": opts.styles, "style_names": [s.name for s in styles], "labels": str(opts.labels),
         "clip": clip_spec, "clip_identity": encoder.identity, "laid": laid_origin, "laid_config": laid.config,
-        "id_features": str(opts.id_features), "splits": str(opts.splits) if opts.splits else None,
+        "id_features": str(id_features), "splits": str(opts.splits) if opts.splits else None,
         "per_cell": opts.per_cell, "images_per_prompt": opts.images_per_prompt, "seed": opts.seed,
         "n_levels": n_levels, "na_threshold": opts.na_threshold, "edges_from": "splits" if splits else "prompts",
         "blocklist": {"default": opts.default_blocklist, "file": opts.blocklist, "terms": len(blocklist)},
         "safety_checker": opts.safety_checker or (getattr(image_checker, "__name__", "custom") if image_checker else None),
         "generator": gen_config or {"settings": {**settings.__dict__}, "generated": False},
     }
-    inputs = [manifests.input_record("id_features", opts.id_features)]
+    inputs = [manifests.input_record("id_features", id_features)]
     for name, value in (("styles", opts.styles), ("labels", opts.labels), ("laid", laid_source),
                         ("splits", opts.splits), ("blocklist", opts.blocklist)):
         if value and Path(str(value)).exists():

@@ -185,3 +185,16 @@ def test_hub_pipeline_offline_is_one_clear_line():
 def test_local_dir_without_pipeline(tmp_path):
     with pytest.raises(MissingWeightsError, match="has no model_index.json"):
         load_pipeline(f"local-dir:{tmp_path}", device="cpu")
+
+
+def test_local_dir_with_only_fp16_variant_files_loads_on_cpu(tiny_sdxl_dir, tmp_path):
+    import torch
+    from diffusers import AutoPipelineForText2Image
+
+    src = AutoPipelineForText2Image.from_pretrained(str(tiny_sdxl_dir), local_files_only=True)
+    src.to(torch.float16).save_pretrained(tmp_path / "fp16", variant="fp16")
+    names = [q.name for q in (tmp_path / "fp16").rglob("*.safetensors")]
+    assert names and all(".fp16." in n for n in names)
+    pipe = load_pipeline(f"local-dir:{tmp_path / 'fp16'}", device="cpu")
+    assert pipe.unet.dtype == torch.float32
+    torch.testing.assert_close(pipe.unet.conv_in.weight, src.unet.conv_in.weight.to(torch.float16).float())

@@ -186,10 +186,11 @@ def test_splits_edges_are_reused_and_laid_is_trained_when_absent(syn_inputs, tin
     cov_e = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
     edges = pd.DataFrame({"axis": ["sem"] * 5 + ["cov"] * 5, "level": list(range(5)) * 2,
                           "lower": sem_e[:-1] + cov_e[:-1], "upper": sem_e[1:] + cov_e[1:]})
-    manifests.write_manifest(tmp_path / "splits", kind="splits", tables={"edges": edges}, config={"clip": tiny_clip_spec})
+    manifests.write_manifest(tmp_path / "splits", kind="splits", tables={"edges": edges},
+                             config={"clip": tiny_clip_spec, "id": str(syn_inputs["id_features"])})
     out = tmp_path / "o"
     opts = options(syn_inputs, out, None, prompts_only=True, laid=None, splits=str(tmp_path / "splits"),
-                   laid_triplets=200)
+                   laid_triplets=200, id_features=None)  # CLIP and ID features: those build-splits used
     run_generate_syn(opts)
     m = manifests.read(out)
     got = m.frame("edges")
@@ -199,6 +200,7 @@ def test_splits_edges_are_reused_and_laid_is_trained_when_absent(syn_inputs, tin
     assert set(p["sem_level"]) <= set(range(5)) and (p.loc[p["d_sem"] >= 0.05, "sem_level"] == 4).all()
     cfg = m.meta["command"]["config"]
     assert cfg["laid"] == "trained" and cfg["clip"] == tiny_clip_spec and cfg["n_levels"] == 5
+    assert cfg["id_features"] == str(syn_inputs["id_features"]) and cfg["edges_from"] == "splits"
     assert cfg["laid_config"]["n_triplets"] == 200 and (out / "laid.safetensors").is_file()
     run_generate_syn(opts)  # retrained to the same W: same files, same dataset version
     again = manifests.read(out)
