@@ -230,7 +230,10 @@ def run_generate_syn(
             "(features of the in-distribution images, e.g. ImageNet-1K, extracted with the same --clip), "
             "or --splits of a build-splits run that extracted them"
         )
-    if opts.prompts_only and _previous_kind(out) == KIND:
+    previous = _previous_kind(out)
+    if previous not in (None, KIND, KIND_PROMPTS):
+        raise IsoodError(f"--out {out} holds a {previous!r} manifest; pass another --out (Syn-IS never overwrites other kinds)")
+    if opts.prompts_only and previous == KIND:
         raise IsoodError(f"{out} holds a generated Syn-IS set; pass another --out for --prompts-only")
     if opts.per_cell < 1:
         raise IsoodError(f"--per-cell must be >= 1, got {opts.per_cell}")

@@ -236,6 +236,17 @@ def test_image_checker_rejection_in_the_manifest(syn_inputs, tiny_clip_spec, tin
     assert len(img_rej) + len(images) == res.summary["images_planned"]
 
 
+def test_refuses_to_overwrite_other_manifests(syn_inputs, tiny_clip_spec, full_run, tmp_path):
+    manifests.write_manifest(tmp_path / "splits", kind="splits", tables={"t": pd.DataFrame({"a": [1]})}, config={})
+    with pytest.raises(IsoodError, match="holds a 'splits' manifest"):
+        run_generate_syn(options(syn_inputs, tmp_path / "splits", tiny_clip_spec, prompts_only=True))
+    assert manifests.verify(tmp_path / "splits").ok
+    out, _, _ = full_run
+    with pytest.raises(IsoodError, match="holds a generated Syn-IS set"):
+        run_generate_syn(options(syn_inputs, out, tiny_clip_spec, prompts_only=True))
+    assert manifests.verify(out).ok
+
+
 def test_missing_id_features_says_what_is_needed(syn_inputs, tiny_clip_spec, tmp_path):
     with pytest.raises(IsoodError) as e:
         run_generate_syn(options(syn_inputs, tmp_path / "o", tiny_clip_spec, id_features=None))
