@@ -22,7 +22,6 @@ Output directory::
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -49,7 +48,6 @@ N_LEVELS = 8
 NA_THRESHOLD = 10
 LAID_FILE = "laid.safetensors"
 DEFAULT_LAID_TRIPLETS = 10_000  # as isood.pipeline.DEFAULT_TRIPLETS: same recipe, same W
-_PARKED_MANIFEST = ".~manifest.json.prev"
 IMAGE_COLUMNS = ["path", "prompt", "negative_prompt", "style", "wnid", "label", "prompt_id", "image_index", "seed",
                  "d_sem", "d_cov", "sem_level", "cov_level", "cell", "sha256"]
 REJECTED_COLUMNS = ["stage", "path", "prompt_id", "style", "wnid", "label", "prompt", "reason"]
@@ -138,66 +136,6 @@ def edges_table(sem_edges: np.ndarray, cov_edges: np.ndarray) -> pd.DataFrame:
     })
 
 
-def _fit_laid(encoder, labels: list[str], n_triplets: int, seed: int, progress: bool, labels_from: str):
-    """Train LAID as `isood build-splits` does: labels x open_clip's 80 templates, encoded by the same CLIP
-    (text features cached like build-splits'), seeded; the same labels, triplets and seed give the same W."""
-    from isood.features import default_cache_dir, encode_texts
-    from isood.laid import fit_laid, make_text_triplets, openai_imagenet_templates
-
-    labels = list(dict.fromkeys(labels))
-    if len(labels) < 2:
-        raise IsoodError("training LAID needs at least 2 distinct labels; pass more --labels or a trained --laid")
-    anchor, semantic, covariate = make_text_triplets(labels, openai_imagenet_templates(), n_triplets, seed=seed)
-    unique = list(dict.fromkeys(anchor + semantic + covariate))
-    feats = encode_texts(encoder, unique, cache_dir=default_cache_dir() / "text-features", progress=progress,
-                         description="encoding LAID texts")
-    row = {t: i for i, t in enumerate(unique)}
-    A, S, C = (feats[[row[t] for t in part]] for part in (anchor, semantic, covariate))
-    laid = fit_laid(A, S, C, texts=anchor + semantic + covariate, seed=seed)
-    fit_seconds = laid.config.pop("fit_seconds", None)
-    laid.config.update(clip_identity=encoder.identity, labels=labels_from, n_labels=len(labels),
-                       templates="open_clip.OPENAI_IMAGENET_TEMPLATES (80)")
-    return laid, fit_seconds
-
-
-def _laid_files(laid) -> dict[str, bytes]:
-    """laid.safetensors (canonical header: identical W and config give identical bytes) + laid.json."""
-    import tempfile
-
-    from isood.pipeline import canonical_safetensors
-
-    with tempfile.TemporaryDirectory() as tmp:
-        p = laid.save(Path(tmp) / LAID_FILE)
-        return {LAID_FILE: canonical_safetensors(p.read_bytes()), p.with_suffix(".json").name: p.with_suffix(".json").read_bytes()}
-
-
-# ------------------------------------------------------------------------------------------------ manifest parking
-def _park_manifest(out: Path) -> None:
-    m = out / "manifest.json"
-    if m.is_file():
-        os.replace(m, out / _PARKED_MANIFEST)
-
-
-def _unpark_manifest(out: Path) -> None:
-    parked = out / _PARKED_MANIFEST
-    if parked.is_file() and not (out / "manifest.json").exists():
-        os.replace(parked, out / "manifest.json")
-    parked.unlink(missing_ok=True)
-
-
-def _previous_kind(out: Path) -> str | None:
-    import json
-
-    for name in ("manifest.json", _PARKED_MANIFEST):
-        p = out / name
-        if p.is_file():
-            try:
-                return json.loads(p.read_text()).get("kind")
-            except (OSError, ValueError):
-                return None
-    return None
-
-
 # ------------------------------------------------------------------------------------------------ the job
 def run_generate_syn(
     opts: SynOptions,
@@ -211,6 +149,7 @@ def run_generate_syn(
     ``image_checker`` is a safety checker callable (else ``opts.safety_checker`` is imported)."""
     import manifests
     from generation.safety import load_image_checker
+    from isood.pipeline import laid_files, train_laid_from_labels
 
     from rich.console import Console
 
@@ -230,7 +169,7 @@ def run_generate_syn(
             "(features of the in-distribution images, e.g. ImageNet-1K, extracted with the same --clip), "
             "or --splits of a build-splits run that extracted them"
         )
-    previous = _previous_kind(out)
+    previous = manifests.existing_kind(out)
     if previous not in (None, KIND, KIND_PROMPTS):
         raise IsoodError(f"--out {out} holds a {previous!r} manifest; pass another --out (Syn-IS never overwrites other kinds)")
     if opts.prompts_only and previous == KIND:
@@ -278,8 +217,8 @@ def run_generate_syn(
         if trained_with not in (None, encoder.identity):
             warn(f"LAID {laid_source} was trained with {trained_with}, not {encoder.identity}")
     else:
-        laid, fit_seconds = _fit_laid(encoder, list(labels["label"]), opts.laid_triplets, opts.seed, opts.progress,
-                                      f"--labels {opts.labels}")
+        laid, fit_seconds = train_laid_from_labels(encoder, list(labels["label"]), labels_from=f"--labels {opts.labels}",
+                                                   triplets=opts.laid_triplets, seed=opts.seed, progress=opts.progress)
         laid_origin = "trained"
     text_feats = encode_texts(encoder, list(candidates["prompt"]), progress=opts.progress, description="encoding prompts")
     d_sem, d_cov = shift_distances(text_feats, id_feats, laid, device=None if opts.device in (None, "auto") else opts.device)
@@ -296,7 +235,7 @@ def run_generate_syn(
 
     rejected = [_rejected_rows(blocked, "prompt")]
     out.mkdir(parents=True, exist_ok=True)
-    _park_manifest(out)
+    manifests.park(out)
 
     summary: dict[str, Any] = {
         "labels": len(labels), "styles": len(styles), "prompts": int(len(binned) + len(blocked)),
@@ -348,17 +287,17 @@ def run_generate_syn(
         if value and Path(str(value)).exists():
             inputs.append(manifests.input_record(name, value))
 
-    _unpark_manifest(out)
+    manifests.unpark(out)
     if opts.prompts_only:
         manifest = manifests.write_manifest(out, kind=KIND_PROMPTS, tables=tables, config=config, inputs=inputs,
-                                            files=_laid_files(laid), summary=summary, note="Syn-IS prompts")
+                                            files=laid_files(laid), summary=summary, note="Syn-IS prompts")
     else:
         from manifests.card import write_with_card
 
         lists = {f"lists/{cell}.txt": "".join(f"{p}\n" for p in group["path"])
                  for cell, group in images.groupby("cell", sort=True)}
         manifest = write_with_card(out, kind=KIND, tables=tables, config=config, inputs=inputs,
-                                   files={**lists, **_laid_files(laid)}, existing_files=list(images["path"]), summary=summary,
+                                   files={**lists, **laid_files(laid)}, existing_files=list(images["path"]), summary=summary,
                                    note="Syn-IS images", title="Syn-IS", na_threshold=opts.na_threshold)
     return SynResult(manifest=manifest, summary=summary, cells=cells)
 

@@ -49,7 +49,6 @@ _WNID_PREFIX_RE = re.compile(r"^(n\d{8})_")
 SHARD_NAME = "features-{:05d}.npy"
 SHARD_ROWS_NAME = "features-{:05d}.rows.parquet"
 _SHARD_RE = re.compile(r"^features-(\d{5})(\.npy|\.rows\.parquet)$")
-_PARKED_MANIFEST = ".~manifest.json.prev"
 DEFAULT_BATCH_SIZE = 64
 DEFAULT_SHARD_SIZE = 10_000
 _LOCAL_HINT = "pass --clip local-dir:PATH (a folder with open_clip_config.json and the weights)"
@@ -528,29 +527,11 @@ def _write_shard(out: Path, k: int, key: str, rows: pd.DataFrame, feats: np.ndar
 def check_output_kind(out: Path, kind: str, option: str = "--out") -> None:
     """Refuse to write a ``kind`` manifest over a directory holding a manifest of another kind (its files would
     be replaced); an unreadable or unfinished one is left to the writer."""
-    for name in ("manifest.json", _PARKED_MANIFEST):
-        f = Path(out) / name
-        if f.is_file():
-            try:
-                other = json.loads(f.read_text()).get("kind")
-            except (OSError, ValueError, AttributeError):
-                continue
-            if other and other != kind:
-                raise IsoodError(f"{option} {out} holds a {other!r} manifest, not {kind!r}; pass another directory")
+    from manifests import existing_kind
 
-
-def _park_manifest(out: Path) -> None:
-    """Mark the directory unfinished while shards change; the old manifest is kept aside for versioning."""
-    m = out / "manifest.json"
-    if m.is_file():
-        os.replace(m, out / _PARKED_MANIFEST)
-
-
-def _unpark_manifest(out: Path) -> None:
-    parked = out / _PARKED_MANIFEST
-    if parked.is_file() and not (out / "manifest.json").exists():
-        os.replace(parked, out / "manifest.json")
-    parked.unlink(missing_ok=True)
+    other = existing_kind(out)
+    if other and other != kind:
+        raise IsoodError(f"{option} {out} holds a {other!r} manifest, not {kind!r}; pass another directory")
 
 
 @dataclass
@@ -609,7 +590,7 @@ def extract_features(
         else:
             done[k] = rows
     if todo or not (out / "manifest.json").is_file():
-        _park_manifest(out)
+        manifests.park(out)
 
     written: list[int] = []
     if todo:
@@ -652,7 +633,7 @@ def extract_features(
     rejected = pd.concat(rejected_parts, ignore_index=True)
     index["shard"] = index["shard"].astype(np.int32)
     _cleanup_stale_shards(out, n_shards)
-    _unpark_manifest(out)
+    manifests.unpark(out)
     shard_files = [SHARD_NAME.format(k) for k in range(n_shards)] + [SHARD_ROWS_NAME.format(k) for k in range(n_shards)]
     config = {
         "images": str(source.source), "source_kind": source.kind, "clip": encoder.spec, "clip_identity": encoder.identity,

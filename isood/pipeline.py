@@ -240,19 +240,6 @@ class BuildResult:
     warnings: list[str]
 
 
-def _park(out: Path) -> None:
-    m = out / "manifest.json"
-    if m.is_file():
-        os.replace(m, out / ".~manifest.json.prev")
-
-
-def _unpark(out: Path) -> None:
-    parked = out / ".~manifest.json.prev"
-    if parked.is_file() and not (out / "manifest.json").exists():
-        os.replace(parked, out / "manifest.json")
-    parked.unlink(missing_ok=True)
-
-
 def build_splits(cfg: BuildConfig, console=None, argv: list[str] | None = None) -> BuildResult:
     """Run `isood build-splits` with ``cfg``; returns the splits manifest and counts. See the module docstring."""
     import manifests
@@ -260,7 +247,7 @@ def build_splits(cfg: BuildConfig, console=None, argv: list[str] | None = None) 
 
     from isood import features as F
     from isood.grid import assign_levels, cell_table
-    from isood.laid import LAID, fit_laid, make_text_triplets, openai_imagenet_templates
+    from isood.laid import LAID
     from isood.shift import prepare_features, shift_distances
 
     console = console or Console(stderr=True)
@@ -322,7 +309,7 @@ def build_splits(cfg: BuildConfig, console=None, argv: list[str] | None = None) 
             raise IsoodError(f"feature dimension mismatch: --clip {cfg.clip} gives {encoder.embed_dim}, --laid W is {laid.dim}x{laid.dim}")
 
     out.mkdir(parents=True, exist_ok=True)
-    _park(out)  # from here on the directory is unfinished until the new manifest.json lands
+    manifests.park(out)  # from here on the directory is unfinished until the new manifest.json lands
     for name, is_feat in (("id", id_is_feat), ("test", test_is_feat)):
         if is_feat:
             continue
@@ -384,19 +371,9 @@ def build_splits(cfg: BuildConfig, console=None, argv: list[str] | None = None) 
     # LAID: load or train on text triplets encoded by the same CLIP.
     fit_seconds = None
     if laid is None:
-        anchor, sem, cov = make_text_triplets(labels, openai_imagenet_templates(), cfg.triplets, seed=cfg.seed)
-        texts = list(dict.fromkeys(anchor + sem + cov))
-        cache = Path(cfg.cache_dir) if cfg.cache_dir else F.default_cache_dir() / "text-features"
-        tf = F.encode_texts(encoder, texts, cache_dir=cache, progress=cfg.progress, description="encoding LAID texts")
-        pos = {t: i for i, t in enumerate(texts)}
-        A, S, C = (tf[[pos[t] for t in part]] for part in (anchor, sem, cov))
-        options: dict[str, Any] = {"seed": cfg.seed}
-        if cfg.laid_steps:
-            options["steps"] = cfg.laid_steps
-        laid = _fit_with_progress(fit_laid, A, S, C, anchor + sem + cov, options, cfg.progress)
-        fit_seconds = laid.config.pop("fit_seconds", None)
-        laid.config.update(clip_identity=encoder.identity, labels=labels_from, n_labels=len(labels),
-                           templates="open_clip.OPENAI_IMAGENET_TEMPLATES (80)")
+        laid, fit_seconds = train_laid_from_labels(
+            encoder, labels, labels_from=labels_from, triplets=cfg.triplets, seed=cfg.seed, steps=cfg.laid_steps,
+            cache_dir=cfg.cache_dir, progress=cfg.progress)
     if x_id.shape[1] != laid.dim:
         raise IsoodError(f"feature dimension mismatch: features have {x_id.shape[1]}, --laid W is {laid.dim}x{laid.dim}; pass the LAID fitted for this CLIP")
 
@@ -427,7 +404,7 @@ def build_splits(cfg: BuildConfig, console=None, argv: list[str] | None = None) 
     for cell in cells["cell"]:
         paths = by_cell.get(cell, [])
         lists[f"lists/{cell}.txt"] = "".join(p + "\n" for p in paths)
-    files = {**lists, **_laid_files(laid)}
+    files = {**lists, **laid_files(laid)}
 
     existing = []
     for s in (ids, test):
@@ -449,7 +426,7 @@ def build_splits(cfg: BuildConfig, console=None, argv: list[str] | None = None) 
         "cells": int(len(cells)), "cells_na": n_na, "laid_orthogonality_error": laid.orthogonality_error,
         "laid_fit_seconds": fit_seconds, "warnings": notes,
     }
-    _unpark(out)
+    manifests.unpark(out)
     manifest = manifests.write_manifest(
         out, kind="splits", tables={"images": images, "cells": cells, "edges": edges, "dropped": dropped},
         config=config, inputs=inputs, files=files, existing_files=existing, summary=summary,
@@ -458,7 +435,34 @@ def build_splits(cfg: BuildConfig, console=None, argv: list[str] | None = None) 
     return BuildResult(manifest, len(images), len(x_id), len(dropped), cells, notes)
 
 
-def _laid_files(laid) -> dict[str, bytes]:
+def train_laid_from_labels(encoder, labels: list[str], *, labels_from: str, triplets: int = DEFAULT_TRIPLETS, seed: int = 0,
+                           steps: int | None = None, cache_dir: str | os.PathLike | None = None, progress: bool = True):
+    """The IS-OOD LAID recipe, shared by `build-splits` and `generate-syn`: text triplets of ``labels`` x
+    open_clip's 80 ImageNet templates, encoded once by ``encoder`` (cached), fitted with ``fit_laid``.
+    Returns (LAID, fit seconds); the same labels, triplets, seed and CLIP give the same W."""
+    from isood import features as F
+    from isood.laid import fit_laid, make_text_triplets, openai_imagenet_templates
+
+    labels = list(dict.fromkeys(labels))
+    if len(labels) < 2:
+        raise IsoodError("training LAID needs at least 2 distinct labels; pass more --labels or a trained --laid")
+    anchor, sem, cov = make_text_triplets(labels, openai_imagenet_templates(), triplets, seed=seed)
+    texts = list(dict.fromkeys(anchor + sem + cov))
+    cache = Path(cache_dir) if cache_dir else F.default_cache_dir() / "text-features"
+    tf = F.encode_texts(encoder, texts, cache_dir=cache, progress=progress, description="encoding LAID texts")
+    pos = {t: i for i, t in enumerate(texts)}
+    A, S, C = (tf[[pos[t] for t in part]] for part in (anchor, sem, cov))
+    options: dict[str, Any] = {"seed": seed}
+    if steps:
+        options["steps"] = steps
+    laid = _fit_with_progress(fit_laid, A, S, C, anchor + sem + cov, options, progress)
+    fit_seconds = laid.config.pop("fit_seconds", None)
+    laid.config.update(clip_identity=encoder.identity, labels=labels_from, n_labels=len(labels),
+                       templates="open_clip.OPENAI_IMAGENET_TEMPLATES (80)")
+    return laid, fit_seconds
+
+
+def laid_files(laid) -> dict[str, bytes]:
     """laid.safetensors + laid.json as bytes (written by LAID.save into a temp folder)."""
     with tempfile.TemporaryDirectory() as tmp:
         p = laid.save(Path(tmp) / "laid.safetensors")

@@ -33,6 +33,7 @@ from manifests.paths import check_relative, resolve_inside
 SCHEMA_NAME = "isood-manifest"
 SCHEMA_VERSION = "1.0"
 MANIFEST_FILE = "manifest.json"
+PARKED_FILE = ".~manifest.json.prev"  # the previous manifest, set aside while a long job rewrites the directory
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 _PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=True, write_statistics=True)
@@ -158,6 +159,34 @@ def _validate(meta: Any, where: str) -> dict:
     for name, rec in meta["tables"].items():
         check_relative(rec.get("path", ""))
     return meta
+
+
+def park(root: str | os.PathLike) -> None:
+    """Set `manifest.json` aside (as PARKED_FILE) before a long job changes files: the directory reads as
+    unfinished until the new manifest lands, and the old one still serves versioning (`unpark`, then write)."""
+    m = Path(root) / MANIFEST_FILE
+    if m.is_file():
+        os.replace(m, Path(root) / PARKED_FILE)
+
+
+def unpark(root: str | os.PathLike) -> None:
+    """Put a parked manifest back (just before `write_manifest`, which reads it for the version bump)."""
+    parked = Path(root) / PARKED_FILE
+    if parked.is_file() and not (Path(root) / MANIFEST_FILE).exists():
+        os.replace(parked, Path(root) / MANIFEST_FILE)
+    parked.unlink(missing_ok=True)
+
+
+def existing_kind(root: str | os.PathLike) -> str | None:
+    """Kind of the manifest in `root` (finished or parked), or None when there is none or it is unreadable."""
+    for name in (MANIFEST_FILE, PARKED_FILE):
+        f = Path(root) / name
+        if f.is_file():
+            try:
+                return json.loads(f.read_text()).get("kind")
+            except (OSError, ValueError, AttributeError):
+                return None
+    return None
 
 
 def read(root: str | os.PathLike) -> Manifest:
