@@ -35,6 +35,8 @@ __all__ = ["LAID", "fit_laid", "make_text_triplets", "text_set_hash", "DEFAULT_F
 #:   triplet and keeps cleaning the halves; smaller margins switch off early and leave some covariate
 #:   directions in the semantic half (measured recovery: m=0.7 -> 0.994, m=0.5 -> 0.988).
 #: - orthogonality_weight 1.0: keeps ||W^T W - I||_F below ~0.1, so fW stays a near-rotation.
+#: - num_threads 1 (CPU): W is tiny (D x D), so one thread is as fast, makes the result independent of the
+#:   machine's core count, and avoids OpenMP oversubscription on busy machines (None = torch's setting).
 #: - Adam, lr 0.01, 500 steps of batch 512 (longer runs change nothing measurable), init "identity"
 #:   (W = I: the untrained split is the encoder's own first/last halves; "orthogonal" draws a random
 #:   orthogonal start from the seed and converges to the same subspaces).
@@ -50,6 +52,7 @@ DEFAULT_FIT_OPTIONS: dict[str, Any] = dict(
     init="identity",
     seed=0,
     device="cpu",
+    num_threads=1,
 )
 
 
@@ -226,6 +229,7 @@ def fit_laid(anchor: Any, semantic_shift: Any, covariate_shift: Any, **options: 
     of principal angles >= 0.95): ``margin``, ``semantic_weight``, ``covariate_weight``,
     ``orthogonality_weight``, ``optimizer`` ('adam' or 'sgd'), ``lr``, ``steps``, ``batch_size``, ``init``
     ('identity', 'orthogonal' or an array), ``seed``, ``device`` ('cpu' default; deterministic there),
+    ``num_threads`` (torch CPU threads during the fit, restored afterwards; default 1),
     ``callback`` (called as ``callback(step, steps, losses)`` after every step, losses a dict of floats),
     ``texts`` (the training strings, hashed into ``config['text_hash']``) or ``text_hash`` (a precomputed hash).
     Triplets with a NaN/inf row are dropped with a warning.
@@ -257,6 +261,16 @@ def fit_laid(anchor: Any, semantic_shift: Any, covariate_shift: Any, **options: 
     if opt["steps"] < 1 or opt["batch_size"] < 1:
         raise IsoodError(f"fit_laid: steps and batch_size must be >= 1, got {opt['steps']} and {opt['batch_size']}")
 
+    previous_threads = torch.get_num_threads()
+    if opt["num_threads"]:
+        torch.set_num_threads(int(opt["num_threads"]))
+    try:
+        return _fit(arrays, n, dim, opt, callback, text_hash)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _fit(arrays: list[np.ndarray], n: int, dim: int, opt: dict, callback: Any, text_hash: str | None) -> LAID:
     device = torch.device(opt["device"])
     gen = torch.Generator(device="cpu").manual_seed(int(opt["seed"]))
     st, ss, cs = (torch.as_tensor(np.ascontiguousarray(a, dtype=np.float32)).to(device) for a in arrays)
