@@ -47,6 +47,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import sklearn
 
 from isood.errors import IsoodError
 
@@ -236,6 +237,7 @@ def evaluate_cells(
     if ood_c is not None and id_c is None:
         raise ValueError("ood_correct needs id_correct too: pass both (or neither)")
     with_der = train_scores is not None or train_correct is not None
+    thresholds = None
     if with_der:
         if train_scores is None or train_correct is None or id_c is None:
             raise ValueError("DER needs train_scores, train_correct and id_correct together: pass all three")
@@ -259,28 +261,36 @@ def evaluate_cells(
     cov_all = levels["cov_level"].to_numpy()
     sem_all = levels["sem_level"].to_numpy()
     rows = []
-    for rec in grid.itertuples():
-        row = {"detector": detector, "dataset": dataset, "cell": rec.cell, "cov_level": rec.cov_level,
-               "sem_level": rec.sem_level, "n": rec.n, "n_id": int(id_s.size), "na": bool(rec.na)}
-        values = dict.fromkeys(metric_names, np.nan)
-        if not rec.na:
-            sel = (cov_all == rec.cov_level) & (sem_all == rec.sem_level)
-            o = ood_s[sel]
-            values["auroc"] = M.auroc(id_s, o)
-            values["fpr95"] = M.fpr_at_tpr(id_s, o, 0.95, convention="openood")
-            values["fpr95_id"] = M.fpr_at_tpr(id_s, o, 0.95, convention="id-positive")
-            values["aupr_in"] = M.aupr_in(id_s, o)
-            values["aupr_out"] = M.aupr_out(id_s, o)
-            t = M.autc(id_s, o)
-            values["autc"], values["aufpr"], values["aufnr"] = t.autc, t.aufpr, t.aufnr
-            if id_c is not None:
-                oc = None if ood_c is None else ood_c[sel]
-                values["auroc_m"] = M.auroc_model(id_s, o, id_correct=id_c, ood_correct=oc)
-                values["adr"] = M.adr(id_s, o, id_correct=id_c, ood_correct=oc)
-            if with_der:
-                values.update(_der_at(id_s, o, id_c, None if ood_c is None else ood_c[sel], thresholds))
-        rows.append({**row, **values})
+    # inputs were validated above (finite, aligned): skip sklearn's per-call re-validation (~4x faster per cell)
+    with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
+        for rec in grid.itertuples():
+            rows.append(_cell_row(rec, detector, dataset, id_s, ood_s, cov_all, sem_all, id_c, ood_c,
+                                  metric_names, thresholds))
     return pd.DataFrame(rows, columns=list(KEY_COLUMNS) + metric_names)
+
+
+def _cell_row(rec, detector, dataset, id_s, ood_s, cov_all, sem_all, id_c, ood_c, metric_names, thresholds):
+    """One grid cell's row of ``evaluate_cells`` (metrics only for a measured cell)."""
+    row = {"detector": detector, "dataset": dataset, "cell": rec.cell, "cov_level": rec.cov_level,
+           "sem_level": rec.sem_level, "n": rec.n, "n_id": int(id_s.size), "na": bool(rec.na)}
+    values = dict.fromkeys(metric_names, np.nan)
+    if not rec.na:
+        sel = (cov_all == rec.cov_level) & (sem_all == rec.sem_level)
+        o = ood_s[sel]
+        values["auroc"] = M.auroc(id_s, o)
+        values["fpr95"] = M.fpr_at_tpr(id_s, o, 0.95, convention="openood")
+        values["fpr95_id"] = M.fpr_at_tpr(id_s, o, 0.95, convention="id-positive")
+        values["aupr_in"] = M.aupr_in(id_s, o)
+        values["aupr_out"] = M.aupr_out(id_s, o)
+        t = M.autc(id_s, o)
+        values["autc"], values["aufpr"], values["aufnr"] = t.autc, t.aufpr, t.aufnr
+        if id_c is not None:
+            oc = None if ood_c is None else ood_c[sel]
+            values["auroc_m"] = M.auroc_model(id_s, o, id_correct=id_c, ood_correct=oc)
+            values["adr"] = M.adr(id_s, o, id_correct=id_c, ood_correct=oc)
+        if thresholds is not None:
+            values.update(_der_at(id_s, o, id_c, None if ood_c is None else ood_c[sel], thresholds))
+    return {**row, **values}
 
 
 def _der_at(id_s, o, id_c, oc, thresholds: Mapping[str, float]) -> dict:
@@ -316,25 +326,50 @@ def level_curves(per_cell: pd.DataFrame, metric: str = "auroc", axis: str = "sem
     ``n_cells`` (the non-N/A cells averaged). Levels are those of the grid in ``per_cell`` (N/A cells included),
     so an all-N/A level keeps its place (IS-OOD, Sec. 4: level ``i`` is the i-th of the 8 levels).
     """
-    ax = _axis(axis)
-    col = AXES[ax]
     if metric not in per_cell.columns:
         raise ValueError(f"metric {metric!r} is not in the per-cell table: pass one of {', '.join(metric_columns(per_cell))}")
-    rows = []
-    for (det, ds), g in _groups(per_cell):
-        ok = g[~g["na"].astype(bool)]
-        for level in sorted(g[col].unique()):
-            vals = ok.loc[ok[col] == level, metric].dropna()
-            rows.append({"detector": det, "dataset": ds, "axis": ax, "level": int(level), "metric": metric,
-                         "value": float(vals.mean()) if len(vals) else np.nan, "n_cells": int(len(vals))})
-    return pd.DataFrame(rows, columns=["detector", "dataset", "axis", "level", "metric", "value", "n_cells"])
+    return _curves(per_cell, [metric], [_axis(axis)])
+
+
+def _curves(per_cell: pd.DataFrame, metrics: Sequence[str], axes: Sequence[str]) -> pd.DataFrame:
+    cols = ["detector", "dataset", "axis", "level", "metric", "value", "n_cells"]
+    df = per_cell
+    if "detector" not in df.columns:
+        df = df.assign(detector="scores")
+    if "dataset" not in df.columns:
+        df = df.assign(dataset="test")
+    if df.empty or not metrics:
+        return pd.DataFrame(columns=cols)
+    keys = ["detector", "dataset"]
+    measured = ~df["na"].astype(bool)
+    parts = []
+    for ax in axes:
+        col = AXES[ax]
+        grid = df[keys + [col]].drop_duplicates()  # every level of the grid, N/A cells included
+        long = df.loc[measured, keys + [col] + list(metrics)].melt(id_vars=keys + [col], var_name="metric")
+        stats = long.groupby(keys + [col, "metric"], sort=False)["value"].agg(["mean", "count"])
+        full = grid.merge(pd.DataFrame({"metric": list(metrics)}), how="cross")
+        full = full.merge(stats.reset_index(), on=keys + [col, "metric"], how="left")
+        full = full.rename(columns={col: "level", "mean": "value", "count": "n_cells"})
+        full["axis"] = ax
+        parts.append(full)
+    out = pd.concat(parts, ignore_index=True)
+    out["n_cells"] = out["n_cells"].fillna(0).astype(np.int64)
+    out["level"] = out["level"].astype(np.int64)
+    out["value"] = out["value"].astype(np.float64)
+    # order: detector/dataset as first seen, then axis, metric (given order), level
+    det_order = {k: i for i, k in enumerate(dict.fromkeys(zip(df["detector"], df["dataset"])))}
+    out["_g"] = [det_order[k] for k in zip(out["detector"], out["dataset"])]
+    out["_a"] = out["axis"].map({a: i for i, a in enumerate(axes)})
+    out["_m"] = out["metric"].map({m: i for i, m in enumerate(metrics)})
+    out = out.sort_values(["_a", "_m", "_g", "level"], kind="stable")
+    return out[cols].reset_index(drop=True)
 
 
 def all_level_curves(per_cell: pd.DataFrame, metrics: Sequence[str] | None = None) -> pd.DataFrame:
     """``level_curves`` for every metric (default: all present) and both axes, stacked."""
     metrics = list(metrics) if metrics is not None else metric_columns(per_cell)
-    parts = [level_curves(per_cell, m, ax) for ax in AXES for m in metrics]
-    return pd.concat(parts, ignore_index=True) if parts else level_curves(per_cell.iloc[:0], "auroc")
+    return _curves(per_cell, metrics, list(AXES))
 
 
 def summary_table(per_cell: pd.DataFrame, metrics: Sequence[str] | None = None) -> pd.DataFrame:

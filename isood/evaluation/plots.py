@@ -1,0 +1,219 @@
+"""Plots of a per-cell evaluation (matplotlib, Agg; figures are built with ``matplotlib.figure.Figure``, never
+pyplot, so nothing global changes and no display is needed).
+
+- ``heatmap_figure`` / ``heatmap_png``: the n x n grid of one detector and metric. Semantic level on the x axis
+  (0 left), covariate level on the y axis (0 at the bottom); each measured cell shows its value, N/A cells are
+  grey (``NA_COLOR``) and labelled ``N/A``; a colorbar on the right. Bounded metrics use the range [0, 1]; the
+  colour map is reversed for lower-is-better metrics so that "good" is always the bright end (viridis).
+- ``level_curve_figure`` / ``level_curve_png``: one metric along one axis, one line per detector (N/A levels
+  leave a gap).
+- ``render_plots``: every heatmap and level curve of a ``CellEvaluation`` as ``{relative path: PNG bytes}``, with
+  the deterministic names of ``heatmap_name`` / ``level_curve_name``.
+
+A PNG is exactly ``figsize * dpi`` pixels (no tight bounding box) and identical bytes for identical input.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)  # headless; a user who already chose a backend keeps it for pyplot
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
+
+from .cells import AXES, LOWER_IS_BETTER, METRIC_LABELS, CellEvaluation, metric_columns
+
+__all__ = [
+    "NA_COLOR",
+    "HEATMAP_SIZE",
+    "CURVE_SIZE",
+    "DPI",
+    "heatmap_figure",
+    "heatmap_png",
+    "level_curve_figure",
+    "level_curve_png",
+    "heatmap_name",
+    "level_curve_name",
+    "render_plots",
+    "figure_png",
+]
+
+NA_COLOR = "#bdbdbd"
+HEATMAP_SIZE = (6.4, 5.6)  # inches -> 640 x 560 px at DPI
+CURVE_SIZE = (6.4, 4.4)   # -> 640 x 440 px
+DPI = 100
+_BOUNDED = {"auroc", "fpr95", "fpr95_id", "aupr_in", "aupr_out", "autc", "aufpr", "aufnr", "der95", "der99",
+            "auroc_m", "adr"}
+_AXIS_TITLE = {"sem": "semantic shift level", "cov": "covariate shift level"}
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "-", str(text)).strip("-").lower() or "x"
+
+
+def heatmap_name(dataset: str, detector: str, metric: str) -> str:
+    """``plots/heatmap_<dataset>_<detector>_<metric>.png`` (names slugged to ``[a-z0-9.-]``)."""
+    return f"plots/heatmap_{_slug(dataset)}_{_slug(detector)}_{metric}.png"
+
+
+def level_curve_name(dataset: str, axis: str, metric: str) -> str:
+    """``plots/levels_<dataset>_<axis>_<metric>.png``."""
+    return f"plots/levels_{_slug(dataset)}_{axis}_{metric}.png"
+
+
+def figure_png(fig: Figure, dpi: int = DPI) -> bytes:
+    """PNG bytes of a figure at ``dpi`` (no timestamp or software tag: identical input, identical bytes)."""
+    if fig.canvas is None or not isinstance(fig.canvas, FigureCanvasAgg):
+        FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _select(per_cell: pd.DataFrame, detector: str, dataset: str | None) -> pd.DataFrame:
+    df = per_cell[per_cell["detector"] == detector]
+    if dataset is not None:
+        df = df[df["dataset"] == dataset]
+    elif df["dataset"].nunique() > 1:
+        raise ValueError(f"detector '{detector}' has several datasets ({', '.join(df['dataset'].unique())}): "
+                         "pass dataset=")
+    if df.empty:
+        raise ValueError(f"no per-cell rows for detector '{detector}'"
+                         + (f" and dataset '{dataset}'" if dataset else "")
+                         + f": have {', '.join(per_cell['detector'].unique())}")
+    return df
+
+
+def _text_color(rgba) -> str:
+    r, g, b = rgba[:3]
+    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
+
+
+def heatmap_figure(per_cell: pd.DataFrame, *, detector: str, metric: str = "auroc", dataset: str | None = None,
+                   n_levels: int | None = None, title: str | None = None,
+                   figsize: tuple[float, float] = HEATMAP_SIZE) -> Figure:
+    """The n x n heatmap of ``metric`` for ``detector`` (x: semantic level, y: covariate level, origin lower
+    left). Cells absent from ``per_cell`` or marked ``na`` are grey and labelled N/A; values are printed with two
+    decimals. ``n_levels`` defaults to the largest level in the table + 1."""
+    if metric not in per_cell.columns:
+        raise ValueError(f"metric {metric!r} is not in the per-cell table: pass one of {', '.join(metric_columns(per_cell))}")
+    df = _select(per_cell, detector, dataset)
+    n = int(n_levels or max(df["cov_level"].max(), df["sem_level"].max()) + 1)
+    grid = np.full((n, n), np.nan)
+    na = np.ones((n, n), bool)
+    for rec in df.itertuples():
+        c, s = int(rec.cov_level), int(rec.sem_level)
+        v = getattr(rec, metric)
+        if not rec.na and np.isfinite(v):
+            grid[c, s], na[c, s] = v, False
+    cmap = matplotlib.colormaps["viridis_r" if metric in LOWER_IS_BETTER else "viridis"].with_extremes(bad=NA_COLOR)
+    if metric in _BOUNDED:
+        vmin, vmax = 0.0, 1.0
+    else:
+        finite = grid[np.isfinite(grid)]
+        vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    fig = Figure(figsize=figsize, dpi=DPI)
+    FigureCanvasAgg(fig)
+    ax = fig.add_axes((0.11, 0.1, 0.68, 0.8))
+    cax = fig.add_axes((0.83, 0.1, 0.035, 0.8))
+    img = ax.imshow(np.ma.masked_invalid(grid), origin="lower", cmap=cmap, vmin=vmin, vmax=vmax,
+                    interpolation="nearest", aspect="auto")
+    fig.colorbar(img, cax=cax, label=METRIC_LABELS.get(metric, metric))
+    fontsize = 9 if n <= 8 else max(4, int(72 / n))
+    for c in range(n):
+        for s in range(n):
+            if na[c, s]:
+                ax.text(s, c, "N/A", ha="center", va="center", fontsize=fontsize - 1, color="#555555")
+            else:
+                rgba = cmap((grid[c, s] - vmin) / (vmax - vmin) if vmax > vmin else 0.5)
+                ax.text(s, c, f"{grid[c, s]:.2f}", ha="center", va="center", fontsize=fontsize,
+                        color=_text_color(rgba))
+    ax.set_xticks(range(n))
+    ax.set_yticks(range(n))
+    ax.set_xlabel(_AXIS_TITLE["sem"])
+    ax.set_ylabel(_AXIS_TITLE["cov"])
+    ds = f" on {df['dataset'].iloc[0]}" if "dataset" in df.columns else ""
+    ax.set_title(title or f"{detector}: {METRIC_LABELS.get(metric, metric)}{ds}", fontsize=11)
+    return fig
+
+
+def heatmap_png(per_cell: pd.DataFrame, **kwargs) -> bytes:
+    """``heatmap_figure(per_cell, **kwargs)`` as PNG bytes (640 x 560 pixels by default)."""
+    return figure_png(heatmap_figure(per_cell, **kwargs))
+
+
+def level_curve_figure(levels: pd.DataFrame, *, metric: str = "auroc", axis: str = "sem", dataset: str | None = None,
+                       detectors: Sequence[str] | None = None, title: str | None = None,
+                       figsize: tuple[float, float] = CURVE_SIZE) -> Figure:
+    """``metric`` per level along ``axis`` (a ``CellEvaluation.levels`` table), one line per detector."""
+    if axis not in AXES:
+        raise ValueError(f"unknown axis {axis!r}: pass 'sem' or 'cov'")
+    df = levels[(levels["metric"] == metric) & (levels["axis"] == axis)]
+    if dataset is not None:
+        df = df[df["dataset"] == dataset]
+    elif df["dataset"].nunique() > 1:
+        raise ValueError(f"several datasets ({', '.join(df['dataset'].unique())}): pass dataset=")
+    if df.empty:
+        raise ValueError(f"no level values for metric {metric!r} on axis {axis!r}")
+    fig = Figure(figsize=figsize, dpi=DPI)
+    FigureCanvasAgg(fig)
+    ax = fig.add_axes((0.1, 0.12, 0.62, 0.78))
+    names = list(detectors) if detectors is not None else list(dict.fromkeys(df["detector"]))
+    markers = "osD^v<>ph*Xd"
+    for i, det in enumerate(names):
+        d = df[df["detector"] == det].sort_values("level")
+        ax.plot(d["level"], d["value"], marker=markers[i % len(markers)], label=det, linewidth=1.5, markersize=4)
+    levels_all = sorted(df["level"].unique())
+    ax.set_xticks(levels_all)
+    ax.set_xlabel(_AXIS_TITLE[axis])
+    ax.set_ylabel(METRIC_LABELS.get(metric, metric))
+    if metric in _BOUNDED:
+        ax.set_ylim(-0.02, 1.02)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
+    ds = f" on {df['dataset'].iloc[0]}"
+    ax.set_title(title or f"{METRIC_LABELS.get(metric, metric)} per {_AXIS_TITLE[axis]}{ds}", fontsize=11)
+    return fig
+
+
+def level_curve_png(levels: pd.DataFrame, **kwargs) -> bytes:
+    """``level_curve_figure(levels, **kwargs)`` as PNG bytes (640 x 440 pixels by default)."""
+    return figure_png(level_curve_figure(levels, **kwargs))
+
+
+def render_plots(result: CellEvaluation, metrics: Sequence[str] | None = None,
+                 heatmap_metrics: Sequence[str] | None = None) -> dict[str, bytes]:
+    """Every heatmap (dataset x detector x heatmap metric) and level curve (dataset x axis x metric) of
+    ``result`` as ``{relative path: PNG bytes}``. ``metrics`` default to all present; ``heatmap_metrics`` to
+    ``metrics``."""
+    metrics = list(metrics) if metrics is not None else result.metrics
+    unknown = set(metrics) - set(result.metrics)
+    if unknown:
+        raise ValueError(f"metrics {sorted(unknown)} were not computed: pass among {', '.join(result.metrics)}")
+    hm = list(heatmap_metrics) if heatmap_metrics is not None else metrics
+    out: dict[str, bytes] = {}
+    per_cell = result.per_cell
+    for ds in result.datasets:
+        sub = per_cell[per_cell["dataset"] == ds]
+        n = int(max(sub["cov_level"].max(), sub["sem_level"].max()) + 1)
+        for det in dict.fromkeys(sub["detector"]):
+            for m in hm:
+                if sub.loc[sub["detector"] == det, m].notna().any():
+                    out[heatmap_name(ds, det, m)] = heatmap_png(sub, detector=det, metric=m, dataset=ds, n_levels=n)
+        for axis in AXES:
+            for m in metrics:
+                out[level_curve_name(ds, axis, m)] = level_curve_png(result.levels, metric=m, axis=axis, dataset=ds)
+    return out
+
+
+def grey_rgb() -> tuple[float, float, float]:
+    """``NA_COLOR`` as RGB floats in [0, 1] (for tests and callers checking pixels)."""
+    return to_rgb(NA_COLOR)

@@ -1,0 +1,164 @@
+"""The evaluation report: one self-contained HTML page (PNG plots embedded as base64 ``data:`` URIs, inline CSS,
+no script, no external link or resource) and a markdown summary (Table 1 + per-detector mean metrics).
+
+Both are pure string builders over a ``CellEvaluation`` and ``{relative path: PNG bytes}`` (``plots.render_plots``).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .cells import LOWER_IS_BETTER, METRIC_LABELS, CellEvaluation
+from .plots import heatmap_name, level_curve_name
+
+__all__ = ["render_html", "render_markdown", "markdown_table", "table1_frame"]
+
+_TABLE1_METRICS = ("fpr95", "auroc")  # IS-OOD Table 1 reports FPR@95 and AUROC; the tables hold every metric
+_CSS = """
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1320px;color:#222;padding:0 16px}
+h1{font-size:1.6em}h2{font-size:1.3em;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:2em}
+h3{font-size:1.1em;margin-top:1.4em}
+table{border-collapse:collapse;font-size:13px;margin:8px 0}
+th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2f2}
+td.l,th.l{text-align:left}.na{color:#999}
+.grid{display:flex;flex-wrap:wrap;gap:10px}.grid figure{margin:0}
+.grid img{width:420px;height:auto;border:1px solid #eee}
+figcaption{font-size:12px;color:#555;text-align:center}
+.meta td{text-align:left}details{margin:8px 0}summary{cursor:pointer;font-weight:600}
+.note{color:#555;font-size:13px}
+"""
+
+
+def _fmt(v, digits: int = 3) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, (float, np.floating)):
+        return "N/A" if math.isnan(v) else f"{v:.{digits}f}"
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    return str(v)
+
+
+def _html_table(df: pd.DataFrame, digits: int = 3, left: Sequence[str] = ()) -> str:
+    cols = list(df.columns)
+    head = "".join(f'<th class="{"l" if c in left else ""}">{html.escape(str(c))}</th>' for c in cols)
+    rows = []
+    for rec in df.itertuples(index=False):
+        cells = []
+        for c, v in zip(cols, rec):
+            s = _fmt(v, digits)
+            cls = "l" if c in left else ("na" if s == "N/A" else "")
+            cells.append(f'<td class="{cls}">{html.escape(s)}</td>')
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def markdown_table(df: pd.DataFrame, digits: int = 3) -> str:
+    """A GitHub markdown table of ``df`` (floats with ``digits`` decimals, NaN as N/A)."""
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for rec in df.itertuples(index=False):
+        lines.append("| " + " | ".join(_fmt(v, digits).replace("|", "\\|") for v in rec) + " |")
+    return "\n".join(lines)
+
+
+def table1_frame(result: CellEvaluation, metrics: Sequence[str] = _TABLE1_METRICS) -> pd.DataFrame:
+    """Table 1 laid out wide: one row per detector and dataset, columns ``<metric> corr/sens <axis>``."""
+    s = result.summary[result.summary["metric"].isin(metrics)]
+    rows = []
+    for (det, ds), g in s.groupby(["detector", "dataset"], sort=False):
+        row = {"detector": det, "dataset": ds}
+        for m in metrics:
+            for ax in ("sem", "cov"):
+                r = g[(g["metric"] == m) & (g["axis"] == ax)]
+                label = METRIC_LABELS.get(m, m).split(" ")[0]
+                row[f"{label} corr {ax}"] = float(r["correlation"].iloc[0]) if len(r) else np.nan
+                row[f"{label} sens {ax}"] = float(r["sensitivity"].iloc[0]) if len(r) else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _img(png: bytes, alt: str) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _figure(png: bytes, caption: str) -> str:
+    return f"<figure>{_img(png, caption)}<figcaption>{html.escape(caption)}</figcaption></figure>"
+
+
+def render_html(result: CellEvaluation, images: Mapping[str, bytes], *, title: str = "isood evaluation",
+                meta: Mapping[str, object] | None = None, sanity: pd.DataFrame | None = None) -> str:
+    """The self-contained HTML report: run details, Table 1, per-detector means, level curves, heatmaps per
+    detector and the full per-cell table. ``images`` are the PNGs of ``plots.render_plots`` (by their names);
+    ``sanity`` is the random-model comparison table (``job.sanity_table``), when run."""
+    parts = [f"<h1>{html.escape(title)}</h1>"]
+    if meta:
+        rows = "".join(f'<tr><th class="l">{html.escape(str(k))}</th><td>{html.escape(_fmt(v))}</td></tr>'
+                       for k, v in meta.items())
+        parts.append(f'<table class="meta">{rows}</table>')
+    metrics = result.metrics
+    lower = ", ".join(METRIC_LABELS[m] for m in metrics if m in LOWER_IS_BETTER)
+    parts.append('<p class="note">Scores: higher = more in-distribution. Each cell is compared with the whole ID '
+                 'test set; N/A cells (too few images) are grey and never enter a level mean. Level value = mean '
+                 f'over the level\'s measured cells. Lower is better for: {html.escape(lower)}.</p>')
+
+    parts.append("<h2>Table 1: correlation and sensitivity with the shift level</h2>")
+    parts.append('<p class="note">corr = Pearson correlation between the per-level metric and the level index '
+                 '(1..n); sens = |least-squares slope| per level.</p>')
+    parts.append(_html_table(table1_frame(result), left=("detector", "dataset")))
+    parts.append("<details><summary>Every metric</summary>"
+                 + _html_table(result.summary, left=("detector", "dataset", "axis", "metric")) + "</details>")
+
+    parts.append("<h2>Mean over measured cells</h2>")
+    parts.append(_html_table(result.means, left=("detector", "dataset")))
+    if sanity is not None and len(sanity):
+        parts.append("<h2>Sanity check: trained vs randomly initialised model</h2>")
+        parts.append('<p class="note">AUROC (data view: ID vs the cell) next to AUROC_M (model view: correctly '
+                     'classified vs misclassified or semantic OOD). A random model can still separate shifted '
+                     'data (AUROC), but it should not rank its own correct predictions above its errors '
+                     '(AUROC_M near 0.5).</p>')
+        parts.append(_html_table(sanity, left=("detector", "dataset")))
+
+    for ds in result.datasets:
+        parts.append(f"<h2>Level curves: {html.escape(ds)}</h2>")
+        for axis in ("sem", "cov"):
+            figs = [_figure(images[level_curve_name(ds, axis, m)], f"{METRIC_LABELS.get(m, m)}, {axis}")
+                    for m in metrics if level_curve_name(ds, axis, m) in images]
+            if figs:
+                parts.append(f'<div class="grid">{"".join(figs)}</div>')
+        parts.append(f"<h2>Heatmaps: {html.escape(ds)}</h2>")
+        for det in dict.fromkeys(result.per_cell.loc[result.per_cell["dataset"] == ds, "detector"]):
+            figs = [_figure(images[heatmap_name(ds, det, m)], f"{det}: {METRIC_LABELS.get(m, m)}")
+                    for m in metrics if heatmap_name(ds, det, m) in images]
+            if figs:
+                parts.append(f"<h3>{html.escape(det)}</h3><div class=\"grid\">{''.join(figs)}</div>")
+
+    parts.append("<h2>Per-cell results</h2><details><summary>Show the table</summary>"
+                 + _html_table(result.per_cell, left=("detector", "dataset", "cell")) + "</details>")
+    body = "\n".join(parts)
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n<body>\n{body}\n</body></html>\n")
+
+
+def render_markdown(result: CellEvaluation, *, title: str = "isood evaluation",
+                    meta: Mapping[str, object] | None = None, sanity: pd.DataFrame | None = None) -> str:
+    """Markdown summary: run details, Table 1 (FPR@95 and AUROC, both axes), per-detector means, sanity check."""
+    out = [f"# {title}", ""]
+    for k, v in (meta or {}).items():
+        out.append(f"- **{k}**: {_fmt(v)}")
+    if meta:
+        out.append("")
+    out += ["## Table 1: correlation and sensitivity with the shift level", "",
+            "corr = Pearson correlation between the per-level metric (mean over the level's measured cells) and "
+            "the level index; sens = |least-squares slope|.", "", markdown_table(table1_frame(result)), "",
+            "## Mean over measured cells", "", markdown_table(result.means), ""]
+    if sanity is not None and len(sanity):
+        out += ["## Sanity check: trained vs randomly initialised model", "", markdown_table(sanity), ""]
+    return "\n".join(out)

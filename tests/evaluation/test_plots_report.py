@@ -1,0 +1,117 @@
+"""Heatmaps (pixel size, grey N/A cells read back from the PNG, colours of measured cells), level curves, the
+self-contained HTML report and the evaluation manifest writer."""
+
+import base64
+import io
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+import manifests
+from isood.evaluation import evaluate_scores, plots, report
+from isood.evaluation.job import write_evaluation
+
+
+@pytest.fixture(scope="module")
+def result():
+    """3x3 grid; cov_2_sem_2 has 3 images (N/A), cov_2_sem_1 has none at all; two detectors."""
+    rng = np.random.default_rng(0)
+    cov, sem = np.meshgrid(np.arange(3), np.arange(3), indexing="ij")
+    counts = np.full((3, 3), 20)
+    counts[2, 2], counts[2, 1] = 3, 0
+    cov = np.repeat(cov.ravel(), counts.ravel())
+    sem = np.repeat(sem.ravel(), counts.ravel())
+    images = pd.DataFrame({"cov_level": cov, "sem_level": sem})
+    ood = rng.normal(-0.8 * sem, 1.0)
+    idd = rng.normal(0.0, 1.0, 100)
+    return evaluate_scores({"msp": idd, "energy": 2 * idd}, {"msp": ood, "energy": 2 * ood + 0.3 * cov}, images,
+                           dataset="splits")
+
+
+def _pixel(png: bytes, fig, ax, x: float, y: float):
+    """RGB of the PNG pixel at data coordinates (x, y) of ``ax``."""
+    img = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+    px, py = ax.transData.transform((x, y))
+    return img[int(round(img.shape[0] - py)), int(round(px))]
+
+
+def test_heatmap_size_grey_na_cells_and_cell_colours(result):
+    fig = plots.heatmap_figure(result.per_cell, detector="msp", metric="auroc")
+    png = plots.figure_png(fig)
+    img = Image.open(io.BytesIO(png))
+    assert img.size == (640, 560)  # HEATMAP_SIZE * DPI
+    ax = fig.axes[0]
+    grey = np.round(np.array(plots.grey_rgb()) * 255)
+    # (x = semantic level, y = covariate level); off-centre to miss the printed text
+    for s, c in ((2, 2), (1, 2)):  # N/A by count, and a cell with no image at all
+        assert np.abs(_pixel(png, fig, ax, s + 0.3, c + 0.3).astype(int) - grey).max() <= 2
+    # a measured cell has the viridis colour of its value, not grey
+    v = float(result.per_cell.query("detector == 'msp' and cell == 'cov_0_sem_2'")["auroc"].iloc[0])
+    want = np.round(np.array(plots.matplotlib.colormaps["viridis"](v)[:3]) * 255)
+    got = _pixel(png, fig, ax, 2 + 0.3, 0 + 0.3).astype(int)
+    assert np.abs(got - want).max() <= 3
+    assert np.abs(got - grey).max() > 20
+    # lower-is-better metrics use the reversed map: a low FPR is bright (yellow end of viridis)
+    fig2 = plots.heatmap_figure(result.per_cell, detector="msp", metric="fpr95")
+    png2 = plots.figure_png(fig2)
+    f = float(result.per_cell.query("detector == 'msp' and cell == 'cov_0_sem_2'")["fpr95"].iloc[0])
+    want2 = np.round(np.array(plots.matplotlib.colormaps["viridis_r"](f)[:3]) * 255)
+    assert np.abs(_pixel(png2, fig2, fig2.axes[0], 2.3, 0.3).astype(int) - want2).max() <= 3
+
+
+def test_plots_are_deterministic_with_fixed_names(result):
+    a = plots.heatmap_png(result.per_cell, detector="energy", metric="autc")
+    b = plots.heatmap_png(result.per_cell, detector="energy", metric="autc")
+    assert a == b
+    curve = plots.level_curve_png(result.levels, metric="auroc", axis="sem")
+    assert Image.open(io.BytesIO(curve)).size == (640, 440)
+    rendered = plots.render_plots(result, metrics=["auroc", "fpr95"])
+    assert set(rendered) == {
+        "plots/heatmap_splits_msp_auroc.png", "plots/heatmap_splits_msp_fpr95.png",
+        "plots/heatmap_splits_energy_auroc.png", "plots/heatmap_splits_energy_fpr95.png",
+        "plots/levels_splits_sem_auroc.png", "plots/levels_splits_cov_auroc.png",
+        "plots/levels_splits_sem_fpr95.png", "plots/levels_splits_cov_fpr95.png",
+    }
+    assert rendered["plots/heatmap_splits_energy_autc.png".replace("autc", "auroc")] != a
+    with pytest.raises(ValueError, match="not computed"):
+        plots.render_plots(result, metrics=["der95"])
+
+
+def test_html_report_is_self_contained(result):
+    images = plots.render_plots(result, metrics=["auroc"])
+    text = report.render_html(result, images, title="T <1>", meta={"model": "m&m"})
+    srcs = re.findall(r'src="([^"]*)"', text)
+    assert len(srcs) == len(images) == 4
+    assert all(s.startswith("data:image/png;base64,") for s in srcs)
+    decoded = {base64.b64decode(s.split(",", 1)[1]) for s in srcs}
+    assert decoded == set(images.values())
+    low = text.lower()
+    assert "http://" not in low and "https://" not in low and "<script" not in low and "<link" not in low
+    assert "href=" not in low
+    assert "T &lt;1&gt;" in text and "m&amp;m" in text  # escaped
+    # Table 1 numbers appear as computed
+    corr = result.summary.query("detector == 'msp' and axis == 'sem' and metric == 'auroc'")["correlation"].iloc[0]
+    assert f"{corr:.3f}" in text
+    md = report.render_markdown(result, title="T")
+    assert "| msp | splits |" in md and f"{corr:.3f}" in md
+    mean = result.means.query("detector == 'energy'")["auroc"].iloc[0]
+    assert f"{mean:.3f}" in md
+
+
+def test_write_evaluation_is_a_verified_manifest(result, tmp_path):
+    out = tmp_path / "ev"
+    m = write_evaluation(result, out, config={"note": "test"}, metrics=["auroc", "fpr95"],
+                         heatmap_metrics=["auroc"])
+    assert m.kind == "evaluation" and manifests.verify(out).ok
+    files = {r["path"] for r in m.meta["files"]}
+    assert {"report.html", "summary.md", "results/cell_metrics.csv", "README.md",
+            "plots/heatmap_splits_msp_auroc.png", "plots/levels_splits_cov_fpr95.png"} <= files
+    assert "plots/heatmap_splits_msp_fpr95.png" not in files
+    back = manifests.read(out).frame("cell_metrics")
+    pd.testing.assert_frame_equal(back, result.per_cell, check_dtype=False)
+    csv = pd.read_csv(out / "results" / "table1.csv")
+    assert np.allclose(csv["correlation"].to_numpy(), result.summary["correlation"].to_numpy(), equal_nan=True,
+                       rtol=1e-5)
