@@ -157,9 +157,13 @@ class TimmAdapter(ModelAdapter):
         if kwargs.get("input_std") is None:
             kwargs["input_std"] = cfg.get("std")
         super().__init__(model, **kwargs)
-        size = getattr(getattr(model, "patch_embed", None), "img_size", None)  # ViTs built for another size
-        chans = (cfg.get("input_size") or (3,))[0]
-        self._input_size = (chans, *size) if size else tuple(cfg.get("input_size") or (3, 224, 224))
+        # probe input: ViT-like models need their own image size; CNNs take a small image (cheap probe)
+        size = getattr(getattr(model, "patch_embed", None), "img_size", None)
+        chans, *hw = cfg.get("input_size") or (3, 224, 224)
+        if not size:
+            low = (cfg.get("min_input_size") or (3, 64, 64))[1:]
+            size = tuple(min(int(s), max(int(m), 64)) for s, m in zip(hw, low))
+        self._input_size = (chans, *size)
         self._provides: frozenset[str] | None = None
 
     @property
@@ -219,17 +223,22 @@ class HookAdapter(ModelAdapter):
                              "fc= the name of its final linear layer")
         self.provides = frozenset({"logits", "features", "feature_maps", "fc"})
         self._captured: dict[str, torch.Tensor] = {}
+        self._capturing = False
         self._fc.register_forward_pre_hook(self._grab("features"))
         self._pool.register_forward_pre_hook(self._grab("feature_maps"))
 
     def _grab(self, key):
         def hook(module, args):
-            self._captured[key] = args[0]
+            if self._capturing:  # only during capture passes (not ODIN's forwards)
+                self._captured[key] = args[0]
         return hook
 
     def _forward(self, x, kinds):
-        self._captured = {}
-        logits = self.model(x)
+        self._captured, self._capturing = {}, True
+        try:
+            logits = self.model(x)
+        finally:
+            self._capturing = False
         out = dict(self._captured, logits=logits)
         self._captured = {}
         return out
@@ -510,7 +519,7 @@ def extract_outputs(
     cache_dir: str | os.PathLike | None = None,
     data_id: str | None = None,
     preprocess_id: str = "",
-    input_detectors: Sequence[Detector] = (),
+    input_detectors: Mapping[str, Detector] | Sequence[Detector] = (),
     desc: str = "forward",
 ) -> tuple[ForwardOutputs, dict[str, np.ndarray]]:
     """Capture ``kinds`` (among logits / features / feature_maps) for every image of ``data`` in ONE forward
@@ -520,8 +529,11 @@ def extract_outputs(
     DataLoader, or an (N, C, H, W) tensor / array. Labels are kept when the data yields them.
     With ``cache_dir`` and ``data_id`` (a string naming the data, e.g. a manifest hash + split; tensors are hashed
     when no id is given) outputs are read from / written to the cache; only missing kinds cost a pass.
-    Returns ``(outputs, input_scores)`` with ``input_scores[detector.name]`` the per-image scores.
+    ``input_detectors``: detectors needing the model on the input (ODIN), as a sequence or a dict name -> detector.
+    Returns ``(outputs, input_scores)`` with ``input_scores[name]`` their per-image scores.
     """
+    if not isinstance(input_detectors, Mapping):
+        input_detectors = {d.name: d for d in input_detectors}
     kinds = frozenset(kinds) & set(CAPTURE_KINDS)
     missing = kinds - adapter.provides
     if missing:
@@ -539,19 +551,19 @@ def extract_outputs(
         cache = _Cache(cache_dir, cache_key(adapter.identity, data_id, preprocess_id), meta)
 
     wanted = set(kinds) | {"labels"}
-    score_kinds = {d.name: _score_kind(d, adapter.input_std) for d in input_detectors}
+    score_kinds = {n: _score_kind(d, adapter.input_std) for n, d in input_detectors.items()}
     got: dict[str, np.ndarray] = {}
     if cache is not None:
         for k in list(wanted) + list(score_kinds.values()):
             if cache.has(k):
                 got[k] = cache.load(k)
     todo_kinds = kinds - set(got)
-    todo_input = [d for d in input_detectors if score_kinds[d.name] not in got]
+    todo_input = {n: d for n, d in input_detectors.items() if score_kinds[n] not in got}
     # labels are saved whenever a pass sees them, so a cache hit without a labels file means "no labels"
     if todo_kinds or todo_input:
         parts: dict[str, list[np.ndarray]] = {k: [] for k in todo_kinds}
         labels: list[np.ndarray] = []
-        input_parts: dict[str, list[np.ndarray]] = {d.name: [] for d in todo_input}
+        input_parts: dict[str, list[np.ndarray]] = {n: [] for n in todo_input}
         loader = _loader(data, batch_size, num_workers)
         total = len(loader) if hasattr(loader, "__len__") else None
         for batch in _progress(loader, total, desc, progress):
@@ -563,16 +575,16 @@ def extract_outputs(
                     parts[k].append(out[k].detach().float().cpu().numpy())
             if y is not None:
                 labels.append(y.cpu().numpy())
-            for d in todo_input:
-                input_parts[d.name].append(d.score_inputs(adapter.logits, x, adapter.input_std))
+            for n, d in todo_input.items():
+                input_parts[n].append(d.score_inputs(adapter.logits, x, adapter.input_std))
         for k in todo_kinds:
             got[k] = _cat(parts[k])
             if cache is not None:
                 cache.save(k, got[k])
-        for d in todo_input:
-            got[score_kinds[d.name]] = _cat(input_parts[d.name])
+        for n in todo_input:
+            got[score_kinds[n]] = _cat(input_parts[n])
             if cache is not None:
-                cache.save(score_kinds[d.name], got[score_kinds[d.name]])
+                cache.save(score_kinds[n], got[score_kinds[n]])
         if labels and "labels" not in got:
             got["labels"] = np.concatenate(labels)
             if cache is not None:
@@ -658,7 +670,7 @@ def run_detectors(
             raise IsoodError(f"detector '{name}' needs {', '.join(sorted(lack))}, which model '{adapter.name}' "
                              f"does not expose (it provides {', '.join(sorted(adapter.provides))})")
     post = {n: d for n, d in dets.items() if "input" not in d.requires}
-    inputs = [d for d in dets.values() if "input" in d.requires]
+    inputs = {n: d for n, d in dets.items() if "input" in d.requires}
     kinds = set().union(*(d.requires for d in post.values())) if post else set()
     kinds = (kinds | {"logits"}) & set(CAPTURE_KINDS)
     data_ids = dict(data_ids or {})
@@ -697,6 +709,6 @@ def run_detectors(
         result.predictions[ds_name] = outs.logits.argmax(axis=1)
         result.labels[ds_name] = outs.labels
         for name, d in dets.items():
-            s = in_scores[d.name] if "input" in d.requires else d.score(outs)
+            s = in_scores[name] if "input" in d.requires else d.score(outs)
             result.scores.setdefault(name, {})[ds_name] = np.asarray(s, dtype=np.float64)
     return result

@@ -218,3 +218,14 @@ def test_every_detector_scores_each_image_independently_and_checks_inputs(name, 
     assert d.score(te.subset(slice(3, 4)))[0] == pytest.approx(s[3], rel=1e-6, abs=1e-9)
     with pytest.raises(DetectorInputError, match=f"detector '{name}' needs"):
         d.score(ForwardOutputs(labels=np.zeros(3)))
+
+
+def test_forward_outputs_subset_and_concatenate(tiny_outputs):
+    te = tiny_outputs[2]
+    a, b = te.subset(slice(0, 10)), te.subset(np.arange(10, len(te)))
+    both = ForwardOutputs.concatenate([a, b])
+    np.testing.assert_array_equal(both.feature_maps, te.feature_maps)
+    np.testing.assert_array_equal(both.logits, te.logits)
+    assert both.fc_weight is te.fc_weight and len(both) == len(te) == 40
+    assert te.available == {"logits", "features", "feature_maps", "fc"}
+    np.testing.assert_allclose(te.head(te.features), te.logits, rtol=1e-5, atol=1e-6)

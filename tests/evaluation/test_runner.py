@@ -200,3 +200,24 @@ def test_extract_outputs_reads_labels_and_hashes_tensors(tiny, tiny_data, tmp_pa
         extract_outputs(adapter, torch.utils.data.TensorDataset(x), ["features"], cache_dir=tmp_path)
     with pytest.raises(IsoodError, match="no image"):
         extract_outputs(adapter, torch.zeros(0, 3, 8, 8), ["features"])
+
+
+def test_two_odin_settings_in_one_run_and_dict_batches(tiny, tiny_data):
+    backbone, fc = tiny
+    test = tiny_data[2]
+
+    class DictData(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(test)
+
+        def __getitem__(self, i):
+            return {"image": test[i], "label": i % 5}
+
+    res = run_detectors(wrap_model(backbone=backbone, fc=fc),
+                        {"odin_a": get_detector("odin"), "odin_b": get_detector("odin", eps=0.05)},
+                        {"t": DictData()}, batch_size=16)
+    a, b = res.scores["odin_a"]["t"], res.scores["odin_b"]["t"]
+    assert not np.allclose(a, b)
+    np.testing.assert_array_equal(res.labels["t"], np.arange(40) % 5)
+    # a larger perturbation against the loss raises the (temperature-scaled) softmax score on average
+    assert b.mean() > a.mean()

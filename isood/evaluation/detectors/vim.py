@@ -52,7 +52,7 @@ class ViM(Detector):
             raise DetectorInputError(f"vim: dim={dim} must be in (0, {d}) for {d}-dim features: pass a smaller dim")
         self.dim_ = dim
         self.u_ = -np.linalg.pinv(w) @ b
-        cov = EmpiricalCovariance(assume_centered=True).fit(x - self.u_).covariance_
+        cov = EmpiricalCovariance(assume_centered=True, store_precision=False).fit(x - self.u_).covariance_
         eig_vals, eig_vecs = np.linalg.eigh(cov)
         order = np.argsort(-eig_vals, kind="stable")
         self.residual_basis_ = np.ascontiguousarray(eig_vecs[:, order[dim:]])
