@@ -265,27 +265,13 @@ def _progress(enabled: bool, total: int):
     )
 
 
-def generate_images(
-    plan: pd.DataFrame,
-    root: str | Path,
-    generator: Callable,
-    *,
-    fingerprint: Mapping[str, Any],
-    size: int,
-    batch_size: int = 4,
-    image_checker: Callable | None = None,
-    on_image: Callable[[dict], None] | None = None,
-    progress: bool = True,
-) -> GenerationResult:
-    """Generate the planned images into ``root`` (``plan`` columns: path, prompt, negative_prompt, seed, ...).
-
-    Skips images already present and valid for the same content key; rejected items (``image_checker`` or the
-    pipeline's checker) are not written, and are remembered (a ``.~<name>.rejected`` marker) so a rerun does
-    not regenerate them. ``on_image(row)`` is called after each image is written (tests use it to interrupt).
-    """
+def prepare_outputs(plan: pd.DataFrame, root: str | Path, fingerprint: Mapping[str, Any],
+                    size: int) -> tuple[list[dict], set[str], GenerationResult]:
+    """Before generating ``plan`` into ``root``: drop temporaries and images made for another content key,
+    record the keys (``.~syn-state.json``), and find what is already done. Returns ``(rows, done paths,
+    result with skipped/rejected filled)``. Shared by the local loop and the Ray engine."""
     root = Path(root)
-    images_dir = root / "images"
-    _clean_temporaries(images_dir)
+    _clean_temporaries(root / "images")
     rows = plan.to_dict("records")
     keys = {r["path"]: content_key(r["prompt"], r["negative_prompt"], r["seed"], fingerprint) for r in rows}
     if len(keys) != len(rows):
@@ -314,10 +300,74 @@ def generate_images(
         elif p.is_file() and is_valid_image(p, size):
             done.add(r["path"])
     result.skipped = len(done)
+    return rows, done, result
 
+
+def write_outputs(root: str | Path, chunk: Sequence[dict], outputs, done: set[str], result: GenerationResult,
+                  image_checker: Callable | None = None, on_image: Callable[[dict], None] | None = None,
+                  on_written: Callable[[], None] | None = None) -> None:
+    """Write one generator call's ``outputs`` for the planned ``chunk`` rows: accepted images as PNG (atomic),
+    rejected ones as markers; rows already in ``done`` are skipped. Updates ``done`` and ``result``."""
+    root = Path(root)
+    for r, (image, flag) in zip(chunk, outputs):
+        if r["path"] in done:
+            continue
+        p = root / r["path"]
+        reason = flag or (image_checker(image, r) if image_checker is not None else None)
+        if reason:
+            write_file_atomic(_reject_marker(p), str(reason).encode())
+            result.rejected[r["path"]] = str(reason)
+        else:
+            data = png_bytes(image, {"prompt": r["prompt"], "negative_prompt": r["negative_prompt"],
+                                     "seed": r["seed"], "isood": "syn-is"})
+            write_file_atomic(p, data)
+            result.sha256[r["path"]] = hashlib.sha256(data).hexdigest()
+            result.generated += 1
+        done.add(r["path"])
+        if on_written is not None:
+            on_written()
+        if on_image is not None and not reason:
+            on_image(r)
+
+
+def finish_hashes(rows: Sequence[dict], root: str | Path, result: GenerationResult) -> GenerationResult:
+    """Hash every accepted image not generated in this run (kept from an earlier one)."""
+    from manifests import sha256_file
+
+    for r in rows:
+        rel = r["path"]
+        if rel not in result.rejected and rel not in result.sha256:
+            result.sha256[rel] = sha256_file(Path(root) / rel)
+    return result
+
+
+def generate_images(
+    plan: pd.DataFrame,
+    root: str | Path,
+    generator: Callable,
+    *,
+    fingerprint: Mapping[str, Any],
+    size: int,
+    batch_size: int = 4,
+    image_checker: Callable | None = None,
+    on_image: Callable[[dict], None] | None = None,
+    progress: bool = True,
+) -> GenerationResult:
+    """Generate the planned images into ``root`` (``plan`` columns: path, prompt, negative_prompt, seed, ...).
+
+    Skips images already present and valid for the same content key; rejected items (``image_checker`` or the
+    pipeline's checker) are not written, and are remembered (a ``.~<name>.rejected`` marker) so a rerun does
+    not regenerate them. ``on_image(row)`` is called after each image is written (tests use it to interrupt).
+    """
+    rows, done, result = prepare_outputs(plan, root, fingerprint, size)
     t0 = time.perf_counter()
     with _progress(progress, len(rows)) as bar:
         task = bar.add_task("generate", total=len(rows), completed=len(done), rate=0.0)
+
+        def tick() -> None:
+            elapsed = time.perf_counter() - t0
+            bar.update(task, advance=1, rate=result.generated / elapsed if elapsed > 0 else 0.0)
+
         for start in range(0, len(rows), batch_size):
             chunk = rows[start:start + batch_size]
             if all(r["path"] in done for r in chunk):
@@ -325,34 +375,9 @@ def generate_images(
             outputs = generator([r["prompt"] for r in chunk], [r["negative_prompt"] for r in chunk],
                                 [r["seed"] for r in chunk])
             result.batches += 1
-            for r, (image, flag) in zip(chunk, outputs):
-                if r["path"] in done:
-                    continue
-                p = root / r["path"]
-                reason = flag or (image_checker(image, r) if image_checker is not None else None)
-                if reason:
-                    write_file_atomic(_reject_marker(p), str(reason).encode())
-                    result.rejected[r["path"]] = str(reason)
-                else:
-                    data = png_bytes(image, {"prompt": r["prompt"], "negative_prompt": r["negative_prompt"],
-                                             "seed": r["seed"], "isood": "syn-is"})
-                    write_file_atomic(p, data)
-                    result.sha256[r["path"]] = hashlib.sha256(data).hexdigest()
-                    result.generated += 1
-                done.add(r["path"])
-                elapsed = time.perf_counter() - t0
-                bar.update(task, advance=1, rate=result.generated / elapsed if elapsed > 0 else 0.0)
-                if on_image is not None and not reason:
-                    on_image(r)
+            write_outputs(root, chunk, outputs, done, result, image_checker, on_image, tick)
     result.seconds = time.perf_counter() - t0
-
-    from manifests import sha256_file
-
-    for r in rows:
-        rel = r["path"]
-        if rel not in result.rejected and rel not in result.sha256:
-            result.sha256[rel] = sha256_file(root / rel)
-    return result
+    return finish_hashes(rows, root, result)
 
 
 def prune_images(root: str | Path, keep: set[str]) -> int:
