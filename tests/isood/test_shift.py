@@ -1,0 +1,165 @@
+"""isood.shift: every backend against a brute-force numpy reference, chunking, bad input, shift_distances."""
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from isood.errors import IsoodError
+from isood.laid import LAID
+from isood.shift import default_nlist, nearest_cosine_distance, prepare_features, shift_distances
+from isood.simulate import random_orthogonal
+
+
+def _clustered(n, centres, seed, spread=0.3):
+    rng = np.random.default_rng(seed)
+    x = centres[rng.integers(0, len(centres), n)] + spread * rng.standard_normal((n, centres.shape[1]))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _brute(q, r):
+    q = q / np.linalg.norm(q, axis=1, keepdims=True)
+    r = r / np.linalg.norm(r, axis=1, keepdims=True)
+    s = q.astype(np.float64) @ r.astype(np.float64).T
+    return 1.0 - s.max(axis=1), s.argmax(axis=1)
+
+
+@pytest.fixture(scope="module")
+def data():
+    centres = np.random.default_rng(0).standard_normal((60, 32))
+    ref = _clustered(3000, centres[:40], seed=1)
+    query = _clustered(500, centres, seed=2)  # a third of the queries come from clusters absent in ref
+    return query, ref, *_brute(query, ref)
+
+
+@pytest.mark.parametrize("backend", ["torch", "faiss-flat", "auto"])
+def test_exact_backends_match_brute_force(data, backend):
+    query, ref, d_true, i_true = data
+    d, i = nearest_cosine_distance(query, ref, backend=backend, device="cpu", return_index=True)
+    assert d.shape == (500,) and d.dtype == np.float32
+    np.testing.assert_allclose(d, d_true, atol=2e-6)
+    assert (i == i_true).mean() == 1.0
+    assert d_true.min() < 0.2 and d_true.max() > 0.5  # the check is not vacuous: distances spread out
+
+
+def test_ivf_at_full_nprobe_is_exact_and_low_nprobe_only_overestimates(data):
+    query, ref, d_true, i_true = data
+    d, i = nearest_cosine_distance(query, ref, backend="faiss-ivf", nlist=32, nprobe=32, return_index=True)
+    np.testing.assert_allclose(d, d_true, atol=2e-6)
+    assert (i == i_true).mean() == 1.0
+    d1, i1 = nearest_cosine_distance(query, ref, backend="faiss-ivf", nlist=32, nprobe=1, return_index=True)
+    assert np.all(d1 >= d_true - 2e-6)  # an approximate search can only miss the nearest row, never beat it
+    recall1 = (i1 == i_true).mean()
+    d8, i8 = nearest_cosine_distance(query, ref, backend="faiss-ivf", nlist=32, nprobe=8, return_index=True)
+    assert (i8 == i_true).mean() >= recall1 and (i8 == i_true).mean() > 0.9
+
+
+def test_ivf_is_deterministic_for_a_seed(data):
+    query, ref, _, _ = data
+    a = nearest_cosine_distance(query, ref, backend="faiss-ivf", nlist=32, nprobe=2, seed=3)
+    b = nearest_cosine_distance(query, ref, backend="faiss-ivf", nlist=32, nprobe=2, seed=3)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_default_nlist_rule():
+    assert default_nlist(10) == 1
+    assert default_nlist(3000) == 76  # 4*sqrt(3000)=219 -> 256, capped at 3000 // 39 = 76
+    assert default_nlist(1_000_000) == 4096
+
+
+@pytest.mark.parametrize("backend", ["torch", "faiss-flat"])
+def test_chunking_gives_identical_results(data, backend):
+    query, ref, _, _ = data
+    d0, i0 = nearest_cosine_distance(query, ref, backend=backend, return_index=True)
+    d1, i1 = nearest_cosine_distance(query, ref, backend=backend, query_chunk=7, reference_chunk=113, return_index=True)
+    d2, i2 = nearest_cosine_distance(query, ref, backend=backend, memory_mb=0.05, return_index=True)
+    np.testing.assert_allclose(d1, d0, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(d2, d0, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(i1, i0)
+    np.testing.assert_array_equal(i2, i0)
+
+
+def test_torch_tensors_are_accepted(data):
+    query, ref, d_true, _ = data
+    d = nearest_cosine_distance(torch.from_numpy(query), torch.from_numpy(ref), backend="torch")
+    np.testing.assert_allclose(d, d_true, atol=2e-6)
+
+
+def test_nan_query_rows_give_nan_and_bad_reference_rows_are_excluded(data):
+    query, ref, d_true, i_true = data
+    q = query[:50].copy()
+    q[3, 0] = np.nan
+    q[10] = 0.0
+    r = np.concatenate([np.full((1, 32), np.inf, np.float32), ref])
+    with pytest.warns(UserWarning) as rec:
+        d, i = nearest_cosine_distance(q, r, backend="torch", return_index=True)
+    messages = [str(w.message) for w in rec]
+    assert any(m.startswith("query: 2 of 50 rows contain NaN/inf or are all zero") for m in messages)
+    assert any(m.startswith("reference: 1 of 3001 rows contain NaN/inf") for m in messages)
+    assert np.isnan(d[[3, 10]]).all() and i[3] == -1 and i[10] == -1
+    ok = np.setdiff1d(np.arange(50), [3, 10])
+    np.testing.assert_allclose(d[ok], d_true[ok], atol=2e-6)
+    np.testing.assert_array_equal(i[ok], i_true[ok] + 1)  # indices refer to the original reference rows
+
+
+def test_non_normalised_input_is_normalised_with_a_warning(data):
+    query, ref, d_true, _ = data
+    with pytest.warns(UserWarning, match=r"query: 500 of 500 rows are not L2-normalised"):
+        d = nearest_cosine_distance(query * 3.0, ref, backend="faiss-flat")
+    np.testing.assert_allclose(d, d_true, atol=2e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # normalised input: no warning at all
+        nearest_cosine_distance(query, ref, backend="faiss-flat")
+
+
+def test_prepare_features_returns_mask_and_unit_rows():
+    x = np.array([[3.0, 4.0], [np.nan, 1.0], [0.0, 2.0]])
+    with pytest.warns(UserWarning):
+        y, dropped = prepare_features(x, "f")
+    assert dropped.tolist() == [False, True, False]
+    np.testing.assert_allclose(y[[0, 2]], [[0.6, 0.8], [0.0, 1.0]], atol=1e-7)
+    assert np.isnan(y[1]).all() and y.dtype == np.float32
+
+
+def test_bad_inputs_raise_one_line_errors(data):
+    query, ref, _, _ = data
+    with pytest.raises(IsoodError, match=r"^feature dimension mismatch: query has 16, reference has 32; pass features from the same encoder$"):
+        nearest_cosine_distance(query[:, :16], ref)
+    with pytest.raises(IsoodError, match=r"^reference set is empty"):
+        nearest_cosine_distance(query, np.zeros((0, 32), np.float32))
+    with pytest.warns(UserWarning), pytest.raises(IsoodError, match=r"^reference set is empty"):
+        nearest_cosine_distance(query, np.full((4, 32), np.nan, np.float32))
+    with pytest.raises(IsoodError, match=r"expected a 2-D array"):
+        nearest_cosine_distance(query[0], ref)
+    with pytest.raises(IsoodError, match=r"unknown shift backend 'annoy'"):
+        nearest_cosine_distance(query, ref, backend="annoy")
+    with pytest.raises(IsoodError, match=r"unknown option"):
+        nearest_cosine_distance(query, ref, k=5)
+    with pytest.raises(IsoodError) as info:
+        nearest_cosine_distance(query, ref[:, :8])
+    assert "\n" not in str(info.value)
+
+
+def test_empty_query_returns_empty(data):
+    _, ref, _, _ = data
+    assert nearest_cosine_distance(np.zeros((0, 32), np.float32), ref).shape == (0,)
+
+
+def test_shift_distances_matches_manual_laid_projection(data):
+    query, ref, _, _ = data
+    W = random_orthogonal(32, seed=5) * np.linspace(0.5, 1.5, 32)  # not orthogonal: halves need re-normalising
+    laid = LAID(W)
+    q = query.copy()
+    q[7] = np.nan
+    with pytest.warns(UserWarning, match="test features: 1 of 500"):
+        d_sem, d_cov = shift_distances(q, ref, laid, backend="faiss-flat")
+    ok = np.arange(500) != 7
+    qs, qc = laid.transform(query)
+    rs, rc = laid.transform(ref)
+    np.testing.assert_allclose(d_sem[ok], _brute(qs, rs)[0][ok], atol=3e-6)
+    np.testing.assert_allclose(d_cov[ok], _brute(qc, rc)[0][ok], atol=3e-6)
+    assert np.isnan(d_sem[7]) and np.isnan(d_cov[7])
+    # the two halves measure different things
+    assert np.abs(d_sem[ok] - d_cov[ok]).mean() > 0.05
+    with pytest.raises(IsoodError, match="LAID W is 32x32"):
+        shift_distances(query[:, :16], ref[:, :16], laid)
