@@ -216,9 +216,42 @@ def generate_syn(
 
 
 @app.command()
-def evaluate() -> None:
-    """Score OOD detectors per shift cell; metrics, heatmaps and a report."""
-    _not_built("evaluate", "issue: evaluation core")
+def evaluate(
+    splits: Path = typer.Option(..., help="A splits manifest (isood build-splits); must pass `isood verify`."),
+    id_test: str = typer.Option(..., "--id-test", help="ID test set: image folder with wnid sub-folders (or file list), or a precomputed-outputs folder."),
+    id_train: str = typer.Option(..., "--id-train", help="ID training set (fits MDS/KNN/ViM..., DER threshold): same forms as --id-test."),
+    model: Optional[str] = typer.Option(None, help="Classifier: a timm name, 'torchvision/<name>' or py:MODULE:FUNCTION (not needed with precomputed outputs)."),
+    out: Path = typer.Option(..., help="Output directory (evaluation manifest, plots, report.html, summary.md)."),
+    detectors: str = typer.Option("msp,maxlogit,energy,mds,knn", help="Comma-separated detectors, with parameters as name:key=value (e.g. knn:k=10)."),
+    syn: Optional[Path] = typer.Option(None, help="A Syn-IS manifest to evaluate as well (paths relative to it)."),
+    test_root: Optional[str] = typer.Option(None, help="Folder the --splits image paths are relative to (default: the manifest's test_root), or a precomputed-outputs folder."),
+    checkpoint: Optional[Path] = typer.Option(None, help="Local weights for --model (.safetensors / .pth); no download."),
+    num_classes: Optional[int] = typer.Option(None, help="Classifier head size with --checkpoint (default: the number of --id-train classes)."),
+    classes: Optional[Path] = typer.Option(None, help="The model's class wnids in logit order, one per line (default: sorted --id-train wnids, or ImageNet-1K order for 1000-class models)."),
+    batch_size: int = typer.Option(64, help="Images per batch."),
+    device: Optional[str] = typer.Option(None, help="cpu, cuda or cuda:N (default: cuda when available)."),
+    workers: int = typer.Option(0, help="DataLoader workers."),
+    cache_dir: Optional[str] = typer.Option(None, help="Model-output cache (default $ISOOD_CACHE_DIR/outputs)."),
+    sanity_random_model: bool = typer.Option(False, "--sanity-random-model", help="Also run the detectors on a randomly initialised copy of the model (AUROC vs AUROC_M)."),
+    na_threshold: int = typer.Option(10, help="A cell with fewer images (or marked N/A in the manifest) is N/A."),
+    der: bool = typer.Option(True, "--der/--no-der", help="Score the ID training set for DER95/DER99 (--no-der skips it)."),
+    plot_metrics: Optional[str] = typer.Option(None, help="Metrics to draw (heatmaps and level curves), comma-separated (default: all computed)."),
+    seed: int = typer.Option(0, help="Seed of the random re-initialisation (--sanity-random-model)."),
+) -> None:
+    """Score OOD detectors per shift cell; every metric, level curves, Table 1, heatmaps and a report."""
+    from isood.evaluation.job import EvaluateOptions, run_evaluate, summary_console_table
+
+    opts = EvaluateOptions(
+        splits=str(splits), out=str(out), id_test=id_test, id_train=id_train, model=model, detectors=detectors,
+        syn=str(syn) if syn else None, test_root=test_root, checkpoint=str(checkpoint) if checkpoint else None,
+        num_classes=num_classes, classes=str(classes) if classes else None, batch_size=batch_size, device=device,
+        workers=workers, cache_dir=cache_dir, sanity_random_model=sanity_random_model, na_threshold=na_threshold,
+        der=der, plot_metrics=plot_metrics, seed=seed,
+    )
+    r = run_evaluate(opts, console=console)
+    out_console.print(summary_console_table(r))
+    out_console.print(f"report: {out}/report.html; manifest: {out} ({r.manifest.kind} v{r.manifest.dataset_version}, "
+                      f"{r.seconds:.1f} s)", highlight=False, soft_wrap=True)
 
 
 @app.command()

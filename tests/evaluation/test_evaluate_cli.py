@@ -1,0 +1,261 @@
+"""`isood evaluate` end to end on a tiny timm model (random weights saved as a local checkpoint, no download) and
+tiny images made here, plus a tiny splits manifest; bad input gives one-line errors and never a manifest."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import manifests
+from isood.cli import app
+from isood.evaluation import metrics as M
+
+ID = ["n01440764", "n01443537", "n01484850"]
+OOD = ["n02084071", "n04399382"]
+SPEC = {(0, 0): 6, (0, 1): 6, (1, 0): 6, (1, 1): 2}  # (cov, sem) -> images; cov_1_sem_1 is N/A (< 5)
+
+
+def _image(path, colour, rng, shift=0.0):
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    a = np.clip(colour + shift + rng.normal(0, 25, (20, 20, 3)), 0, 255).astype(np.uint8)
+    Image.fromarray(a).save(path)
+
+
+def _splits_manifest(root, test_root, spec=SPEC, cells_override=None):
+    rows = []
+    for (c, s), n in spec.items():
+        for i in range(n):
+            w = ID[i % 3] if s == 0 else OOD[i % 2]
+            rows.append({"path": f"{w}/{w}_c{c}s{s}_{i}.png", "wnid": w, "d_sem": 0.1 + s, "d_cov": 0.1 + c,
+                         "sem_level": s, "cov_level": c, "cell": f"cov_{c}_sem_{s}"})
+    cells = pd.DataFrame([{"cell": f"cov_{c}_sem_{s}", "cov_level": c, "sem_level": s, "n": n, "na": n < 5}
+                          for (c, s), n in spec.items()])
+    if cells_override is not None:
+        cells = cells_override
+    edges = pd.DataFrame({"axis": ["sem"] * 3 + ["cov"] * 3, "level": [0, 1, 2] * 2, "value": [0.0, 1, 2] * 2})
+    return manifests.write_manifest(root, kind="splits", tables={"images": pd.DataFrame(rows), "cells": cells,
+                                                                 "edges": edges},
+                                    config={"test_root": str(test_root), "levels": 2}, argv=["test"])
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """ID train (6 per class) / ID test (3 per class) folders, test images of the splits, checkpoints."""
+    import timm
+    from safetensors.torch import save_file
+
+    root = tmp_path_factory.mktemp("evaluate")
+    rng = np.random.default_rng(0)
+    colour = {w: rng.integers(30, 225, 3) for w in ID + OOD}
+    for w in ID:
+        for i in range(6):
+            _image(root / "train" / w / f"{w}_{i}.png", colour[w], rng)
+        for i in range(3):
+            _image(root / "val" / w / f"{w}_{i}.png", colour[w], rng)
+    for (c, s), n in SPEC.items():
+        for i in range(n):
+            w = ID[i % 3] if s == 0 else OOD[i % 2]
+            _image(root / "test" / w / f"{w}_c{c}s{s}_{i}.png", colour[w], rng, shift=60.0 * c)
+    _splits_manifest(root / "splits", root / "test")
+    syn_rows = []
+    for s, n in ((0, 5), (1, 5)):  # a Syn-IS manifest: 2 cells on covariate level 1, images inside it
+        for i in range(n):
+            w = ID[i % 3] if s == 0 else OOD[i % 2]
+            rel = f"images/sdxl-art/{w}_{s}_{i}.png"
+            _image(root / "syn" / rel, colour[w], rng, shift=-50.0)
+            syn_rows.append({"path": rel, "wnid": w, "sem_level": s, "cov_level": 1, "cell": f"cov_1_sem_{s}"})
+    manifests.write_manifest(root / "syn", kind="syn-is", tables={
+        "images": pd.DataFrame(syn_rows),
+        "cells": pd.DataFrame({"cell": ["cov_1_sem_0", "cov_1_sem_1"], "cov_level": [1, 1], "sem_level": [0, 1],
+                               "n": [5, 5], "na": [False, False]})},
+        config={}, existing_files=[r["path"] for r in syn_rows], argv=["test"])
+    for name, n_classes in (("test_resnet", 3), ("test_vit", 3), ("test_resnet5", 5)):
+        torch.manual_seed(0)
+        model = timm.create_model(name.rstrip("5"), pretrained=False, num_classes=n_classes)
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(root / f"{name}.safetensors"))
+    return root
+
+
+def _args(world, out, *extra, model="test_resnet", ckpt="test_resnet"):
+    return ["evaluate", "--splits", str(world / "splits"), "--id-test", str(world / "val"), "--id-train",
+            str(world / "train"), "--model", model, "--checkpoint", str(world / f"{ckpt}.safetensors"),
+            "--na-threshold", "5", "--cache-dir", str(world / "cache"), "--plot-metrics", "auroc",
+            "--out", str(out), *extra]
+
+
+def _invoke(args):
+    torch.set_num_threads(1)
+    return CliRunner().invoke(app, args)
+
+
+def _direct_msp(world, paths):
+    """MSP of the checkpointed model on these images, computed here with timm's own preprocessing."""
+    import timm
+    import timm.data
+    from PIL import Image
+
+    model = timm.create_model("test_resnet", pretrained=False, num_classes=3,
+                              checkpoint_path=str(world / "test_resnet.safetensors")).eval()
+    tf = timm.data.create_transform(**timm.data.resolve_data_config(model=model))
+    x = torch.stack([tf(Image.open(p).convert("RGB")) for p in paths])
+    with torch.no_grad():
+        return torch.softmax(model(x), dim=1).max(dim=1).values.numpy()
+
+
+def test_evaluate_end_to_end_with_sanity_model(world, tmp_path):
+    out = tmp_path / "ev"
+    r = _invoke(_args(world, out, "--detectors", "msp,energy,knn:k=5,mds,ash", "--sanity-random-model",
+                      "--syn", str(world / "syn")))
+    assert r.exit_code == 0, r.output
+    assert manifests.verify(out).ok
+    m = manifests.read(out)
+    assert m.kind == "evaluation"
+    both = m.frame("cell_metrics")
+    syn = both[both["dataset"] == "syn-is"]
+    assert sorted(syn["cell"].unique()) == ["cov_1_sem_0", "cov_1_sem_1"] and not syn["na"].any()
+    per_cell = both[both["dataset"] == "splits"].reset_index(drop=True)
+    assert sorted(per_cell["detector"].unique()) == ["ash", "energy", "knn", "mds", "msp"]
+    assert len(per_cell) == 5 * 4 and len(syn) == 5 * 2
+    na = per_cell[per_cell["cell"] == "cov_1_sem_1"]
+    assert na["na"].all() and na["auroc"].isna().all() and (na["n"] == 2).all()
+    assert not per_cell.loc[per_cell["cell"] != "cov_1_sem_1", "auroc"].isna().any()
+
+    # per-image MSP equals the model's softmax maximum computed directly
+    scores = m.frame("scores")
+    id_rows = scores[scores["dataset"] == "id_test"]
+    assert np.allclose(id_rows["msp"], _direct_msp(world, [world / "val" / p for p in id_rows["path"]]), atol=1e-5)
+    cell_rows = scores[scores["cell"] == "cov_0_sem_1"]
+    assert np.allclose(cell_rows["msp"], _direct_msp(world, [world / "test" / p for p in cell_rows["path"]]),
+                       atol=1e-5)
+    # the cell's metrics are the metrics of those scores
+    got = per_cell.query("detector == 'msp' and cell == 'cov_0_sem_1'").iloc[0]
+    assert got["auroc"] == pytest.approx(M.auroc(id_rows["msp"], cell_rows["msp"]))
+    assert got["fpr95"] == pytest.approx(M.fpr_at_tpr(id_rows["msp"], cell_rows["msp"]))
+    assert got["auroc_m"] == pytest.approx(M.auroc_model(id_rows["msp"], cell_rows["msp"],
+                                                         id_correct=id_rows["correct"], ood_correct=cell_rows["correct"]))
+    # labels: ID-class test images keep their class index (sorted wnids), OOD classes are -1
+    labels = dict(zip(cell_rows["path"].str.split("/").str[0], cell_rows["label"]))
+    assert set(labels.values()) == {-1}
+    sem0 = scores[scores["cell"] == "cov_0_sem_0"]
+    assert set(sem0["label"]) == {0, 1, 2}
+
+    syn_scores = scores[scores["dataset"] == "syn-is"]
+    assert np.allclose(syn_scores["msp"], _direct_msp(world, [world / "syn" / p for p in syn_scores["path"]]),
+                       atol=1e-5)
+
+    # sanity check: random-init model next to the trained one
+    sanity = m.frame("sanity").query("dataset == 'splits'").set_index("detector")
+    assert set(sanity.columns) >= {"auroc", "auroc_random", "auroc_m", "auroc_m_random"}
+    rand = m.frame("cell_metrics_random")
+    assert len(rand) == len(both)
+    assert not np.allclose(rand["auroc"].dropna(), both["auroc"].dropna())
+    assert sanity.loc["msp", "auroc"] == pytest.approx(per_cell.query("detector == 'msp' and not na")["auroc"].mean())
+
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 2 * (5 + 2) and "http" not in html
+    assert (out / "summary.md").read_text().startswith("# isood evaluation: test_resnet")
+    assert "msp" in r.output and "report:" in r.output
+
+    # a second evaluation with another detector does no forward pass: the output cache is reused
+    cached = sorted((p.relative_to(world / "cache"), p.stat().st_mtime_ns) for p in (world / "cache").rglob("*"))
+    r2 = _invoke(_args(world, tmp_path / "ev2", "--detectors", "maxlogit"))
+    assert r2.exit_code == 0, r2.output
+    again = sorted((p.relative_to(world / "cache"), p.stat().st_mtime_ns) for p in (world / "cache").rglob("*"))
+    assert again == cached
+
+
+def test_precomputed_outputs_need_no_model(tmp_path):
+    from isood.evaluation.job import save_outputs
+
+    rng = np.random.default_rng(1)
+
+    def outputs(name, wnids, shift):
+        logits = rng.normal(0, 1, (len(wnids), 3)) + shift * np.eye(3)[[ID.index(w) if w in ID else 0 for w in wnids]]
+        idx = pd.DataFrame({"path": [f"{w}/{name}_{i}.png" for i, w in enumerate(wnids)], "wnid": wnids})
+        save_outputs(tmp_path / name, idx, logits=logits, features=rng.normal(size=(len(wnids), 4)))
+        return idx, logits
+
+    outputs("train", [ID[i % 3] for i in range(30)], 4.0)
+    val_idx, val_logits = outputs("val", [ID[i % 3] for i in range(12)], 4.0)
+    # test outputs keyed by the manifest's paths
+    spec = {(0, 0): 6, (0, 1): 6}
+    m = _splits_manifest(tmp_path / "splits", tmp_path / "unused", spec)
+    images = m.frame("images")
+    t_logits = rng.normal(0, 1, (len(images), 3)) + 4.0 * (images["sem_level"].to_numpy() == 0)[:, None] * np.eye(3)[0]
+    save_outputs(tmp_path / "test", images[["path", "wnid"]], logits=t_logits, features=rng.normal(size=(12, 4)))
+    out = tmp_path / "ev"
+    r = _invoke(["evaluate", "--splits", str(tmp_path / "splits"), "--id-train", str(tmp_path / "train"),
+                 "--id-test", str(tmp_path / "val"), "--test-root", str(tmp_path / "test"), "--detectors",
+                 "msp,knn:k=3", "--na-threshold", "5", "--plot-metrics", "auroc", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    per_cell = manifests.read(out).frame("cell_metrics").set_index(["detector", "cell"])
+    msp = lambda z: np.exp(z - z.max(1, keepdims=True)).max(1) / np.exp(z - z.max(1, keepdims=True)).sum(1)  # noqa: E731
+    sem1 = (images["sem_level"] == 1).to_numpy()
+    assert per_cell.loc[("msp", "cov_0_sem_1"), "auroc"] == pytest.approx(M.auroc(msp(val_logits), msp(t_logits[sem1])))
+    # a detector needing the fc layer cannot run on outputs without it
+    r = _invoke(["evaluate", "--splits", str(tmp_path / "splits"), "--id-train", str(tmp_path / "train"),
+                 "--id-test", str(tmp_path / "val"), "--test-root", str(tmp_path / "test"), "--detectors", "react",
+                 "--out", str(tmp_path / "ev3")])
+    assert r.exit_code == 2 and "detector 'react' needs fc" in r.output
+
+
+def _one_line_error(result) -> str:
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.output.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+    return lines[0]
+
+
+def test_manifest_failing_verification_is_refused(world, tmp_path):
+    import shutil
+
+    bad = tmp_path / "splits"
+    shutil.copytree(world / "splits", bad)
+    images = pd.read_parquet(bad / "data" / "images.parquet")
+    images.loc[0, "cov_level"] = 1
+    images.to_parquet(bad / "data" / "images.parquet")
+    args = _args(world, tmp_path / "ev", "--detectors", "msp")
+    args[args.index("--splits") + 1] = str(bad)
+    line = " ".join(_invoke(args).output.split())
+    assert "fails verification" in line and "changed: data/images.parquet" in line
+    assert not (tmp_path / "ev").exists()
+
+
+def test_detector_needing_feature_maps_on_a_vit(world, tmp_path):
+    r = _invoke(_args(world, tmp_path / "ev", "--detectors", "msp,ash", model="test_vit", ckpt="test_vit"))
+    line = " ".join(_one_line_error(r).split())
+    assert "detector 'ash' needs feature_maps" in line and "test_vit" in line
+    assert not (tmp_path / "ev" / "manifest.json").exists()
+
+
+def test_class_count_mismatch(world, tmp_path):
+    r = _invoke(_args(world, tmp_path / "ev", "--detectors", "msp", "--num-classes", "5", ckpt="test_resnet5"))
+    line = " ".join(_one_line_error(r).split())
+    assert "class-count mismatch" in line and "5 classes" in line and "3 class folders" in line
+
+
+def test_empty_cell_is_an_error_and_nothing_is_written(world, tmp_path):
+    cells = pd.DataFrame([{"cell": "cov_0_sem_0", "cov_level": 0, "sem_level": 0, "n": 6, "na": False},
+                          {"cell": "cov_0_sem_1", "cov_level": 0, "sem_level": 1, "n": 6, "na": False},
+                          {"cell": "cov_1_sem_0", "cov_level": 1, "sem_level": 0, "n": 6, "na": False},
+                          {"cell": "cov_1_sem_1", "cov_level": 1, "sem_level": 1, "n": 2, "na": True},
+                          {"cell": "cov_0_sem_2", "cov_level": 0, "sem_level": 2, "n": 12, "na": False}])
+    _splits_manifest(tmp_path / "splits", world / "test", cells_override=cells)
+    args = _args(world, tmp_path / "ev", "--detectors", "msp")
+    args[args.index("--splits") + 1] = str(tmp_path / "splits")
+    line = " ".join(_one_line_error(_invoke(args)).split())
+    assert "detector 'msp'" in line and "cell cov_0_sem_2" in line and "no image has a score" in line
+    assert not (tmp_path / "ev" / "manifest.json").exists()
+
+
+def test_unknown_detector_and_missing_images(world, tmp_path):
+    line = _one_line_error(_invoke(_args(world, tmp_path / "ev", "--detectors", "msp,nope")))
+    assert "unknown detector 'nope'" in line
+    args = _args(world, tmp_path / "ev", "--detectors", "msp", "--test-root", str(tmp_path))
+    line = " ".join(_one_line_error(_invoke(args)).split())
+    assert "20 of 20 images are missing" in line and "--test-root" in line
