@@ -30,7 +30,7 @@ __all__ = ["LAID", "fit_laid", "make_text_triplets", "text_set_hash", "DEFAULT_F
 
 #: Defaults of :func:`fit_laid`, chosen on the planted world (``isood.simulate.make_planted_world()``, D=64,
 #: 4,000 triplets), where they recover the planted semantic subspace with mean cos^2 of principal angles
-#: ~0.999 over seeds 0-2 (tests assert >= 0.95; a random orthogonal W gives ~0.5) in ~1 s on one CPU core:
+#: ~0.999 over seeds 0-2 (tests assert >= 0.95; a random orthogonal W gives ~0.5) in 1-2 s on one CPU core:
 #: - margin 1.0: the cosine distance between unrelated texts is ~1, so the hinge stays active for nearly every
 #:   triplet and keeps cleaning the halves; smaller margins switch off early and leave some covariate
 #:   directions in the semantic half (measured recovery: m=0.7 -> 0.994, m=0.5 -> 0.988).
