@@ -4,6 +4,8 @@
 2. A planted world (isood.simulate): LAID is fitted on its text triplets, then the real `build-splits` path runs
    on its precomputed image features; the measured shifts are compared with the planted ones, next to a random
    orthogonal W as the baseline.
+3. Evaluation (isood.evaluation.planted): a linear classifier on the planted ID features, OOD detectors scored per
+   measured cell of the splits manifest, heatmaps and report; MSP's AUROC per semantic level is printed.
 """
 
 from __future__ import annotations
@@ -136,5 +138,13 @@ def run_demo(out: str | Path = "demo-out", seed: int = 0, console: Console | Non
     cells = result.cells
     console.print(f"splits: {result.n_test} test images in {len(cells)} cells ({int(cells['na'].sum())} N/A), "
                   f"LAID fit {report.extra['fit_seconds']} s, ||W^T W - I|| = {report.extra['orthogonality_error']:.4f}")
+    from isood.evaluation.planted import evaluate_planted, planted_table
+
+    with console.status("Evaluation: OOD detectors per cell on the planted world"):
+        ev = evaluate_planted(world, result.manifest, out / "evaluation", seed=seed)
+    console.print(planted_table(ev))
+    report.extra.update(msp_auroc_by_sem_level=ev.msp_by_level()["measured"].round(4).tolist())
+    console.print(f"evaluation: {out}/evaluation/report.html ({len(ev.evaluation.detectors)} detectors, "
+                  f"{int((~ev.evaluation.per_cell['na']).sum()) // len(ev.evaluation.detectors)} measured cells)")
     console.print(f"manifests under {out}/ (verify with `isood verify {out}/splits`); total {time.perf_counter() - t0:.1f} s")
     return report
