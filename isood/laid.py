@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import struct
 import time
 import warnings
 from pathlib import Path
@@ -168,19 +169,29 @@ class LAID:
     def _sidecar(path: Path) -> Path:
         return path.with_suffix(".json")
 
-    def save(self, path: str | Path) -> Path:
-        """Write W (and the loss history) to ``path`` (safetensors) and the config to ``<path stem>.json``."""
-        from safetensors.numpy import save_file
+    def files(self, name: str = "laid.safetensors") -> dict[str, bytes]:
+        """``{name: safetensors bytes, <stem>.json: config sidecar}``; identical W, history and config give
+        identical bytes (the safetensors header is written with sorted keys)."""
+        from safetensors.numpy import save
 
-        path = Path(path)
         tensors = {"W": np.ascontiguousarray(self.W)}
         for k, v in self.history.items():
             tensors[f"history.{k}"] = np.ascontiguousarray(v)
         meta = {"format": "isood.laid", "config": json.dumps(self.config, sort_keys=True)}
-        save_file(tensors, str(path), metadata=meta)
         side = dict(self.config)
         side["orthogonality_error"] = self.orthogonality_error
-        self._sidecar(path).write_text(json.dumps(side, indent=2, sort_keys=True) + "\n")
+        return {
+            name: _canonical_safetensors(save(tensors, metadata=meta)),
+            Path(name).with_suffix(".json").name: (json.dumps(side, indent=2, sort_keys=True) + "\n").encode(),
+        }
+
+    def save(self, path: str | Path) -> Path:
+        """Write W (and the loss history) to ``path`` (safetensors) and the config to ``<path stem>.json``."""
+        from manifests import atomic_write_bytes
+
+        path = Path(path)
+        for name, data in self.files(path.name).items():
+            atomic_write_bytes(path.with_name(name), data)
         return path
 
     @classmethod
@@ -206,6 +217,17 @@ class LAID:
 
     def __repr__(self) -> str:
         return f"LAID(dim={self.dim}, orthogonality_error={self.orthogonality_error:.3g})"
+
+
+def _canonical_safetensors(data: bytes) -> bytes:
+    """The same safetensors bytes with the JSON header's keys sorted: safetensors writes ``__metadata__`` from
+    a Rust HashMap, so with two or more metadata keys the byte order (and file hash) varies from call to call."""
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8 : 8 + n])
+    text = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    if len(text) > n:  # cannot happen for a header serde_json wrote compactly; keep the original then
+        return data
+    return data[:8] + text + b" " * (n - len(text)) + data[8 + n :]
 
 
 def _initial_W(init: Any, dim: int, gen: torch.Generator) -> torch.Tensor:

@@ -25,7 +25,6 @@ relative paths are relative to the TOML file); options given on the command line
 from __future__ import annotations
 
 import os
-import tempfile
 import tomllib
 import warnings
 from dataclasses import asdict, dataclass, field, fields
@@ -463,27 +462,8 @@ def train_laid_from_labels(encoder, labels: list[str], *, labels_from: str, trip
 
 
 def laid_files(laid) -> dict[str, bytes]:
-    """laid.safetensors + laid.json as bytes (written by LAID.save into a temp folder)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        p = laid.save(Path(tmp) / "laid.safetensors")
-        return {"laid.safetensors": canonical_safetensors(p.read_bytes()), "laid.json": p.with_suffix(".json").read_bytes()}
-
-
-def canonical_safetensors(data: bytes) -> bytes:
-    """The same safetensors file with its JSON header keys sorted.
-
-    safetensors writes ``__metadata__`` from a Rust HashMap, so with two or more metadata keys their order (and
-    the file's bytes and hash) changes from call to call; sorting makes identical content give identical bytes.
-    """
-    import json
-    import struct
-
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8 : 8 + n])
-    text = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-    if len(text) > n:  # cannot happen for a header serde_json wrote compactly; keep the original then
-        return data
-    return data[:8] + text + b" " * (n - len(text)) + data[8 + n :]
+    """laid.safetensors + laid.json as bytes, as the splits and Syn-IS manifests store them."""
+    return laid.files("laid.safetensors")
 
 
 def _fit_with_progress(fit_laid: Callable, A, S, C, texts, options, progress: bool):
