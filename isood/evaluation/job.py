@@ -660,11 +660,15 @@ def _evaluate(scores, sets: Mapping[str, _Set], detectors, opts: EvaluateOptions
         ood_correct = scores.predictions[ds] == s.labels if id_correct is not None else None
         for det in detectors:
             train = scores.scores[det].get(ID_TRAIN) if train_correct is not None else None
-            parts.append(evaluate_cells(
-                scores.scores[det][ID_TEST], scores.scores[det][ds], s.images, detector=det, dataset=ds,
-                id_correct=id_correct, ood_correct=ood_correct, train_scores=train,
-                train_correct=train_correct if train is not None else None, na=s.cells,
-                na_threshold=opts.na_threshold))
+            try:
+                parts.append(evaluate_cells(
+                    scores.scores[det][ID_TEST], scores.scores[det][ds], s.images, detector=det, dataset=ds,
+                    id_correct=id_correct, ood_correct=ood_correct, train_scores=train,
+                    train_correct=train_correct if train is not None else None, na=s.cells,
+                    na_threshold=opts.na_threshold))
+            except ValueError as e:  # e.g. non-finite scores of a detector, a cells table of another manifest
+                msg = str(e) if f"'{det}'" in str(e) else f"detector '{det}' on {ds}: {e}"
+                raise IsoodError(msg) from None
     return CellEvaluation(pd.concat(parts, ignore_index=True))
 
 
