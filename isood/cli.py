@@ -118,19 +118,48 @@ def extract(
     clip: str = typer.Option(..., help="CLIP encoder: MODEL:PRETRAINED (e.g. ViT-B-32:openai), local-dir:PATH or hf-hub:ORG/REPO."),
     out: Path = typer.Option(..., help="Output directory (features manifest; rerun to resume)."),
     batch_size: int = typer.Option(64, help="Images per batch."),
-    workers: Optional[int] = typer.Option(None, help="DataLoader workers (default: min(8, CPUs - 1))."),
+    workers: Optional[int] = typer.Option(None, help="Local engine: DataLoader workers (default: min(8, CPUs - 1)). Ray engine: model actors (default: one per GPU, else per CPU)."),
     shard_size: int = typer.Option(10_000, help="Images per features-NNNNN.npy shard (the unit of resuming)."),
     device: Optional[str] = typer.Option(None, help="cpu, cuda or cuda:N (default: cuda when available; AMP on CUDA)."),
+    engine: str = typer.Option("local", help="local (this process) or ray (Ray Data actors; pip install 'isood[ray]')."),
+    ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join (auto, HOST:PORT, ray://HOST:10001; default: $RAY_ADDRESS, else a local one)."),
+    num_gpus_per_worker: Optional[float] = typer.Option(None, help="GPUs per Ray actor (default: 1 when the cluster has GPUs, else 0)."),
+    num_shards: int = typer.Option(1, help="Job arrays: split the feature shards over this many tasks (merge with `isood merge`)."),
+    shard_index: int = typer.Option(0, help="Job arrays: this task's index, 0..num-shards-1 (e.g. $SLURM_ARRAY_TASK_ID)."),
 ) -> None:
     """Extract L2-normalised CLIP image features into resumable shards (unreadable images are listed, not fatal)."""
     from isood.features import extract_features
 
-    r = extract_features(images, clip, out, batch_size=batch_size, workers=workers, shard_size=shard_size, device=device)
+    ray = None
+    if engine == "ray":
+        from isood.distributed import RayOptions
+
+        ray = RayOptions(address=ray_address, workers=workers, num_gpus_per_worker=num_gpus_per_worker)
+    r = extract_features(images, clip, out, batch_size=batch_size, workers=workers, shard_size=shard_size, device=device,
+                         engine=engine, ray=ray, num_shards=num_shards, shard_index=shard_index)
+    part = f" (part {shard_index} of {num_shards}: merge with `isood merge`)" if num_shards > 1 else ""
     out_console.print(
         f"{r.n_images} images -> {r.embed_dim}-d features, {r.n_rejected} rejected; "
-        f"shards written {len(r.shards_written)}, reused {len(r.shards_reused)}; manifest: {out}",
+        f"shards written {len(r.shards_written)}, reused {len(r.shards_reused)}; manifest: {out}{part}",
         highlight=False,
     )
+
+
+@app.command()
+def merge(
+    parts: List[Path] = typer.Argument(..., help="The part directories of one job array (written with --num-shards N --shard-index i)."),
+    out: Path = typer.Option(..., help="Output directory: the manifest a single run writes."),
+) -> None:
+    """Combine the parts of a job array (`isood extract` / `isood generate-syn` with --num-shards) into one verified manifest."""
+    import manifests
+    from isood.shards import merge_parts
+
+    m = merge_parts(parts, out)
+    report = manifests.verify(out)
+    if not report.ok:
+        raise IsoodError(f"merged manifest {out} fails verification: {'; '.join(report.lines()[:3])}")
+    out_console.print(f"merged {len(parts)} parts -> {out} ({m.kind} v{m.dataset_version}, {len(m.meta['files'])} files verified)",
+                      highlight=False, soft_wrap=True)
 
 
 @app.command("build-splits")
@@ -197,6 +226,12 @@ def generate_syn(
     blocklist: Optional[Path] = typer.Option(None, help="Extra prompt blocklist terms, one per line."),
     default_blocklist: bool = typer.Option(True, help="Use the built-in prompt blocklist."),
     safety_checker: Optional[str] = typer.Option(None, help="Image safety checker package.module:function (image, item) -> reason|None."),
+    engine: str = typer.Option("local", help="local (this process) or ray (SDXL on Ray Data actors; pip install 'isood[ray]'; --out on a shared file system)."),
+    ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join (auto, HOST:PORT, ray://HOST:10001; default: $RAY_ADDRESS, else a local one)."),
+    num_gpus_per_worker: Optional[float] = typer.Option(None, help="GPUs per Ray actor (default: 1 when the cluster has GPUs, else 0)."),
+    workers: Optional[int] = typer.Option(None, help="Ray actors, one pipeline each (default: one per GPU, else per CPU)."),
+    num_shards: int = typer.Option(1, help="Job arrays: split the pipeline batches over this many tasks (merge with `isood merge`)."),
+    shard_index: int = typer.Option(0, help="Job arrays: this task's index, 0..num-shards-1 (e.g. $SLURM_ARRAY_TASK_ID)."),
     out: Path = typer.Option(..., help="Output Syn-IS manifest directory."),
 ) -> None:
     """Syn-IS: style x label prompts binned by shift, generated with SDXL-Turbo."""
@@ -208,7 +243,8 @@ def generate_syn(
         per_cell=per_cell, images_per_prompt=images_per_prompt, pipeline=pipeline, size=size, steps=steps,
         guidance_scale=guidance_scale, batch_size=batch_size, seed=seed, prompts_only=prompts_only, device=device,
         blocklist=str(blocklist) if blocklist else None, default_blocklist=default_blocklist,
-        safety_checker=safety_checker,
+        safety_checker=safety_checker, engine=engine, ray_address=ray_address, num_gpus_per_worker=num_gpus_per_worker,
+        workers=workers, num_shards=num_shards, shard_index=shard_index,
     )
     result = run_generate_syn(opts)
     out_console.print(summary_table(result))

@@ -372,6 +372,18 @@ def _batches(indices: Iterable[int], batch_size: int) -> list[list[int]]:
     return [idx[s : s + b] for s in range(0, len(idx), b)]
 
 
+def encode_image_batch(encoder: ClipEncoder, batch) -> np.ndarray:
+    """L2-normalised features (n, D) of one preprocessed image batch (a tensor, or None for an empty batch):
+    the forward pass both extraction engines (local, Ray) run."""
+    import torch
+
+    if batch is None:
+        return np.empty((0, encoder.embed_dim), np.float32)
+    with torch.inference_mode(), _autocast(encoder.device):
+        f = encoder.model.encode_image(batch.to(encoder.device, non_blocking=True))
+    return _normalise(f)
+
+
 def _encode_batches(encoder, dataset, batches, workers, progress, on_batch=None, description="encoding images"):
     import torch
 
@@ -380,12 +392,7 @@ def _encode_batches(encoder, dataset, batches, workers, progress, on_batch=None,
     with _progress(progress) as bar, torch.inference_mode():
         task = bar.add_task(description, total=total)
         for idx, batch, errors in _loader(dataset, batches, workers, encoder.device):
-            if batch is not None:
-                with _autocast(encoder.device):
-                    f = encoder.model.encode_image(batch.to(encoder.device, non_blocking=True))
-                f = _normalise(f)
-            else:
-                f = np.empty((0, encoder.embed_dim), np.float32)
+            f = encode_image_batch(encoder, batch)
             bar.advance(task, len(idx) + len(errors))
             if on_batch is None:
                 feats.append(f)
@@ -546,6 +553,15 @@ class ExtractResult:
     embed_dim: int
 
 
+ENGINES = ("local", "ray")
+PART_KIND = "features-part"
+
+
+def _shard_files(shards: Iterable[int]) -> list[str]:
+    shards = list(shards)
+    return [SHARD_NAME.format(k) for k in shards] + [SHARD_ROWS_NAME.format(k) for k in shards]
+
+
 def extract_features(
     images: str | os.PathLike,
     clip: str | ClipEncoder,
@@ -558,33 +574,64 @@ def extract_features(
     progress: bool = True,
     on_shard: Callable[[int], None] | None = None,
     argv: list[str] | None = None,
+    engine: str = "local",
+    ray=None,
+    num_shards: int = 1,
+    shard_index: int = 0,
 ) -> ExtractResult:
     """Extract L2-normalised CLIP image features of ``images`` (dataset root or file list) into ``out``.
 
     Resumable: complete shards (same model, same member files and sizes) are kept; others are (re)computed.
     ``on_shard(k)`` is called after shard k is written (tests use it to interrupt a run).
+
+    ``engine``: ``"local"`` runs the model in this process (``workers`` DataLoader workers decode images);
+    ``"ray"`` runs a Ray Data pipeline (:mod:`isood.distributed`; ``workers`` actors, each holding one copy of
+    the model; ``ray`` an :class:`isood.distributed.RayOptions`); both write the same shards and manifest.
+    ``num_shards``/``shard_index``: one task of a job array (:mod:`isood.shards`): only shards k with
+    ``k % num_shards == shard_index``, into a ``features-part`` manifest for ``isood merge``.
     """
     import manifests
+    from isood.shards import check_shard_args, part_info, selected_units
 
     if shard_size < 1 or batch_size < 1:
         raise IsoodError("--shard-size and --batch-size must be >= 1")
+    check_shard_args(num_shards, shard_index)
+    if engine not in ENGINES:
+        raise IsoodError(f"unknown engine {engine!r}; pass --engine local or --engine ray")
+    if engine == "ray":
+        from isood.distributed import RayOptions, require_ray
+
+        require_ray()
+        ray = ray if ray is not None else RayOptions(workers=workers)
+        ray.check_device(device)
     source = list_images(images)
-    check_output_kind(Path(out), "features")
-    encoder = clip if isinstance(clip, ClipEncoder) else load_clip(clip, device)
-    workers = default_workers() if workers is None else int(workers)
     out = Path(out)
+    kind = "features" if num_shards == 1 else PART_KIND
+    check_output_kind(out, kind)
+    if engine == "ray":  # the driver never loads the model: the actors do
+        spec = clip.spec if isinstance(clip, ClipEncoder) else str(clip).strip()
+        encoder, identity = None, parse_clip_spec(spec)[2]
+        workers, device_name = ray.workers, ray.device_name(device)
+    else:
+        encoder = clip if isinstance(clip, ClipEncoder) else load_clip(clip, device)
+        spec, identity = encoder.spec, encoder.identity
+        workers = default_workers() if workers is None else int(workers)
+        device_name = str(encoder.device)
     out.mkdir(parents=True, exist_ok=True)
     n = len(source.files)
     n_shards = (n + shard_size - 1) // shard_size
     rels = source.table["path"].tolist()
     wnids = source.table["wnid"].tolist()
+    mine = selected_units(n_shards, num_shards, shard_index)
 
-    keys, done, todo = [], {}, []
-    for k in range(n_shards):
-        lo, hi = k * shard_size, min(n, (k + 1) * shard_size)
-        key = _shard_key(encoder.identity, rels[lo:hi], source.sizes[lo:hi])
-        keys.append(key)
-        rows = _shard_complete(out, k, key)
+    def bounds(k: int) -> tuple[int, int]:
+        return k * shard_size, min(n, (k + 1) * shard_size)
+
+    keys, done, todo = {}, {}, []
+    for k in mine:
+        lo, hi = bounds(k)
+        keys[k] = _shard_key(identity, rels[lo:hi], source.sizes[lo:hi])
+        rows = _shard_complete(out, k, keys[k])
         if rows is None:
             todo.append(k)
         else:
@@ -596,62 +643,154 @@ def extract_features(
     if todo:
         for k in todo:  # an old complete-looking shard must not survive beside a new rows file
             (out / SHARD_NAME.format(k)).unlink(missing_ok=True)
-        batches = []
-        for k in todo:
-            lo, hi = k * shard_size, min(n, (k + 1) * shard_size)
-            batches.extend(_batches(range(lo, hi), batch_size))
-        dataset = ImageFiles(source.files, encoder.preprocess, names=rels)
-        pending: dict[int, dict] = {k: {"feats": [], "ok": [], "bad": [], "left": min(n, (k + 1) * shard_size) - k * shard_size} for k in todo}
+        pending: dict[int, dict] = {k: {"feats": [], "ok": [], "bad": [], "left": bounds(k)[1] - bounds(k)[0]} for k in todo}
 
         def on_batch(idx, feats, errors):
-            first = (idx or [errors[0][0]])[0]
-            k = first // shard_size
-            st = pending[k]
-            st["feats"].append(feats)
-            st["ok"].extend(idx)
-            st["bad"].extend(errors)
-            st["left"] -= len(idx) + len(errors)
-            if st["left"] == 0:
-                rows = _shard_rows(k, shard_size, n, rels, wnids, st)
-                _write_shard(out, k, keys[k], rows, np.concatenate(st["feats"]))
-                done[k] = rows
-                written.append(k)
-                del pending[k]
-                if on_shard is not None:
-                    on_shard(k)
+            """Results of some images (a batch; under Ray it may span shards): a shard is written when complete,
+            its rows in file order whatever order its batches arrived in."""
+            parts: dict[int, tuple[list, list, list]] = {}
+            for r, i in enumerate(idx):
+                part = parts.setdefault(i // shard_size, ([], [], []))
+                part[0].append(i)
+                part[1].append(r)
+            for i, err in errors:
+                parts.setdefault(i // shard_size, ([], [], []))[2].append((i, err))
+            for k, (ok, rows_of_batch, bad) in parts.items():
+                st = pending[k]
+                st["feats"].append(feats if len(rows_of_batch) == len(feats) else feats[rows_of_batch])
+                st["ok"].extend(ok)
+                st["bad"].extend(bad)
+                st["left"] -= len(ok) + len(bad)
+                if st["left"] == 0:
+                    shard_feats = np.concatenate(st["feats"])
+                    if st["ok"] != sorted(st["ok"]):
+                        order = np.argsort(st["ok"], kind="stable")
+                        shard_feats, st["ok"] = shard_feats[order], [st["ok"][j] for j in order]
+                    rows = _shard_rows(k, shard_size, n, rels, wnids, st)
+                    _write_shard(out, k, keys[k], rows, shard_feats)
+                    done[k] = rows
+                    written.append(k)
+                    del pending[k]
+                    if on_shard is not None:
+                        on_shard(k)
 
-        _encode_batches(encoder, dataset, batches, workers, progress, on_batch=on_batch,
-                        description=f"extracting {source.source.name}")
+        description = f"extracting {source.source.name}"
+        if engine == "ray":
+            from isood.distributed import encode_images_ray
 
+            encode_images_ray(source.files, rels, [bounds(k) for k in todo], spec, batch_size=batch_size, options=ray,
+                              device=device, on_batch=on_batch, progress=progress, description=description)
+        else:
+            batches = []
+            for k in todo:
+                batches.extend(_batches(range(*bounds(k)), batch_size))
+            dataset = ImageFiles(source.files, encoder.preprocess, names=rels)
+            _encode_batches(encoder, dataset, batches, workers, progress, on_batch=on_batch, description=description)
+        if pending:
+            raise IsoodError(f"{out}: shard(s) {sorted(pending)} did not receive every image; rerun to resume")
+
+    embed_dim = encoder.embed_dim if encoder is not None else _shards_dim(out, mine)
+    _cleanup_stale_shards(out, set(mine))
+    manifests.unpark(out)
+    config = {
+        "images": str(source.source), "source_kind": source.kind, "clip": spec, "clip_identity": identity,
+        "embed_dim": embed_dim, "shard_size": shard_size, "batch_size": batch_size, "workers": workers,
+        "device": device_name, "engine": engine,
+    }
+    if engine == "ray":
+        config["ray"] = ray.as_config()
+    inputs = [manifests.input_record("images", source.source, sha256=_source_sha(source))]
+    if num_shards == 1:
+        manifest = write_features_manifest(out, done, config, inputs, argv=argv)
+    else:
+        config["part"] = part_info(num_shards, shard_index, n_shards, "feature shard")
+        shards = pd.DataFrame({
+            "shard": np.array(mine, dtype=np.int32),
+            "key": [keys[k] for k in mine],
+            "images": np.array([int((done[k]["row"] >= 0).sum()) for k in mine], dtype=np.int64),
+            "rejected": np.array([int((done[k]["row"] < 0).sum()) for k in mine], dtype=np.int64),
+        })
+        manifest = manifests.write_manifest(
+            out, kind=PART_KIND, tables={"shards": shards}, config=config, inputs=inputs,
+            existing_files=_shard_files(mine), argv=argv,
+            summary={"images": int(shards["images"].sum()), "rejected": int(shards["rejected"].sum()),
+                     "embed_dim": embed_dim, "shards": len(mine), "shards_total": n_shards},
+            note=f"part {shard_index} of {num_shards}: {len(mine)} of {n_shards} feature shards",
+        )
+    n_ok = int(sum(int((done[k]["row"] >= 0).sum()) for k in mine))
+    n_bad = int(sum(int((done[k]["row"] < 0).sum()) for k in mine))
+    return ExtractResult(manifest, n_ok, n_bad, sorted(written), sorted(set(done) - set(written)), embed_dim)
+
+
+def write_features_manifest(out: Path, shard_rows: dict[int, pd.DataFrame], config: dict, inputs: list,
+                            argv: list[str] | None = None):
+    """The ``features`` manifest of complete shards 0..n-1 in ``out`` (``shard_rows``: k -> its rows file's
+    table): data/index.parquet, data/rejected.parquet, every shard registered. Shared by `isood extract` and
+    `isood merge`, so a merged job array and a single run write the same bytes."""
+    import manifests
+
+    n_shards = len(shard_rows)
+    if sorted(shard_rows) != list(range(n_shards)):
+        raise IsoodError(f"{out}: shards {sorted(set(range(n_shards)) - set(shard_rows))} are missing")
     index_parts, rejected_parts = [], []
     for k in range(n_shards):
-        rows = done[k]
+        rows = shard_rows[k]
         good = rows[rows["row"] >= 0]
         index_parts.append(pd.DataFrame({"path": good["path"], "wnid": good["wnid"], "shard": np.int32(k), "row": good["row"].astype(np.int64)}))
         rejected_parts.append(rows.loc[rows["row"] < 0, ["path", "wnid", "error"]])
     index = pd.concat(index_parts, ignore_index=True)
     rejected = pd.concat(rejected_parts, ignore_index=True)
     index["shard"] = index["shard"].astype(np.int32)
-    _cleanup_stale_shards(out, n_shards)
-    manifests.unpark(out)
-    shard_files = [SHARD_NAME.format(k) for k in range(n_shards)] + [SHARD_ROWS_NAME.format(k) for k in range(n_shards)]
-    config = {
-        "images": str(source.source), "source_kind": source.kind, "clip": encoder.spec, "clip_identity": encoder.identity,
-        "embed_dim": encoder.embed_dim, "shard_size": shard_size, "batch_size": batch_size, "workers": workers,
-        "device": str(encoder.device),
-    }
-    manifest = manifests.write_manifest(
+    embed_dim = config.get("embed_dim")
+    return manifests.write_manifest(
         out,
         kind="features",
         tables={"index": index, "rejected": rejected},
         config=config,
-        inputs=[manifests.input_record("images", source.source, sha256=_source_sha(source))],
-        existing_files=shard_files,
-        summary={"images": int(len(index)), "rejected": int(len(rejected)), "embed_dim": encoder.embed_dim, "shards": n_shards},
+        inputs=inputs,
+        existing_files=_shard_files(range(n_shards)),
+        summary={"images": int(len(index)), "rejected": int(len(rejected)), "embed_dim": embed_dim, "shards": n_shards},
         note=f"features of {len(index)} images",
         argv=argv,
     )
-    return ExtractResult(manifest, len(index), len(rejected), sorted(written), sorted(set(done) - set(written)), encoder.embed_dim)
+
+
+def merge_feature_parts(parts: list, out: Path, config: dict, argv: list[str] | None = None):
+    """Combine ``features-part`` manifests (checked by :func:`isood.shards.merge_parts`) into one ``features``
+    manifest in ``out``: shard files are hard-linked (copied across file systems), then the index is built as
+    a single run builds it."""
+    import manifests
+    from isood.shards import link_or_copy
+
+    n_shards = int(config["part"]["units"])
+    config = {k: v for k, v in config.items() if k != "part"}
+    dims = {int(m.meta["summary"]["embed_dim"]) for m in parts if m.meta["summary"].get("embed_dim") is not None}
+    if len(dims) > 1:
+        raise IsoodError(f"parts hold features of different dimensions {sorted(dims)}; merge parts of one run")
+    config["embed_dim"] = dims.pop() if dims else config.get("embed_dim")
+    rows: dict[int, pd.DataFrame] = {}
+    for m in parts:
+        table = m.frame("shards")
+        for k, key in zip(table["shard"].astype(int), table["key"]):
+            if k in rows:
+                raise IsoodError(f"feature shard {k} is in two parts ({m.root} and another); merge parts of one run")
+            for name in (SHARD_ROWS_NAME.format(k), SHARD_NAME.format(k)):
+                link_or_copy(m.path(name), out / name)
+            rows[k], stored = _read_shard_rows(out / SHARD_ROWS_NAME.format(k))
+            if stored != key:
+                raise IsoodError(f"{m.root}: shard {k} does not match its part manifest; rerun that part")
+    missing = sorted(set(range(n_shards)) - set(rows))
+    if missing:
+        raise IsoodError(f"feature shards {missing[:10]} are in no part; run the missing array tasks first")
+    _cleanup_stale_shards(out, set(range(n_shards)))
+    manifests.unpark(out)
+    return write_features_manifest(out, rows, config, parts[0].meta.get("inputs", []), argv=argv)
+
+
+def _shards_dim(out: Path, shards: Sequence[int]) -> int | None:
+    for k in shards:
+        return int(np.load(out / SHARD_NAME.format(k), mmap_mode="r").shape[1])
+    return None
 
 
 def _source_sha(source: ImageSource) -> str:
@@ -670,11 +809,12 @@ def _shard_rows(k, shard_size, n, rels, wnids, st) -> pd.DataFrame:
     })
 
 
-def _cleanup_stale_shards(out: Path, n_shards: int) -> None:
-    """Remove shard files beyond the current shard count and temp files left by a killed write."""
+def _cleanup_stale_shards(out: Path, keep: set[int]) -> None:
+    """Remove shard files not in ``keep`` (beyond the shard count, or another part's) and temp files left by a
+    killed write."""
     for p in out.iterdir():
         m = _SHARD_RE.match(p.name)
-        if m and int(m.group(1)) >= n_shards:
+        if m and int(m.group(1)) not in keep:
             p.unlink()
         elif p.name.startswith(".features-") and p.name.endswith(".tmp"):
             p.unlink()

@@ -1,0 +1,160 @@
+"""The Ray Data engine (isood.distributed) against the local engine, on a local 2-CPU Ray started once.
+
+Equality: the ray engine writes the same files as the local one -- same file list, same tables (index,
+rejected, shard rows, Syn-IS images/prompts/cells), same manifest content apart from timing and engine fields
+(`created`, `argv`, config `engine`/`workers`/`ray`, generation seconds). Features are compared with allclose:
+a Ray actor runs the same forward pass on the same batches, but in another process whose BLAS/OpenMP threads
+may differ, so the last bits may differ (on this machine they come out bitwise equal; the test does not rely
+on it). Images likewise: pixels within 1/255.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import manifests
+from isood import features as F
+from isood.distributed import RayOptions, require_ray
+from isood.errors import IsoodError
+
+ENGINE_KEYS = {"engine", "workers", "ray"}  # config fields that name the engine, not the content
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    yield ray
+    ray.shutdown()
+
+
+def _files(meta):
+    return {r["path"]: r["sha256"] for r in meta["files"]}
+
+
+def _same_apart_from_engine(a: dict, b: dict) -> None:
+    ca, cb = a["command"]["config"], b["command"]["config"]
+    assert ca["engine"] == "local" and cb["engine"] == "ray"
+    assert {k: v for k, v in ca.items() if k not in ENGINE_KEYS} == {k: v for k, v in cb.items() if k not in ENGINE_KEYS}
+    for key in ("kind", "dataset_version", "tables", "inputs"):
+        assert a[key] == b[key], key
+    assert set(_files(a)) == set(_files(b))
+
+
+def test_missing_ray_is_one_line_with_the_install_hint(monkeypatch, tmp_path, tiny_clip_spec, tiny_images):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
+    with pytest.raises(IsoodError) as e:
+        require_ray()
+    assert "pip install 'isood[ray]'" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(IsoodError, match=r"isood\[ray\]"):
+        F.extract_features(tiny_images, tiny_clip_spec, tmp_path / "o", engine="ray", progress=False)
+    assert not (tmp_path / "o").exists()  # refused before touching the output
+
+
+def test_bad_ray_options_are_refused():
+    with pytest.raises(IsoodError, match="--workers"):
+        RayOptions(workers=0)
+    with pytest.raises(IsoodError, match="contradicts"):
+        RayOptions(num_gpus_per_worker=1).check_device("cpu")
+    with pytest.raises(IsoodError, match="pass --device cuda"):
+        RayOptions().check_device("cuda:1")
+
+
+def test_extract_ray_equals_local(local_ray, tiny_clip_spec, image_dataset_factory, tmp_path):
+    classes = {"n01440764": 6, "n01443537": 5, "n02084071": 4}
+    images = image_dataset_factory(tmp_path / "img", classes=classes, seed=1, corrupt="n02084071/n02084071_bad.JPEG")
+    kw = dict(batch_size=3, shard_size=4, device="cpu", progress=False)  # 16 files: 4 shards, one corrupt file
+    local = F.extract_features(images, tiny_clip_spec, tmp_path / "local", workers=0, **kw)
+    ray = F.extract_features(images, tiny_clip_spec, tmp_path / "ray", engine="ray", ray=RayOptions(workers=2), **kw)
+
+    assert (ray.n_images, ray.n_rejected, ray.embed_dim) == (local.n_images, local.n_rejected, local.embed_dim) == (15, 1, 32)
+    assert ray.shards_written == [0, 1, 2, 3] and manifests.verify(tmp_path / "ray").ok
+    fl, il = F.load_features(tmp_path / "local")
+    fr, ir = F.load_features(tmp_path / "ray")
+    pd.testing.assert_frame_equal(il, ir)
+    np.testing.assert_allclose(fr, fl, rtol=0, atol=1e-5)
+    assert np.allclose(np.linalg.norm(fr, axis=1), 1.0, atol=1e-5)
+
+    ml, mr = manifests.read(tmp_path / "local"), manifests.read(tmp_path / "ray")
+    _same_apart_from_engine(ml.meta, mr.meta)
+    hl, hr = _files(ml.meta), _files(mr.meta)
+    assert {p for p in hl if hl[p] != hr[p]} <= {p for p in hl if p.endswith(".npy")}  # tables and rows: same bytes
+    pd.testing.assert_frame_equal(ml.frame("rejected"), mr.frame("rejected"))
+    assert mr.frame("rejected")["path"].tolist() == ["n02084071/n02084071_bad.JPEG"]
+    assert mr.meta["command"]["config"]["workers"] == 2 and mr.meta["summary"] == ml.meta["summary"]
+
+    # a rerun finds every shard complete: nothing is recomputed (no Ray pipeline runs) and the content is kept
+    again = F.extract_features(images, tiny_clip_spec, tmp_path / "ray", engine="ray", ray=RayOptions(workers=2), **kw)
+    assert again.shards_written == [] and again.shards_reused == [0, 1, 2, 3]
+    assert manifests.read(tmp_path / "ray").meta["content_sha256"] == mr.meta["content_sha256"]
+
+
+# ------------------------------------------------------------------------------------------------ generation
+
+
+def _generation_conftest():
+    """tests/generation/conftest.py's builders (its fixtures are not visible from this directory)."""
+    path = Path(__file__).resolve().parents[1] / "generation" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("_isood_generation_conftest", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def syn_setup(tmp_path_factory, tiny_encoder):
+    """A tiny SDXL pipeline folder, ID features (tiny-CLIP texts), a labels file and a LAID file."""
+    import torch
+
+    from isood.features import encode_texts
+    from isood.laid import LAID
+    from isood.simulate import random_orthogonal
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("syn_ray")
+    _generation_conftest().build_tiny_sdxl().save_pretrained(root / "sdxl")
+    texts = [f"a photo of a {x}." for x in ("tench", "goldfish", "hen", "ostrich")]
+    (root / "id").mkdir()
+    np.save(root / "id" / "features.npy", encode_texts(tiny_encoder, texts))
+    pd.DataFrame({"path": [f"id/{i}.png" for i in range(len(texts))]}).to_parquet(root / "id" / "index.parquet")
+    (root / "labels.txt").write_text("n01440764\nn02084071\nred fox\nviolin\nteapot\n")
+    LAID(random_orthogonal(tiny_encoder.embed_dim, seed=3)).save(root / "laid.safetensors")
+    return root
+
+
+def test_generate_syn_ray_equals_local(local_ray, syn_setup, tiny_clip_spec, tmp_path):
+    from PIL import Image
+
+    from generation.syn import SynOptions, run_generate_syn
+
+    def opts(out, **kw):
+        return SynOptions(out=out, styles="sdxl:photographic,anime", labels=str(syn_setup / "labels.txt"),
+                          clip=tiny_clip_spec, laid=str(syn_setup / "laid.safetensors"), id_features=str(syn_setup / "id"),
+                          per_cell=1, images_per_prompt=2, pipeline=f"local-dir:{syn_setup / 'sdxl'}", size=64,
+                          batch_size=3, seed=0, device="cpu", n_levels=3, na_threshold=2, progress=False, **kw)
+
+    local = run_generate_syn(opts(tmp_path / "local"))
+    ray = run_generate_syn(opts(tmp_path / "ray", engine="ray", workers=1))
+    assert manifests.verify(tmp_path / "ray").ok
+    ml, mr = manifests.read(tmp_path / "local"), manifests.read(tmp_path / "ray")
+    _same_apart_from_engine(ml.meta, mr.meta)
+    n = ml.meta["summary"]["images"]
+    assert n >= 4 and mr.meta["summary"]["images"] == n and ray.summary["generated"] == n
+    assert ray.summary["batches"] == local.summary["batches"] == -(-n // 3)  # one pipeline call per plan slice
+    for name in ("prompts", "cells", "edges", "rejected"):
+        pd.testing.assert_frame_equal(ml.frame(name), mr.frame(name))
+    il, ir = ml.frame("images"), mr.frame("images")
+    pd.testing.assert_frame_equal(il.drop(columns="sha256"), ir.drop(columns="sha256"))
+    for rel in il["path"]:
+        a = np.asarray(Image.open(tmp_path / "local" / rel), dtype=np.int16)
+        b = np.asarray(Image.open(tmp_path / "ray" / rel), dtype=np.int16)
+        assert a.shape == b.shape == (64, 64, 3) and np.abs(a - b).max() <= 1, rel
+    shutil.rmtree(tmp_path / "local")
