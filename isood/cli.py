@@ -27,11 +27,6 @@ class _FriendlyGroup(TyperGroup):
             ctx.exit(2)
 
 
-def _not_built(command: str, issue: str) -> None:
-    console.print(f"isood {command}: not built yet ({issue}); see README 'Status'.")
-    raise typer.Exit(2)
-
-
 app = typer.Typer(
     cls=_FriendlyGroup,
     help="Build out-of-distribution benchmarks graded by semantic and covariate shift, and evaluate detectors on them.",

@@ -49,7 +49,8 @@ CARD_FILE = "README.md"
 CONFIGS_DIR = "data/configs"  # derived per-config Parquet files live here (regenerated on every write)
 CELL_KINDS = frozenset({"splits", "syn-is"})
 TEST_KINDS = CELL_KINDS | {"image-list"}
-MAIN_TABLE = {"splits": "images", "syn-is": "images", "image-list": "images", "class-filter": "classes"}
+MAIN_TABLE = {"splits": "images", "syn-is": "images", "image-list": "images", "class-filter": "classes",
+              "audit": "classes", "evaluation": "cell_metrics", "features": "index"}
 NA_THRESHOLD = 10  # a cell with fewer images is N/A (ARCHITECTURE.md), used when there is no `cells` table
 _CELL_RE = re.compile(r"^cov_(\d+)_sem_(\d+)$")
 _SPLIT_RE = re.compile(r"^\w+(\.\w+)*$")  # what `datasets` accepts as a split name
