@@ -1,0 +1,80 @@
+"""`isood generate-syn --num-shards N --shard-index i` parts merged by `isood merge` == one run (tiny SDXL)."""
+
+from __future__ import annotations
+
+import pytest
+
+import manifests
+from generation.sdxl import GeneratorSettings, SDXLGenerator, load_pipeline
+from generation.syn import KIND, KIND_PART, SynOptions, run_generate_syn
+from isood.errors import IsoodError
+from isood.shards import merge_parts
+
+
+def options(syn_inputs, out, clip, pipeline, **kw):
+    base = dict(out=out, styles="sdxl:photographic,anime,pixel-art", labels=str(syn_inputs["labels"]), clip=clip,
+                laid=str(syn_inputs["laid"]), id_features=str(syn_inputs["id_features"]), per_cell=1,
+                images_per_prompt=2, pipeline=pipeline, size=64, steps=1, batch_size=3, seed=0, device="cpu",
+                n_levels=4, na_threshold=2, progress=False)
+    base.update(kw)
+    return SynOptions(**base)
+
+
+class Counting:
+    """SDXLGenerator wrapper counting pipeline calls and the images asked for."""
+
+    def __init__(self, gen):
+        self.gen, self.calls, self.images = gen, 0, 0
+        self.fingerprint = gen.fingerprint
+
+    def __call__(self, prompts, negative_prompts, seeds):
+        self.calls += 1
+        self.images += len(prompts)
+        return self.gen(prompts, negative_prompts, seeds)
+
+
+@pytest.fixture(scope="module")
+def sdxl(tiny_pipeline_spec):
+    return SDXLGenerator(load_pipeline(tiny_pipeline_spec, device="cpu"),
+                         GeneratorSettings(pipeline=tiny_pipeline_spec, size=64, steps=1, batch_size=3, device="cpu"))
+
+
+def test_parts_merge_to_the_single_run(syn_inputs, tiny_clip_spec, tiny_pipeline_spec, sdxl, tmp_path):
+    run_generate_syn(options(syn_inputs, tmp_path / "single", tiny_clip_spec, tiny_pipeline_spec), generator=sdxl)
+    one = manifests.read(tmp_path / "single")
+    n = one.meta["summary"]["images"]
+    parts, asked = [], []
+    for i in range(2):
+        gen = Counting(sdxl)
+        res = run_generate_syn(options(syn_inputs, tmp_path / f"p{i}", tiny_clip_spec, tiny_pipeline_spec,
+                                       num_shards=2, shard_index=i), generator=gen)
+        m = manifests.read(tmp_path / f"p{i}")
+        assert m.kind == KIND_PART and manifests.verify(m.root).ok and res.cells is None
+        batches = list(range(i, -(-n // 3), 2))  # plan slices b with b % 2 == i
+        assert gen.calls == len(batches) and m.meta["summary"]["images"] == gen.images
+        assert m.frame("plan")["path"].tolist() == one.frame("images")["path"].tolist()
+        asked.append(gen.images)
+        parts.append(m.root)
+    assert sum(asked) == n  # every planned image generated exactly once over the array
+
+    merged = merge_parts(parts[::-1], tmp_path / "merged")
+    assert merged.kind == KIND and manifests.verify(tmp_path / "merged").ok
+    assert merged.meta["content_sha256"] == one.meta["content_sha256"]
+    assert {r["path"]: r["sha256"] for r in merged.meta["files"] if r["path"] != "README.md"} == \
+           {r["path"]: r["sha256"] for r in one.meta["files"] if r["path"] != "README.md"}
+    timing = {"seconds", "images_per_second", "laid_fit_seconds"}
+    assert {k: v for k, v in merged.meta["summary"].items() if k not in timing} == \
+           {k: v for k, v in one.meta["summary"].items() if k not in timing}
+    assert merged.meta["command"]["config"] == one.meta["command"]["config"]
+
+    # the merged directory resumes like a single run's: nothing is generated again
+    gen = Counting(sdxl)
+    res = run_generate_syn(options(syn_inputs, tmp_path / "merged", tiny_clip_spec, tiny_pipeline_spec), generator=gen)
+    assert gen.calls == 0 and res.summary["skipped"] == n
+    assert manifests.read(tmp_path / "merged").meta["content_sha256"] == one.meta["content_sha256"]
+
+
+def test_prompts_only_is_not_split(syn_inputs, tiny_clip_spec, tmp_path):
+    with pytest.raises(IsoodError, match="--prompts-only runs once"):
+        run_generate_syn(options(syn_inputs, tmp_path / "o", tiny_clip_spec, "unused", prompts_only=True,
+                                 num_shards=2, shard_index=0))
