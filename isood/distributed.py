@@ -8,8 +8,9 @@ engine's code:
 
 * extraction: actors decode (``decode_threads`` threads), preprocess and encode images and return features;
   the driver writes each feature shard (``features-NNNNN.npy`` + ``.rows.parquet``) when complete, in file
-  order, and the same manifest. Each shard is one input block, so Ray's batches start where the local
-  engine's do (same batch composition whenever ``shard_size >= batch_size``);
+  order, and the same manifest. Input blocks start at a shard start plus a multiple of ``batch_size`` and
+  never straddle shards, so Ray's batches are the local engine's batches (same batch composition whenever
+  ``shard_size >= batch_size``; the actor also splits a Ray batch at local batch boundaries);
 * generation: actors generate the planned images and write them (atomically, as the local loop does) into
   the output directory, which must be on a file system the actors share with the driver; each pipeline call
   gets the same slice of the plan as in a local run.
@@ -237,6 +238,15 @@ class ClipEncodeActor:
         return {"i": np.asarray(batch["i"], dtype=np.int64), "feature": feats, "ok": ok, "error": errors}
 
 
+def _aligned_blocks(shards: Sequence[tuple[int, int]], batch_size: int, total: int,
+                    workers: int) -> list[tuple[int, int, int]]:
+    """Split the shards into Ray input blocks that start at a shard start plus a multiple of ``batch_size`` (so
+    Ray's batches are the local engine's batches) and are small enough to keep every actor busy (~4 blocks per
+    actor), without straddling a shard. Returns ``(shard start, block start, block end)``."""
+    rows = max(batch_size, -(-max(1, -(-total // (4 * max(1, workers)))) // batch_size) * batch_size)
+    return [(lo, s, min(hi, s + rows)) for lo, hi in shards for s in range(lo, hi, rows)]
+
+
 def encode_images_ray(
     files: Sequence[os.PathLike | str],
     names: Sequence[str],
@@ -260,14 +270,15 @@ def encode_images_ray(
         import ray.data
 
         workers, gpus, actor_device = options.resolve(device)
+        total = sum(hi - lo for lo, hi in blocks)
         tables = []
-        for lo, hi in blocks:  # one block per shard: Ray's batches start at the shard start, as local batches do
+        for shard_lo, lo, hi in _aligned_blocks(blocks, int(batch_size), total, workers):
             i = np.arange(lo, hi, dtype=np.int64)
             tables.append(pa.table({
                 "i": i,
                 "path": [str(files[j]) for j in range(lo, hi)],
                 "name": [str(names[j]) for j in range(lo, hi)],
-                "batch": lo + (i - lo) // int(batch_size),
+                "batch": shard_lo + (i - shard_lo) // int(batch_size),  # the local engine's batch of each image
             }))
         ds = ray.data.from_arrow(tables).map_batches(
             ClipEncodeActor,
@@ -278,7 +289,6 @@ def encode_images_ray(
             num_cpus=float(options.cpus_per_worker),
             num_gpus=gpus if gpus > 0 else None,
         )
-        total = sum(hi - lo for lo, hi in blocks)
         with _progress(progress) as bar:
             task = bar.add_task(f"{description} on {workers} Ray actor(s)", total=total)
             for out in _stream(ds, progress):
