@@ -22,6 +22,11 @@ An extraction directory (``isood extract``) is a manifest of kind ``features``::
 Shard k holds files ``[k * shard_size, (k + 1) * shard_size)`` of the sorted file list; a shard's ``.npy`` is
 renamed into place after its ``.rows.parquet`` (which carries a key of the model identity and the member files),
 so a shard exists only when complete, and a rerun skips complete shards and redoes an interrupted one.
+
+Scale-out: ``engine="ray"`` (``--engine ray``) computes the same shards on Ray Data actors
+(:mod:`isood.distributed`); ``num_shards``/``shard_index`` make one task of a job array write a
+``features-part`` directory (its shards only), and ``isood merge`` combines the parts (:mod:`isood.shards`).
+Both write these files through the same code, so the shards, index and manifest match a single local run.
 """
 
 from __future__ import annotations

@@ -78,3 +78,16 @@ def test_prompts_only_is_not_split(syn_inputs, tiny_clip_spec, tmp_path):
     with pytest.raises(IsoodError, match="--prompts-only runs once"):
         run_generate_syn(options(syn_inputs, tmp_path / "o", tiny_clip_spec, "unused", prompts_only=True,
                                  num_shards=2, shard_index=0))
+
+
+def test_cli_passes_the_array_options(syn_inputs, tiny_clip_spec, tmp_path):
+    from typer.testing import CliRunner
+
+    from isood.cli import app
+
+    args = ["generate-syn", "--styles", "sdxl:anime", "--labels", str(syn_inputs["labels"]), "--clip", tiny_clip_spec,
+            "--laid", str(syn_inputs["laid"]), "--id-features", str(syn_inputs["id_features"]), "--out", str(tmp_path / "o")]
+    res = CliRunner().invoke(app, args + ["--prompts-only", "--num-shards", "2", "--shard-index", "1"])
+    assert res.exit_code == 2 and "--prompts-only runs once" in res.output
+    res = CliRunner().invoke(app, args + ["--num-shards", "2", "--shard-index", "2"])
+    assert res.exit_code == 2 and "--shard-index must be in 0..1" in res.output

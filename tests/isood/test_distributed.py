@@ -19,8 +19,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from typer.testing import CliRunner
+
 import manifests
 from isood import features as F
+from isood.cli import app
 from isood.distributed import RayOptions, require_ray
 from isood.errors import IsoodError
 
@@ -95,6 +98,14 @@ def test_extract_ray_equals_local(local_ray, tiny_clip_spec, image_dataset_facto
     again = F.extract_features(images, tiny_clip_spec, tmp_path / "ray", engine="ray", ray=RayOptions(workers=2), **kw)
     assert again.shards_written == [] and again.shards_reused == [0, 1, 2, 3]
     assert manifests.read(tmp_path / "ray").meta["content_sha256"] == mr.meta["content_sha256"]
+    res = CliRunner().invoke(app, ["extract", "--images", str(images), "--clip", tiny_clip_spec, "--out", str(tmp_path / "ray"),
+                                   "--engine", "ray", "--workers", "2", "--batch-size", "3", "--shard-size", "4",
+                                   "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    assert "15 images -> 32-d features, 1 rejected; shards written 0, reused 4" in res.output
+    res = CliRunner().invoke(app, ["extract", "--images", str(images), "--clip", tiny_clip_spec, "--out", str(tmp_path / "x"),
+                                   "--engine", "spark"])
+    assert res.exit_code == 2 and "pass --engine local or --engine ray" in res.output
 
 
 # ------------------------------------------------------------------------------------------------ generation
