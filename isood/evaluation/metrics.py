@@ -286,7 +286,8 @@ def _levels(values_per_level: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def level_correlation(values_per_level: Sequence[float]) -> float:
-    """Pearson correlation between a per-level metric ``x_i`` and the level index ``i = 1..n`` (IS-OOD, Sec. 4).
+    """Pearson correlation between a per-level metric ``x_i`` and the level index ``i = 1..n``
+    (IS-OOD; ARCHITECTURE.md).
 
     ``values_per_level[j]`` is the metric of level ``j + 1`` (mean over its non-N/A cells); NaN marks an N/A
     level and is skipped (the other levels keep their index). Returns ``nan`` with fewer than two levels or
@@ -300,7 +301,7 @@ def level_correlation(values_per_level: Sequence[float]) -> float:
 
 def level_sensitivity(values_per_level: Sequence[float]) -> float:
     """``|slope|`` of the least-squares line of the per-level metric ``x_i`` on the level ``i = 1..n``
-    (IS-OOD, Sec. 4): ``|sum (i - mean i)(x_i - mean x) / sum (i - mean i)^2|``. NaN levels are skipped;
+    (IS-OOD; ARCHITECTURE.md): ``|sum (i - mean i)(x_i - mean x) / sum (i - mean i)^2|``. NaN levels are skipped;
     ``nan`` with fewer than two levels."""
     i, x = _levels(values_per_level)
     if x.size < 2:

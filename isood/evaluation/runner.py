@@ -393,7 +393,7 @@ def _load_torchvision(arch: str, pretrained: bool, checkpoint, extra) -> ModelAd
     use = weights if (pretrained and checkpoint is None) else None
     try:
         model = torchvision.models.get_model(arch, weights=use, **extra)
-    except (OSError, RuntimeError) as e:  # download impossible (URLError is an OSError)
+    except (OSError, RuntimeError):  # download impossible (URLError is an OSError)
         if use is None:
             raise
         raise MissingWeightsError(

@@ -1,6 +1,5 @@
 """Tiny seeded models and data for the evaluation tests (CPU, a few ms each)."""
 
-import numpy as np
 import pytest
 import torch
 from torch import nn

@@ -29,6 +29,7 @@ def test_one_pass_equals_each_detector_alone_and_counts_batches(tiny, tiny_data)
     backbone, fc = tiny
     counter = _Counter(backbone)
     adapter = wrap_model(backbone=backbone, fc=fc, input_std=(0.5, 0.5, 0.5))
+    assert isinstance(adapter, ModuleAdapter)
     train, datasets = _datasets(tiny_data)
     names = list(POST_HOC_DETECTORS) + ["odin"]
     together = run_detectors(adapter, names, datasets, id_train=train, batch_size=32)

@@ -1,5 +1,5 @@
 """ASH-B: activation shaping, binarised (Djurisic et al., "Extremely simple activation shaping for OOD
-detection", ICLR 2023, Sec. 3).
+detection", ICLR 2023).
 
 Per image, on the pre-pool feature map ``A`` (C x H x W, flattened): keep the top ``k = n - round(n p / 100)``
 activations (default ``p = 90``), set each of them to ``sum(A) / k`` and every other to 0; then the model's own

@@ -125,7 +125,7 @@ def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
 
 
 def energy(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    """Negative free energy ``T * logsumexp(logits / T)`` (Liu et al., NeurIPS 2020, Eq. 5): higher = more ID."""
+    """Negative free energy ``T * logsumexp(logits / T)`` (Liu et al., NeurIPS 2020): higher = more ID."""
     z = np.asarray(logits, dtype=np.float64)
     return temperature * logsumexp(z / temperature, axis=1)
 

@@ -1,4 +1,4 @@
-"""DICE: directed sparsification of the last layer (Sun & Li, ECCV 2022, Eq. 2-4).
+"""DICE: directed sparsification of the last layer (Sun & Li, ECCV 2022).
 
 Contribution matrix ``V = W * mean_train(h)`` (class x feature, elementwise with the mean ID training
 activation); mask ``M = [V > percentile_p(V)]`` keeps the top ``100 - p`` % (default ``p = 90``) weights; score

@@ -1,4 +1,4 @@
-"""Energy score (Liu et al., "Energy-based out-of-distribution detection", NeurIPS 2020, Eq. 5):
+"""Energy score (Liu et al., "Energy-based out-of-distribution detection", NeurIPS 2020):
 ``S(x) = T * logsumexp(z / T)`` (the negative free energy), T = 1."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """GradNorm (Huang, Geng & Li, "On the importance of gradients for detecting distributional shifts in the wild",
-NeurIPS 2021, Eq. 2-5): the L1 norm of the gradient of ``KL(u || softmax(z / T))`` (u uniform over the C classes)
+NeurIPS 2021): the L1 norm of the gradient of ``KL(u || softmax(z / T))`` (u uniform over the C classes)
 with respect to the fc weight ``W``.
 
 Analytic form (no backward pass): with ``z = W h + b`` and ``p = softmax(z / T)``,

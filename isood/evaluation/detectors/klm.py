@@ -1,5 +1,5 @@
-"""KL-Matching (Hendrycks et al., "Scaling out-of-distribution detection for real-world settings", ICML 2022,
-Sec. 4): class templates ``d_c`` = mean softmax of the ID (training) images PREDICTED as class ``c``; score
+"""KL-Matching (Hendrycks et al., "Scaling out-of-distribution detection for real-world settings", ICML 2022):
+class templates ``d_c`` = mean softmax of the ID (training) images PREDICTED as class ``c``; score
 ``S(x) = -min_c KL(softmax(z(x)) || d_c)``. As OpenOOD v1.5, the minimum runs over all templates; classes that
 no fitting image is predicted as have no template."""
 

@@ -1,4 +1,4 @@
-"""KNN (Sun et al., "Out-of-distribution detection with deep nearest neighbors", ICML 2022, Eq. 4):
+"""KNN (Sun et al., "Out-of-distribution detection with deep nearest neighbors", ICML 2022):
 ``S(x) = -|| z - z_(k) ||_2`` with ``z = h / ||h||`` and ``z_(k)`` the k-th nearest L2-normalised ID training
 feature. Exact search with faiss ``IndexFlatL2``; ``k = 50`` (OpenOOD v1.5 default; the paper uses 1000 on the
 full ImageNet training set)."""

@@ -1,5 +1,5 @@
-"""MDS: Mahalanobis distance to class-conditional Gaussians with a shared covariance (Lee et al., NeurIPS 2018,
-Eq. 1-2; the OpenOOD v1.5 variant: penultimate features, no input pre-processing, no feature ensemble).
+"""MDS: Mahalanobis distance to class-conditional Gaussians with a shared covariance (Lee et al., NeurIPS 2018;
+the OpenOOD v1.5 variant: penultimate features, no input pre-processing, no feature ensemble).
 
 Fit on ID training features with their REAL class labels: ``mu_c`` = class means,
 ``Sigma = 1/N sum_i (h_i - mu_{y_i})(h_i - mu_{y_i})^T``; score
@@ -29,7 +29,8 @@ class MDS(Detector):
         if labels is None:
             labels = id_train.labels
         if labels is None:
-            raise DetectorInputError("detector 'mds' needs the real class labels of the ID training images: pass labels")
+            raise DetectorInputError(
+                "detector 'mds' needs the real class labels of the ID training images: pass labels")
         y = np.asarray(labels).ravel()
         x = self._as_float(id_train.features)
         if y.shape[0] != x.shape[0]:

@@ -1,5 +1,5 @@
 """ODIN (Liang et al., "Enhancing the reliability of out-of-distribution image detection in neural networks",
-ICLR 2018, Eq. 2-3): temperature scaling plus an input perturbation against the gradient of the loss.
+ICLR 2018): temperature scaling plus an input perturbation against the gradient of the loss.
 
 ``x~ = x - eps * sign(-grad_x log S_yhat(x; T))`` (per channel divided by the preprocessing std, so ``eps`` is in
 [0, 1] pixel units as in the original code), ``S(x) = max_c softmax(f(x~) / T)_c``. Defaults from the paper /

@@ -1,5 +1,5 @@
-"""RankFeat (Song et al., "RankFeat: Rank-1 feature removal for out-of-distribution detection", NeurIPS 2022,
-Eq. 2-3): per image, the last feature map ``X`` (C x HW) minus its rank-1 part ``s1 u1 v1^T`` (exact SVD), then
+"""RankFeat (Song et al., "RankFeat: Rank-1 feature removal for out-of-distribution detection", NeurIPS 2022):
+per image, the last feature map ``X`` (C x HW) minus its rank-1 part ``s1 u1 v1^T`` (exact SVD), then
 the model's pooling and fc layer; score = ``T logsumexp(z / T)`` with T = 1 (OpenOOD v1.5).
 
 Only the last block's map (the paper's main "Block 4" variant) is used, taken from the captured feature maps;

@@ -1,4 +1,4 @@
-"""ReAct: rectified activations (Sun et al., NeurIPS 2021, Eq. 1-2): clip the penultimate activations at ``c``,
+"""ReAct: rectified activations (Sun et al., NeurIPS 2021): clip the penultimate activations at ``c``,
 the ``percentile``-th percentile (default 90) of all ID training activations, re-run the fc layer on the clipped
 features and score with the energy (T = 1): ``S(x) = logsumexp(W min(h, c) + b)``."""
 

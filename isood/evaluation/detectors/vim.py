@@ -1,4 +1,4 @@
-"""ViM: Virtual-logit Matching (Wang et al., CVPR 2022, Eq. 4-9).
+"""ViM: Virtual-logit Matching (Wang et al., CVPR 2022).
 
 Fit on ID training features: origin ``u = -pinv(W) b``; principal subspace of the (uncentred at ``u``) feature
 covariance; ``R`` = the eigenvectors NOT in the top-``dim`` principal subspace; ``alpha = mean_train max_c z_c /
