@@ -16,19 +16,20 @@ Printed: the time of all 12 together, of each alone, and one summary line with t
 A row is appended to bench/RESULTS.md (``--no-record`` to skip).
 
     python bench/eval_passes.py            # resnet18, 112 px, 256 train + 128 test + 128 OOD (minutes on 1 core)
-    python bench/eval_passes.py --quick    # tiny smoke run (seconds)
+    python bench/eval_passes.py --quick    # 64 px, 128 train + 64 test + 64 OOD, one repeat (under a minute)
 """
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _results import record, summary  # noqa: E402
 
 TARGET_RATIO = 1.3
 
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
     a = p.parse_args(argv)
     if a.quick:
-        a.size, a.n_train, a.n_test, a.classes = 32, 128, 64, 10
+        a.size, a.n_train, a.n_test, a.repeats = 64, 128, 64, 1
 
     import timm
 
@@ -121,30 +122,19 @@ def main(argv=None) -> int:
     min_single = min(single.values())
     ratio = t_all / mean_single
     verdict = "meets" if ratio <= TARGET_RATIO else "misses"
-    print(f"SUMMARY eval_passes: all 12 post-hoc detectors in one pass {t_all:.2f} s = {ratio:.2f}x the mean "
-          f"single-detector run ({mean_single:.2f} s; {t_all / min_single:.2f}x the cheapest, "
-          f"{min(single, key=single.get)} {min_single:.2f} s); one-by-one total {total_single:.2f} s -> speed-up "
-          f"{total_single / t_all:.1f}x; CPU-time ratio {cpu_all / cpu_mean:.2f}x ({cpu_all:.2f} / {cpu_mean:.2f} s); "
-          f"target <= {TARGET_RATIO}x {verdict}", flush=True)
-
+    summary("eval_passes", f"all 12 post-hoc detectors in one pass {t_all:.2f} s = {ratio:.2f}x the mean "
+            f"single-detector run ({mean_single:.2f} s; {t_all / min_single:.2f}x the cheapest, "
+            f"{min(single, key=single.get)} {min_single:.2f} s); one-by-one total {total_single:.2f} s -> speed-up "
+            f"{total_single / t_all:.1f}x; CPU-time ratio {cpu_all / cpu_mean:.2f}x "
+            f"({cpu_all:.2f} / {cpu_mean:.2f} s); target <= {TARGET_RATIO}x {verdict}")
     if not a.no_record:
-        results = Path(__file__).resolve().parent / "RESULTS.md"
-        if not results.exists():
-            results.write_text("# Benchmark results\n\nOne row per run; appended by the bench scripts.\n\n")
-        dev = a.device
-        if dev.startswith("cuda") and torch.cuda.is_available():
-            dev = torch.cuda.get_device_name(0)
-        machine = (f"{platform.machine()} {platform.system()} {os.cpu_count()} CPUs, {dev}, "
-                   f"Python {platform.python_version()}, torch {torch.__version__}")
-        line = (f"- {_dt.date.today().isoformat()} | eval_passes.py | {machine} | {a.model} random, {a.classes} "
-                f"classes, {a.size}px, train {a.n_train}, test {a.n_test} + OOD {a.n_test}, batch {a.batch_size}, "
-                f"threads {torch.get_num_threads()}, best of {a.repeats} | "
-                f"all 12 one pass {t_all:.2f} s; mean single {mean_single:.2f} s; ratio {ratio:.2f}x "
-                f"({t_all / min_single:.2f}x the cheapest; CPU-time ratio {cpu_all / cpu_mean:.2f}x) "
-                f"(target <= {TARGET_RATIO}x, {verdict}); one-by-one {total_single:.2f} s, speed-up "
-                f"{total_single / t_all:.1f}x\n")
-        with results.open("a") as f:
-            f.write(line)
+        record(f"eval_passes.py{' quick' if a.quick else ''}",
+               f"{a.model} random, {a.classes} classes, {a.size}px, train {a.n_train}, test {a.n_test} + OOD "
+               f"{a.n_test}, batch {a.batch_size}, threads {torch.get_num_threads()}, best of {a.repeats}",
+               f"all 12 one pass {t_all:.2f} s; mean single {mean_single:.2f} s; ratio {ratio:.2f}x "
+               f"({t_all / min_single:.2f}x the cheapest; CPU-time ratio {cpu_all / cpu_mean:.2f}x) "
+               f"(target <= {TARGET_RATIO}x, {verdict}); one-by-one {total_single:.2f} s, speed-up "
+               f"{total_single / t_all:.1f}x", device=a.device)
     return 0
 
 
