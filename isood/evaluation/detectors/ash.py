@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .base import Detector, ForwardOutputs, energy
+from .base import Detector, ForwardOutputs, feature_map_energy
 from .registry import register_detector
 
 
@@ -47,10 +47,4 @@ class ASHB(Detector):
 
     def score(self, outputs: ForwardOutputs) -> np.ndarray:
         self._check(outputs)
-        scores = []
-        with torch.no_grad():
-            for i in range(0, len(outputs), self.chunk):
-                fm = torch.from_numpy(np.ascontiguousarray(outputs.feature_maps[i:i + self.chunk])).float()
-                feats = outputs.pool(ash_b(fm, self.percentile)).double().numpy()
-                scores.append(energy(outputs.head(feats)))
-        return np.concatenate(scores)
+        return feature_map_energy(outputs, lambda fm: ash_b(fm, self.percentile), chunk=self.chunk)

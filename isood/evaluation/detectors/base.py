@@ -130,6 +130,19 @@ def energy(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     return temperature * logsumexp(z / temperature, axis=1)
 
 
+def feature_map_energy(outputs: "ForwardOutputs", transform: Callable[[torch.Tensor], torch.Tensor],
+                       temperature: float = 1.0, chunk: int = 256) -> np.ndarray:
+    """Energy of the head applied to ``pool(transform(feature_maps))``, in chunks of ``chunk`` images: the
+    common tail of feature-map detectors (ASH, RankFeat), run on captured maps without a new backbone pass."""
+    scores = []
+    with torch.no_grad():
+        for i in range(0, len(outputs), chunk):
+            fm = torch.from_numpy(np.ascontiguousarray(outputs.feature_maps[i:i + chunk])).float()
+            feats = outputs.pool(transform(fm)).double().numpy()
+            scores.append(energy(outputs.head(feats), temperature))
+    return np.concatenate(scores)
+
+
 class Detector:
     """Base class: subclasses set ``name``, ``requires``, ``needs_fit`` and implement ``score`` (and ``fit``).
 
