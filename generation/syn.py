@@ -370,7 +370,7 @@ def merge_syn_parts(parts: list, out: Path, config: dict, argv: list[str] | None
     import json
 
     import manifests
-    from generation.sdxl import STATE_FILE, write_file_atomic
+    from generation.sdxl import STATE_FILE, _reject_marker, write_file_atomic
     from isood.shards import link_or_copy
 
     plan = list(parts[0].frame("plan")["path"])
@@ -389,7 +389,12 @@ def merge_syn_parts(parts: list, out: Path, config: dict, argv: list[str] | None
     for m in parts:
         for p in m.frame("images")["path"]:
             link_or_copy(m.path(p), out / p)
-    prune_images(out, set(images["path"]))
+        rej = m.frame("rejected")
+        for p in rej.loc[rej["stage"] == "image", "path"]:  # rejection markers: a rerun does not regenerate them
+            marker = _reject_marker(m.root / p)
+            if marker.is_file():
+                link_or_copy(marker, _reject_marker(out / p))
+    prune_images(out, set(plan))  # every planned path: accepted images and the markers of rejected ones
     keys, fingerprint = {}, None
     for m in parts:  # the merged directory resumes like a single run's: union of the parts' content keys
         state = m.root / STATE_FILE

@@ -33,6 +33,11 @@ class Counting:
         return self.gen(prompts, negative_prompts, seeds)
 
 
+def odd_seed(image, item):
+    """An image checker rejecting every image with an odd seed (about half of them)."""
+    return "odd seed" if item["seed"] % 2 else None
+
+
 @pytest.fixture(scope="module")
 def sdxl(tiny_pipeline_spec):
     return SDXLGenerator(load_pipeline(tiny_pipeline_spec, device="cpu"),
@@ -40,19 +45,22 @@ def sdxl(tiny_pipeline_spec):
 
 
 def test_parts_merge_to_the_single_run(syn_inputs, tiny_clip_spec, tiny_pipeline_spec, sdxl, tmp_path):
-    run_generate_syn(options(syn_inputs, tmp_path / "single", tiny_clip_spec, tiny_pipeline_spec), generator=sdxl)
+    run_generate_syn(options(syn_inputs, tmp_path / "single", tiny_clip_spec, tiny_pipeline_spec), generator=sdxl,
+                     image_checker=odd_seed)
     one = manifests.read(tmp_path / "single")
-    n = one.meta["summary"]["images"]
+    n = one.meta["summary"]["images_planned"]
+    n_rejected = int((one.frame("rejected")["stage"] == "image").sum())
+    assert 0 < n_rejected < n and one.meta["summary"]["images"] == n - n_rejected
     parts, asked = [], []
     for i in range(2):
         gen = Counting(sdxl)
         res = run_generate_syn(options(syn_inputs, tmp_path / f"p{i}", tiny_clip_spec, tiny_pipeline_spec,
-                                       num_shards=2, shard_index=i), generator=gen)
+                                       num_shards=2, shard_index=i), generator=gen, image_checker=odd_seed)
         m = manifests.read(tmp_path / f"p{i}")
         assert m.kind == KIND_PART and manifests.verify(m.root).ok and res.cells is None
         batches = list(range(i, -(-n // 3), 2))  # plan slices b with b % 2 == i
-        assert gen.calls == len(batches) and m.meta["summary"]["images"] == gen.images
-        assert m.frame("plan")["path"].tolist() == one.frame("images")["path"].tolist()
+        assert gen.calls == len(batches) and m.meta["summary"]["generated"] + m.meta["summary"]["rejected"] == gen.images
+        assert len(m.frame("plan")) == n and set(m.frame("images")["path"]) <= set(m.frame("plan")["path"])
         asked.append(gen.images)
         parts.append(m.root)
     assert sum(asked) == n  # every planned image generated exactly once over the array
@@ -66,11 +74,13 @@ def test_parts_merge_to_the_single_run(syn_inputs, tiny_clip_spec, tiny_pipeline
     assert {k: v for k, v in merged.meta["summary"].items() if k not in timing} == \
            {k: v for k, v in one.meta["summary"].items() if k not in timing}
     assert merged.meta["command"]["config"] == one.meta["command"]["config"]
+    assert merged.meta["summary"]["rejected"] == n_rejected
 
     # the merged directory resumes like a single run's: nothing is generated again
     gen = Counting(sdxl)
-    res = run_generate_syn(options(syn_inputs, tmp_path / "merged", tiny_clip_spec, tiny_pipeline_spec), generator=gen)
-    assert gen.calls == 0 and res.summary["skipped"] == n
+    res = run_generate_syn(options(syn_inputs, tmp_path / "merged", tiny_clip_spec, tiny_pipeline_spec), generator=gen,
+                           image_checker=odd_seed)
+    assert gen.calls == 0 and res.summary["skipped"] == n  # rejected ones too: their markers were merged
     assert manifests.read(tmp_path / "merged").meta["content_sha256"] == one.meta["content_sha256"]
 
 
