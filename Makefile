@@ -36,9 +36,9 @@ demo: setup
 test: setup
 	$(PY) -m pytest
 
+# Every bench script prints one SUMMARY line and appends to bench/RESULTS.md (< 10 min here; --full on a GPU box).
 bench: setup
-	$(PY) bench/shift_nn.py
-	$(PY) bench/eval_passes.py
+	$(PY) bench/run_all.py
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache
