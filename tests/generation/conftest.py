@@ -98,3 +98,41 @@ def syn_inputs(tmp_path_factory, tiny_encoder):
     laid_path = root / "laid.safetensors"
     LAID(random_orthogonal(tiny_encoder.embed_dim, seed=3)).save(laid_path)
     return {"id_features": id_dir, "labels": labels, "laid": laid_path, "root": root}
+
+
+class CountingPipe:
+    """A diffusers pipeline wrapper counting calls and the batch size of each call."""
+
+    def __init__(self, pipe):
+        self.pipe, self.calls, self.batch_sizes = pipe, 0, []
+        self.dtype = pipe.dtype
+
+    def __call__(self, **kw):
+        self.calls += 1
+        self.batch_sizes.append(len(kw["prompt"]))
+        return self.pipe(**kw)
+
+
+@pytest.fixture(scope="session")
+def tiny_pipe(tiny_pipeline_spec):
+    from generation.sdxl import load_pipeline
+
+    return load_pipeline(tiny_pipeline_spec, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def make_generator(tiny_pipe, tiny_pipeline_spec):
+    """Factory: an SDXLGenerator over the tiny pipeline (64x64, 1 step, batches of 3) whose `.pipe` counts calls."""
+    from generation.sdxl import GeneratorSettings, SDXLGenerator
+
+    def make(**settings):
+        s = dict(pipeline=tiny_pipeline_spec, size=64, steps=1, batch_size=3, device="cpu")
+        s.update(settings)
+        return SDXLGenerator(CountingPipe(tiny_pipe), GeneratorSettings(**s))
+
+    return make
+
+
+@pytest.fixture
+def gen(make_generator):
+    return make_generator()

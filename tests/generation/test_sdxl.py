@@ -11,8 +11,6 @@ import pytest
 from generation.prompts import build_prompts, expand_images
 from generation.sdxl import (
     STATE_FILE,
-    GeneratorSettings,
-    SDXLGenerator,
     generate_images,
     is_valid_image,
     load_pipeline,
@@ -24,30 +22,8 @@ from isood.errors import MissingWeightsError
 SIZE = 64
 
 
-class CountingPipe:
-    def __init__(self, pipe):
-        self.pipe, self.calls, self.batch_sizes = pipe, 0, []
-        self.dtype = pipe.dtype
-
-    def __call__(self, **kw):
-        self.calls += 1
-        self.batch_sizes.append(len(kw["prompt"]))
-        return self.pipe(**kw)
-
-
 class Stop(Exception):
     pass
-
-
-@pytest.fixture(scope="module")
-def pipe(tiny_pipeline_spec):
-    return load_pipeline(tiny_pipeline_spec, device="cpu")
-
-
-@pytest.fixture
-def gen(pipe, tiny_pipeline_spec):
-    return SDXLGenerator(CountingPipe(pipe), GeneratorSettings(pipeline=tiny_pipeline_spec, size=SIZE, batch_size=3,
-                                                              device="cpu"))
 
 
 def plan(n_labels=3, per_prompt=2, seed=0):
@@ -134,15 +110,14 @@ def test_partial_and_corrupt_files_are_regenerated(gen, tmp_path):
     assert files(tmp_path, p) == good
 
 
-def test_changed_prompt_or_settings_regenerate(gen, pipe, tiny_pipeline_spec, tmp_path):
+def test_changed_prompt_or_settings_regenerate(gen, make_generator, tmp_path):
     p = plan()
     run(p, tmp_path, gen)
     changed = p.copy()
     changed.loc[0, "prompt"] = "a different prompt"
     res = run(changed, tmp_path, gen)
     assert res.generated == 1 and res.skipped == 5
-    other = SDXLGenerator(CountingPipe(pipe), GeneratorSettings(pipeline=tiny_pipeline_spec, size=SIZE, steps=2,
-                                                                batch_size=3, device="cpu"))
+    other = make_generator(steps=2)
     res = run(changed, tmp_path, other)
     assert res.generated == 6 and res.skipped == 0
 

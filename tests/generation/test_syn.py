@@ -10,7 +10,6 @@ import pytest
 from typer.testing import CliRunner
 
 import manifests
-from generation.sdxl import GeneratorSettings, SDXLGenerator, load_pipeline
 from generation.syn import KIND, KIND_PROMPTS, SynOptions, run_generate_syn
 from isood.cli import app
 from isood.errors import IsoodError
@@ -26,37 +25,15 @@ def options(syn_inputs, out, clip, **kw):
     return SynOptions(**base)
 
 
-class CountingPipe:
-    def __init__(self, pipe):
-        self.pipe, self.calls = pipe, 0
-        self.dtype = pipe.dtype
-
-    def __call__(self, **kw):
-        self.calls += 1
-        return self.pipe(**kw)
-
-
 class Stop(Exception):
     pass
 
 
 @pytest.fixture(scope="module")
-def tiny_pipe(tiny_pipeline_spec):
-    return load_pipeline(tiny_pipeline_spec, device="cpu")
-
-
-@pytest.fixture
-def gen(tiny_pipe, tiny_pipeline_spec):
-    return SDXLGenerator(CountingPipe(tiny_pipe),
-                         GeneratorSettings(pipeline=tiny_pipeline_spec, size=64, steps=1, batch_size=3, device="cpu"))
-
-
-@pytest.fixture(scope="module")
-def full_run(syn_inputs, tiny_clip_spec, tiny_pipe, tiny_pipeline_spec, tmp_path_factory):
+def full_run(syn_inputs, tiny_clip_spec, make_generator, tiny_pipeline_spec, tmp_path_factory):
     """One uninterrupted run, shared by the read-only checks."""
     out = tmp_path_factory.mktemp("syn_full")
-    gen = SDXLGenerator(CountingPipe(tiny_pipe),
-                        GeneratorSettings(pipeline=tiny_pipeline_spec, size=64, steps=1, batch_size=3, device="cpu"))
+    gen = make_generator()
     res = run_generate_syn(options(syn_inputs, out, tiny_clip_spec, pipeline=tiny_pipeline_spec), generator=gen)
     return out, res, gen
 
