@@ -406,6 +406,16 @@ def detector_means(per_cell: pd.DataFrame, metrics: Sequence[str] | None = None)
 
 
 # ------------------------------------------------------------------------------------------ all at once
+def one_dataset(rows: pd.DataFrame, dataset: str | None = None, owner: str = "") -> pd.DataFrame:
+    """The rows of ``dataset``; with none named, all rows when they hold a single dataset, else ValueError
+    (``owner``, e.g. "detector 'msp' has ", prefixes the message)."""
+    if dataset is not None:
+        return rows[rows["dataset"] == dataset]
+    if rows["dataset"].nunique() > 1:
+        raise ValueError(f"{owner}several datasets ({', '.join(rows['dataset'].unique())}): pass dataset=")
+    return rows
+
+
 @dataclass
 class CellEvaluation:
     """Per-cell metrics and what is derived from them (``evaluate_scores``; stack several with ``concat``)."""
@@ -440,10 +450,7 @@ class CellEvaluation:
         ax = _axis(axis)
         c = self.levels[(self.levels["detector"] == detector) & (self.levels["metric"] == metric)
                         & (self.levels["axis"] == ax)]
-        if dataset is not None:
-            c = c[c["dataset"] == dataset]
-        elif c["dataset"].nunique() > 1:
-            raise ValueError(f"several datasets ({', '.join(c['dataset'].unique())}): pass dataset=")
+        c = one_dataset(c, dataset)
         if c.empty:
             raise ValueError(f"no curve for detector {detector!r}, metric {metric!r}: have {', '.join(self.detectors)}")
         return c.sort_values("level")["value"].to_numpy()

@@ -39,7 +39,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib
-import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -518,8 +517,6 @@ def run_evaluate(opts: EvaluateOptions, *, adapter=None, console=None, argv: lis
 
     sets: dict[str, _Set] = {}
     if use_outputs:
-        from .detectors import ForwardOutputs
-
         tr_out, tr_idx = load_outputs(opts.id_train)
         n_model = tr_out.logits.shape[1]
         classes = (class_list(_wnids(tr_idx), n_model, opts.classes, "precomputed outputs")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import io
 import re
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import matplotlib
 
@@ -29,7 +29,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
-from .cells import AXES, LOWER_IS_BETTER, METRIC_LABELS, CellEvaluation, metric_columns
+from .cells import AXES, LOWER_IS_BETTER, METRIC_LABELS, CellEvaluation, metric_columns, one_dataset
 
 __all__ = [
     "NA_COLOR",
@@ -79,12 +79,7 @@ def figure_png(fig: Figure, dpi: int = DPI) -> bytes:
 
 
 def _select(per_cell: pd.DataFrame, detector: str, dataset: str | None) -> pd.DataFrame:
-    df = per_cell[per_cell["detector"] == detector]
-    if dataset is not None:
-        df = df[df["dataset"] == dataset]
-    elif df["dataset"].nunique() > 1:
-        raise ValueError(f"detector '{detector}' has several datasets ({', '.join(df['dataset'].unique())}): "
-                         "pass dataset=")
+    df = one_dataset(per_cell[per_cell["detector"] == detector], dataset, owner=f"detector '{detector}' has ")
     if df.empty:
         raise ValueError(f"no per-cell rows for detector '{detector}'"
                          + (f" and dataset '{dataset}'" if dataset else "")
@@ -156,11 +151,7 @@ def level_curve_figure(levels: pd.DataFrame, *, metric: str = "auroc", axis: str
     """``metric`` per level along ``axis`` (a ``CellEvaluation.levels`` table), one line per detector."""
     if axis not in AXES:
         raise ValueError(f"unknown axis {axis!r}: pass 'sem' or 'cov'")
-    df = levels[(levels["metric"] == metric) & (levels["axis"] == axis)]
-    if dataset is not None:
-        df = df[df["dataset"] == dataset]
-    elif df["dataset"].nunique() > 1:
-        raise ValueError(f"several datasets ({', '.join(df['dataset'].unique())}): pass dataset=")
+    df = one_dataset(levels[(levels["metric"] == metric) & (levels["axis"] == axis)], dataset)
     if df.empty:
         raise ValueError(f"no level values for metric {metric!r} on axis {axis!r}")
     fig = Figure(figsize=figsize, dpi=DPI)
