@@ -190,3 +190,15 @@ class Detector:
     @staticmethod
     def _as_float(x: np.ndarray) -> np.ndarray:
         return np.asarray(x, dtype=np.float64)
+
+
+class TemperatureDetector(Detector):
+    """A detector whose one hyper-parameter is the softmax/energy temperature ``T`` (default 1, as in the
+    MSP, Energy and GradNorm papers and OpenOOD v1.5)."""
+
+    def __init__(self, temperature: float = 1.0) -> None:
+        super().__init__()
+        self.temperature = float(temperature)
+
+    def params(self) -> dict:
+        return {"temperature": self.temperature}

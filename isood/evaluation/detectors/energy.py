@@ -5,23 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Detector, ForwardOutputs, energy
+from .base import ForwardOutputs, TemperatureDetector, energy
 from .registry import register_detector
 
 
 @register_detector("energy", aliases=("ebo",))
-class Energy(Detector):
+class Energy(TemperatureDetector):
     """Negative energy with temperature ``T`` (default 1, as in the paper and OpenOOD v1.5)."""
 
     name = "energy"
     requires = frozenset({"logits"})
-
-    def __init__(self, temperature: float = 1.0) -> None:
-        super().__init__()
-        self.temperature = float(temperature)
-
-    def params(self) -> dict:
-        return {"temperature": self.temperature}
 
     def score(self, outputs: ForwardOutputs) -> np.ndarray:
         self._check(outputs)

@@ -11,23 +11,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Detector, ForwardOutputs, softmax
+from .base import ForwardOutputs, TemperatureDetector, softmax
 from .registry import register_detector
 
 
 @register_detector("gradnorm")
-class GradNorm(Detector):
+class GradNorm(TemperatureDetector):
     """Analytic L1 norm of the fc-weight gradient of KL(uniform || softmax)."""
 
     name = "gradnorm"
     requires = frozenset({"features", "logits"})
-
-    def __init__(self, temperature: float = 1.0) -> None:
-        super().__init__()
-        self.temperature = float(temperature)
-
-    def params(self) -> dict:
-        return {"temperature": self.temperature}
 
     def score(self, outputs: ForwardOutputs) -> np.ndarray:
         self._check(outputs)

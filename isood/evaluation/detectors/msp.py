@@ -4,23 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Detector, ForwardOutputs, softmax
+from .base import ForwardOutputs, TemperatureDetector, softmax
 from .registry import register_detector
 
 
 @register_detector("msp")
-class MSP(Detector):
+class MSP(TemperatureDetector):
     """Maximum softmax probability (temperature 1, as in the paper and OpenOOD v1.5)."""
 
     name = "msp"
     requires = frozenset({"logits"})
-
-    def __init__(self, temperature: float = 1.0) -> None:
-        super().__init__()
-        self.temperature = float(temperature)
-
-    def params(self) -> dict:
-        return {"temperature": self.temperature}
 
     def score(self, outputs: ForwardOutputs) -> np.ndarray:
         self._check(outputs)
