@@ -33,7 +33,9 @@ wordnet:
 demo: setup
 	$(VENV)/bin/isood demo --out demo-out
 
+# The import-linter contract (pyproject [tool.importlinter]) first: a back-import fails the build.
 test: setup
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
 
 # Every bench script prints one SUMMARY line and appends to bench/RESULTS.md (< 10 min here; --full on a GPU box).

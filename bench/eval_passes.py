@@ -1,5 +1,6 @@
-"""Benchmark of the one-pass runner: the 12 post-hoc detectors (all but ODIN) scored from ONE forward pass per
-batch vs each detector run on its own (its own passes over the same data, no cache).
+"""Benchmark of one-pass scoring (``isood.evaluation.scoring.run_detectors``): the 12 post-hoc detectors (all but
+ODIN) scored from ONE forward pass per batch vs each detector run on its own (its own passes over the same data,
+no cache).
 
 Every run also scores the ID training images (``score_train=True``): DER95/DER99 need the training scores of
 every detector, so in an evaluation each detector pays the pass over the ID training set anyway, and the runs
@@ -69,7 +70,8 @@ def main(argv=None) -> int:
     import torch
 
     from isood.evaluation.detectors import POST_HOC_DETECTORS, get_detector
-    from isood.evaluation.runner import run_detectors, wrap_model
+    from isood.evaluation.models import wrap_model
+    from isood.evaluation.scoring import run_detectors
 
     if a.threads:  # and every pool already loaded (some ignore the variables)
         from threadpoolctl import threadpool_limits

@@ -1,7 +1,7 @@
-"""Throughput of `isood extract` (isood.features) with a real-size open_clip architecture.
+"""Throughput of `isood extract` (isood.featurestore, isood.clip) with a real-size open_clip architecture.
 
 Offline there are no pretrained weights, so the model is randomly initialised (speed does not depend on the
-weights). Measures: images/s of extract_features (JPEG decode + preprocess in DataLoader workers, batched
+weights). Measures: images/s of extract_features (JPEG decode + preprocess on decoding threads, batched
 encode, AMP on CUDA), the cost of a no-op resume (every shard complete), and texts/s of encode_texts. Prints
 one SUMMARY line with the FLOP/byte floor (bench/_results.py) beside the best time, and appends a row to
 bench/RESULTS.md (``--no-record`` to skip).
@@ -58,9 +58,11 @@ def main() -> None:
     import open_clip
     import torch
 
-    from isood.features import ClipEncoder, _resolve_device, encode_texts, extract_features
+    from isood.clip import ClipEncoder, encode_texts
+    from isood.featurestore import extract_features
+    from isood.runtime import torch_device
 
-    dev = _resolve_device(args.device)
+    dev = torch_device(args.device)
     model, _, preprocess = open_clip.create_model_and_transforms(args.model, pretrained=None, device=dev)
     model.eval()
     tok = open_clip.get_tokenizer(args.model)

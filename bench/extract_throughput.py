@@ -1,4 +1,4 @@
-"""Extraction throughput, local engine vs Ray Data engine (isood.features.extract_features, --engine ray).
+"""Extraction throughput, local engine vs Ray Data engine (isood.featurestore.extract_features, --engine ray).
 
 Both engines extract the same images into the same shard layout; this measures images/s of each, end to end
 (listing, decode, preprocess, encode, shard and manifest writing). The Ray time excludes ``ray.init`` (timed
@@ -76,7 +76,7 @@ def image_flops(spec: str, device: str) -> float:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from isood.features import load_clip
+    from isood.clip import load_clip
 
     enc = load_clip(spec, device)
     side = enc.model.visual.image_size
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     p.add_argument("--side", type=int, help="image height in pixels (width 4/3 of it)")
     p.add_argument("--batch-size", type=int)
     p.add_argument("--shard-size", type=int)
-    p.add_argument("--workers", type=int, default=None, help="local DataLoader workers (default: CPUs - 1, at most 8)")
+    p.add_argument("--workers", type=int, default=None, help="local decoding threads (default: CPUs - 1, at most 8)")
     p.add_argument("--ray-workers", type=int, default=None, help="Ray actors (default: one per GPU, else per CPU)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
@@ -107,11 +107,13 @@ def main(argv=None) -> int:
     import numpy as np
     import torch
 
-    from isood import features as F
-    from isood.distributed import RayOptions
+    from isood import featurestore as F
+    from isood.engines.ray import RayEngine, RayOptions
+    from isood.images import list_images
+    from isood.runtime import default_workers
 
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    workers = F.default_workers() if a.workers is None else a.workers
+    workers = default_workers() if a.workers is None else a.workers
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         spec = save_model(tmp / "model", a.full)
@@ -119,7 +121,7 @@ def main(argv=None) -> int:
         per_image = image_flops(spec, device)
 
         small = max(shard, n // 4)  # the marginal rate (n - small) / (t(n) - t(small)) cancels fixed costs
-        (tmp / "img" / "small.txt").write_text("".join(f"{r}\n" for r in F.list_images(tmp / "img").table["path"][:small]))
+        (tmp / "img" / "small.txt").write_text("".join(f"{r}\n" for r in list_images(tmp / "img").table["path"][:small]))
         kw = dict(batch_size=batch, shard_size=shard, progress=False)
 
         def timed(fn) -> float:
@@ -139,9 +141,12 @@ def main(argv=None) -> int:
         opts = RayOptions(workers=a.ray_workers)
         actors, gpus, _ = opts.resolve("cpu" if device == "cpu" else None)
         rdev = "cpu" if device == "cpu" else None
-        ray_small = timed(lambda: F.extract_features(tmp / "img" / "small.txt", spec, tmp / "ray-small", engine="ray", ray=opts,
-                                                     device=rdev, **kw))
-        ray_s = timed(lambda: F.extract_features(tmp / "img", spec, tmp / "ray", engine="ray", ray=opts, device=rdev, **kw))
+        engine = RayEngine(opts, device=rdev)
+        threads = opts.decode_threads
+        ray_small = timed(lambda: F.extract_features(tmp / "img" / "small.txt", spec, tmp / "ray-small", engine=engine,
+                                                     workers=threads, device=rdev, **kw))
+        ray_s = timed(lambda: F.extract_features(tmp / "img", spec, tmp / "ray", engine=engine, workers=threads,
+                                                 device=rdev, **kw))
         ray.shutdown()
         fl, _ = F.load_features(tmp / "local")
         fr, _ = F.load_features(tmp / "ray")
@@ -157,7 +162,7 @@ def main(argv=None) -> int:
     sizes = f"{model}, {n:,} JPEGs {side * 4 // 3}x{side}, batch {batch}, shard {shard}, device {device}"
     local_rate, ray_rate = n / local_s, n / ray_s
     floor = floor_text(flops, nbytes, pk, local_s)
-    text = (f"{n:,} images: local {local_rate:,.0f} img/s ({workers} DataLoader workers), ray {ray_rate:,.0f} img/s "
+    text = (f"{n:,} images: local {local_rate:,.0f} img/s ({workers} decoding threads), ray {ray_rate:,.0f} img/s "
             f"({actors} actors x {gpus:g} GPU, incl. actor start; ray.init {init_s:.1f} s apart) = "
             f"{ray_rate / local_rate:.2f}x local; marginal rate ({small:,} -> {n:,} images, fixed costs cancelled): "
             f"local {local_marginal:,.0f}, ray {ray_marginal:,.0f} img/s = {ray_marginal / local_marginal:.2f}x; "

@@ -1,7 +1,7 @@
 """Build a splits-like manifest with 14M synthetic rows through manifests.write_manifest: wall time, peak memory.
 
 The IS-OOD test pool (ImageNet-21K-P) is ~13-14M images, and `isood build-splits` writes one row per image:
-path, wnid, d_sem, d_cov, sem_level, cov_level, cell (isood.pipeline). This script makes such a table
+path, wnid, d_sem, d_cov, sem_level, cov_level, cell (isood.stages.splits). This script makes such a table
 (10,450 wnids, paths ``<wnid>/<wnid>_<i>.JPEG``, seeded shifts and levels) the way build-splits holds it (a
 pandas DataFrame; ``--input arrow`` for a pyarrow Table), then times ``write_manifest`` (plus the small cells
 and edges tables) and reads the peak resident memory while writing (VmHWM, reset after the table is built; ``ru_maxrss`` where
@@ -46,7 +46,10 @@ def make_table(n: int, seed: int = 0):
     d_cov = rng.random(n, dtype=np.float32) * 0.6
     sem = np.minimum((d_sem / 0.4 * LEVELS).astype(np.int64), LEVELS - 1)
     cov = np.minimum((d_cov / 0.6 * LEVELS).astype(np.int64), LEVELS - 1)
-    names = pa.array([f"cov_{c}_sem_{s}" for c in range(LEVELS) for s in range(LEVELS)])
+    from isood.grid import cell_names
+
+    c_idx, s_idx = np.divmod(np.arange(LEVELS * LEVELS), LEVELS)
+    names = pa.array(cell_names(c_idx, s_idx))
     cell = names.take(pa.array(cov * LEVELS + sem))
     return pa.table({"path": path, "wnid": wnid, "d_sem": d_sem, "d_cov": d_cov, "sem_level": sem, "cov_level": cov,
                      "cell": cell})
@@ -63,7 +66,6 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
 
     import numpy as np
-    import pandas as pd
     import pyarrow as pa
 
     import manifests
@@ -77,10 +79,11 @@ def main(argv=None) -> int:
     table_bytes = int(table.nbytes if isinstance(table, pa.Table) else table.memory_usage(deep=True).sum())
     rss_built = rss_bytes()
     peak_build = peak_rss_bytes()
-    cells = pd.DataFrame({"cell": [f"cov_{c}_sem_{s}" for c in range(LEVELS) for s in range(LEVELS)],
-                          "n": np.zeros(LEVELS * LEVELS, dtype=np.int64)})
-    edges = pd.DataFrame({"axis": ["sem"] * LEVELS + ["cov"] * LEVELS, "level": list(range(LEVELS)) * 2,
-                          "lower": np.zeros(2 * LEVELS), "upper": np.ones(2 * LEVELS)})
+    from isood.grid import cell_table, edges_table
+
+    levels = table.select(["cov_level", "sem_level"]) if isinstance(table, pa.Table) else table
+    cells = cell_table(np.asarray(levels["cov_level"]), np.asarray(levels["sem_level"]), LEVELS)
+    edges = edges_table(np.linspace(0.0, 0.4, LEVELS + 1), np.linspace(0.0, 0.6, LEVELS + 1))
     print(f"{a.rows:,} rows as {a.input} ({gb(table_bytes)} of columns) built in {build_s:.1f} s; "
           f"RSS {gb(rss0)} -> {gb(rss_built)}", flush=True)
 

@@ -1,4 +1,4 @@
-"""Benchmark of nearest-neighbour cosine shift (isood.shift): exact torch, exact faiss flat, approximate faiss IVF.
+"""Benchmark of nearest-neighbour cosine shift (isood.shift + isood.ann): exact torch, exact faiss flat, approximate faiss IVF.
 
 Reference: N x D clustered, CLIP-like features (a shared "cone" direction + class centroids + noise, L2-normalised,
 float32). Queries: half new samples of reference classes, half samples of new classes rotated away from a
@@ -31,14 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _results import floor_text, peaks  # noqa: E402
 
-from isood.grid import assign_levels  # noqa: E402
-from isood.shift import (  # noqa: E402
-    DEFAULT_NPROBE,
-    build_ivf_index,
-    default_nlist,
-    ivf_search,
-    nearest_cosine_distance,
-)
+from isood.ann import DEFAULT_NPROBE, build_ivf_index, default_nlist, ivf_search  # noqa: E402
+from isood.grid import assign_levels, bin_with_edges  # noqa: E402
+from isood.shift import nearest  # noqa: E402
 
 TARGET_SPEEDUP, TARGET_RECALL, TARGET_AGREEMENT = 20.0, 0.99, 0.995
 SIZES = {  # n_ref, n_query, dim, n_classes, exact_queries (flat), torch_queries
@@ -113,9 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dim", type=int)
     p.add_argument("--exact-queries", type=int, help="queries searched exactly by faiss flat (ground truth + timing)")
     p.add_argument("--torch-queries", type=int, help="queries timed with the torch backend")
-    p.add_argument("--nlist", type=int, help="IVF lists (default: isood.shift.default_nlist)")
+    p.add_argument("--nlist", type=int, help="IVF lists (default: isood.ann.default_nlist)")
     p.add_argument("--nprobe", type=int, nargs="+", default=[16, 32, 64], help="nprobe values to sweep (the default is always added)")
-    p.add_argument("--train-size", type=int, help="IVF k-means training rows (default: isood.shift's)")
+    p.add_argument("--train-size", type=int, help="IVF k-means training rows (default: isood.ann's)")
     p.add_argument("--noise", type=float, default=0.6, help="within-class noise norm (centres have norm 1)")
     p.add_argument("--spectrum", type=float, default=1.0, help="power-law exponent of the noise spectrum (0 = isotropic)")
     p.add_argument("--seed", type=int, default=0)
@@ -135,14 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"data: reference {n_ref:,} x {dim}, {n_query:,} queries, {n_classes} classes ({time.perf_counter() - t0:.1f} s)", flush=True)
 
     with _Timer() as t:
-        d_exact, i_exact = nearest_cosine_distance(query[:n_exact], ref, backend="faiss-flat", device="cpu", return_index=True)
+        d_exact, i_exact = nearest(query[:n_exact], ref, backend="faiss-flat", device="cpu")
     flat_qps, flat_cpu = n_exact / t.wall, n_exact / t.cpu
     flat_s = t.wall  # exact search cannot beat 2*q*N*D FLOPs, nor one read of the reference and the queries
     floor = floor_text(2.0 * n_exact * n_ref * dim, 4.0 * (n_ref + n_exact) * dim, peaks("cpu"), flat_s)
     print(f"faiss-flat: {n_exact:,} queries, {flat_qps:,.0f} q/s ({flat_cpu:,.0f} per CPU-second)", flush=True)
 
     with _Timer() as t:
-        d_torch, i_torch = nearest_cosine_distance(query[:n_torch], ref, backend="torch", device="cpu", return_index=True)
+        d_torch, i_torch = nearest(query[:n_torch], ref, backend="torch", device="cpu")
     torch_qps, torch_cpu = n_torch / t.wall, n_torch / t.cpu
     torch_match = float(np.mean(i_torch == i_exact[:n_torch]))
     print(f"torch: {n_torch:,} queries, {torch_qps:,.0f} q/s ({torch_cpu:,.0f} per CPU-second), same nearest row as "
@@ -164,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         recall = float(np.mean(hit))
         near = d_exact < np.median(d_exact)  # the half of the queries closest to the reference
         agree_own = float(np.mean(assign_levels(d_ivf)[0] == lv_exact))
-        agree_shared = float(np.mean(assign_levels(d_ivf, edges=edges_exact)[0] == lv_exact))
+        agree_shared = float(np.mean(bin_with_edges(d_ivf, edges_exact) == lv_exact))
         speedup, speedup_cpu = qps / flat_qps, cpu_qps / flat_cpu
         ok = speedup >= TARGET_SPEEDUP and recall >= TARGET_RECALL and agree_own >= TARGET_AGREEMENT
         rows.append(dict(nprobe=nprobe, qps=qps, speedup=speedup, speedup_cpu=speedup_cpu, recall=recall,

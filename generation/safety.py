@@ -1,4 +1,4 @@
-"""Safety for Syn-IS generation: a prompt blocklist (before generation) and a pluggable image checker (after).
+"""L3: Safety for Syn-IS generation: a prompt blocklist (before generation) and a pluggable image checker (after).
 
 The default blocklist is deliberately small and blunt (whole-word, case-insensitive matches against the full
 prompt): it keeps sexual, gore and hate-symbol prompts out of an automatically generated benchmark. It also
@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from isood.errors import IsoodError
+from isood.errors import BadInputError
 
 ImageChecker = Callable[[Any, Mapping[str, Any]], Optional[str]]
 
@@ -35,7 +35,7 @@ def read_blocklist(path: str | Path) -> list[str]:
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
     except OSError as e:
-        raise IsoodError(f"cannot read blocklist file {p} ({e.strerror or e}); pass a text file with one term per line") from None
+        raise BadInputError(f"cannot read blocklist file {p} ({e.strerror or e}); pass a text file with one term per line") from None
     return [t for t in (line.split("#", 1)[0].strip() for line in lines) if t]
 
 
@@ -51,7 +51,8 @@ class PromptBlocklist:
             self._regex = None
 
     @classmethod
-    def build(cls, extra_file: str | Path | None = None, use_default: bool = True) -> "PromptBlocklist":
+    def build(cls, extra_file: str | Path | None = None, *, use_default: bool = True) -> "PromptBlocklist":
+        """The default terms (unless ``use_default`` is False) plus the terms of ``extra_file``."""
         terms = list(DEFAULT_BLOCKLIST) if use_default else []
         if extra_file:
             terms += read_blocklist(extra_file)
@@ -71,11 +72,11 @@ def load_image_checker(spec: str) -> ImageChecker:
     """Import ``package.module:function`` (a callable ``(image, item) -> reason | None``)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise IsoodError(f"--safety-checker {spec!r} must look like package.module:function")
+        raise BadInputError(f"--safety-checker {spec!r} must look like package.module:function")
     try:
         obj = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as e:
-        raise IsoodError(f"cannot import safety checker {spec!r} ({e}); pass an importable package.module:function") from None
+        raise BadInputError(f"cannot import safety checker {spec!r} ({e}); pass an importable package.module:function") from None
     if not callable(obj):
-        raise IsoodError(f"safety checker {spec!r} is not callable; pass a function (image, item) -> reason or None")
+        raise BadInputError(f"safety checker {spec!r} is not callable; pass a function (image, item) -> reason or None")
     return obj

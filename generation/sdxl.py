@@ -1,47 +1,50 @@
-"""SDXL-Turbo image generation for Syn-IS over diffusers: deterministic, resumable, batched, with safety checks.
+"""L3: SDXL-Turbo image generation for Syn-IS over diffusers: deterministic, resumable, batched, engine-agnostic.
 
 Defaults follow SDXL-Turbo's model card: ``stabilityai/sdxl-turbo`` through
 ``AutoPipelineForText2Image.from_pretrained(name, torch_dtype=float16, variant='fp16')`` on CUDA (float32 on
 CPU), 1 step, guidance_scale 0.0, 512x512. ``local-dir:PATH`` loads a saved or downloaded pipeline folder with
 ``local_files_only=True``.
 
-Determinism: each image has its own seed (``generation.prompts.image_seed``: global seed, prompt id, image
-index) fed through its own CPU ``torch.Generator``, so an image's latent does not depend on its batch-mates or
-the device. Batches are fixed slices of the planned image list; a resumed run regenerates a whole slice when
-any image of it is missing (writing only the missing ones), so batch composition - and hence numerics - match
-an uninterrupted run.
+Determinism: each image has its own seed (``generation.prompts.image_seed``) fed through its own CPU
+``torch.Generator``, so an image's latent does not depend on its batch-mates or the device. Batches are fixed
+slices of the planned image list (one pipeline call each); a resumed run regenerates a whole slice when any image
+of it is missing (writing only the missing ones), so batch composition - and hence numerics - match an
+uninterrupted run. Files, content keys and markers: ``generation.outputs``.
 
-Resumability: images are written to a temporary ``.~`` name and renamed, so no partial image survives a kill.
-An image is skipped when it decodes at the planned size and its content key (prompt, negative prompt, seed,
-generator settings), kept in ``<out>/.~syn-state.json``, is unchanged; otherwise it is regenerated.
+Engines: :class:`GeneratorWorker` is an ``isood.runtime.BatchEngine`` worker (built once per process or actor,
+called once per plan slice), so :func:`generate_images` runs in this process (``LocalEngine``) or on a cluster
+(``isood.engines.ray.RayEngine``, given by the CLI) through the same code.
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
-import json
-import os
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
-from isood.errors import IsoodError, MissingWeightsError
+from generation.outputs import GenerationResult, finish_hashes, prepare_outputs, write_image
+from generation.safety import load_image_checker
+from isood.defaults import DEFAULT_PIPELINE
+from isood.errors import BadInputError, IsoodError, MissingWeightsError
+from isood.runtime import BatchEngine, LocalEngine, one_line, progress_bar, resolve_device
 
-DEFAULT_PIPELINE = "stabilityai/sdxl-turbo"
+__all__ = [
+    "DEFAULT_PIPELINE", "LOCAL_PREFIX", "BATCH_COLUMNS", "GeneratorSettings", "dtype_for", "load_pipeline",
+    "generator_fingerprint", "expected_fingerprint", "fingerprint_of", "plan_fingerprint", "SDXLGenerator",
+    "GeneratorWorker", "plan_batches", "generate_images",
+]
+
 LOCAL_PREFIX = "local-dir:"
-STATE_FILE = ".~syn-state.json"
-_TMP_PREFIX = ".~"
-_REJECT_SUFFIX = ".rejected"
 
 
 @dataclass(frozen=True)
 class GeneratorSettings:
-    """What determines an image besides its prompt and seed (plus the batch size, which does not)."""
+    """What determines an image besides its prompt and seed (plus the batch size and device, which do not)."""
 
     pipeline: str = DEFAULT_PIPELINE
     steps: int = 1
@@ -52,27 +55,30 @@ class GeneratorSettings:
 
     def __post_init__(self) -> None:
         if self.steps < 1:
-            raise IsoodError(f"--steps must be >= 1, got {self.steps}")
+            raise BadInputError(f"--steps must be >= 1, got {self.steps}")
         if self.size < 8 or self.size % 8:
-            raise IsoodError(f"--size must be a positive multiple of 8 (SDXL latents are 1/8 scale), got {self.size}")
+            raise BadInputError(f"--size must be a positive multiple of 8 (SDXL latents are 1/8 scale), got {self.size}")
         if self.batch_size < 1:
-            raise IsoodError(f"--batch-size must be >= 1, got {self.batch_size}")
+            raise BadInputError(f"--batch-size must be >= 1, got {self.batch_size}")
 
 
-def resolve_device(device: str | None) -> str:
+def dtype_for(device: str):
+    """The pipeline's torch dtype on ``device``: float16 on CUDA, float32 elsewhere."""
     import torch
 
-    if device in (None, "", "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise IsoodError(f"--device {device}: CUDA is not available here; pass --device cpu")
-    return str(device)
+    return torch.float16 if str(device).startswith("cuda") else torch.float32
 
 
-def _dtype_for(device: str):
-    import torch
-
-    return torch.float16 if device.startswith("cuda") else torch.float32
+def _local_kwargs(spec: str, cuda: bool) -> tuple[str, dict[str, Any]]:
+    path = Path(spec[len(LOCAL_PREFIX):]).expanduser()
+    if not (path / "model_index.json").is_file():
+        raise MissingWeightsError(f"--pipeline {spec}: {path} has no model_index.json; pass a folder written by "
+                                  "save_pretrained or a downloaded snapshot of stabilityai/sdxl-turbo")
+    weights = [q.name for q in path.rglob("*") if q.suffix in (".safetensors", ".bin")]
+    kwargs: dict[str, Any] = {"local_files_only": True}
+    if any(".fp16." in n for n in weights) and (cuda or all(".fp16." in n for n in weights)):
+        kwargs["variant"] = "fp16"  # a snapshot with only fp16 files: cast up on CPU
+    return str(path), kwargs
 
 
 def load_pipeline(spec: str = DEFAULT_PIPELINE, device: str | None = None):
@@ -82,42 +88,88 @@ def load_pipeline(spec: str = DEFAULT_PIPELINE, device: str | None = None):
     from diffusers import AutoPipelineForText2Image
 
     device = resolve_device(device)
-    kwargs: dict[str, Any] = {"torch_dtype": _dtype_for(device)}
     cuda = device.startswith("cuda")
     if spec.startswith(LOCAL_PREFIX):
-        path = Path(spec[len(LOCAL_PREFIX):]).expanduser()
-        if not (path / "model_index.json").is_file():
-            raise MissingWeightsError(
-                f"--pipeline {spec}: {path} has no model_index.json; pass a folder written by save_pretrained "
-                "or a downloaded snapshot of stabilityai/sdxl-turbo"
-            )
-        weights = [q.name for q in path.rglob("*") if q.suffix in (".safetensors", ".bin")]
-        has_fp16 = any(".fp16." in n for n in weights)
-        if has_fp16 and (cuda or all(".fp16." in n for n in weights)):  # a snapshot with only fp16 files: cast up on CPU
-            kwargs["variant"] = "fp16"
-        source, kwargs["local_files_only"] = str(path), True
+        source, kwargs = _local_kwargs(spec, cuda)
     else:
-        source = spec
-        if cuda:
-            kwargs["variant"] = "fp16"
+        source, kwargs = spec, ({"variant": "fp16"} if cuda else {})
     try:
         with warnings.catch_warnings():  # newer diffusers rename torch_dtype to dtype; older ones only know torch_dtype
             warnings.filterwarnings("ignore", message=".*torch_dtype.*", category=FutureWarning)
-            pipe = AutoPipelineForText2Image.from_pretrained(source, **kwargs)
+            pipe = AutoPipelineForText2Image.from_pretrained(source, torch_dtype=dtype_for(device), **kwargs)
     except (MemoryError, torch.OutOfMemoryError):
         raise
     except Exception as e:  # hub / cache / offline errors come in many types
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        reason = one_line((str(e).strip().splitlines() or [type(e).__name__])[0])
         if spec.startswith(LOCAL_PREFIX):
-            raise MissingWeightsError(f"cannot load the pipeline in {source} ({reason}); pass --pipeline local-dir:PATH "
-                                      "to a complete diffusers folder") from None
-        raise MissingWeightsError(
-            f"cannot load SDXL pipeline {spec!r} (offline or not in the local Hugging Face cache: {reason}); "
-            "download it where there is internet and pass --pipeline local-dir:PATH"
-        ) from None
+            raise MissingWeightsError(f"cannot load the pipeline in {source} ({reason}); pass --pipeline "
+                                      "local-dir:PATH to a complete diffusers folder") from None
+        raise MissingWeightsError(f"cannot load SDXL pipeline {spec!r} (offline or not in the local Hugging Face "
+                                  f"cache: {reason}); download it where there is internet and pass --pipeline "
+                                  "local-dir:PATH") from None
     pipe = pipe.to(device)
     pipe.set_progress_bar_config(disable=True)
     return pipe
+
+
+# ------------------------------------------------------------------------------------------- fingerprints
+def generator_fingerprint(settings: GeneratorSettings, *, pipeline_class: str, dtype: Any) -> dict[str, Any]:
+    """The settings that change image content (batch size and device placement do not, by design): the one
+    builder behind :attr:`SDXLGenerator.fingerprint` and :func:`expected_fingerprint`."""
+    return {
+        "pipeline": settings.pipeline,
+        "pipeline_class": pipeline_class,
+        "steps": settings.steps,
+        "guidance_scale": float(settings.guidance_scale),
+        "size": settings.size,
+        "dtype": str(dtype).replace("torch.", "") if dtype is not None else "unknown",
+    }
+
+
+def expected_fingerprint(settings: GeneratorSettings, device: str) -> dict[str, Any]:
+    """The fingerprint a generator loaded from ``settings`` on ``device`` will have, computed from the
+    pipeline's model_index.json without loading weights: the driver keys the images with it before any worker
+    (e.g. a Ray actor) has started; each worker checks its own against it."""
+    from diffusers import DiffusionPipeline
+
+    spec = settings.pipeline
+    local = spec.startswith(LOCAL_PREFIX)
+    source = str(Path(spec[len(LOCAL_PREFIX):]).expanduser()) if local else spec
+    try:
+        config = DiffusionPipeline.load_config(source, local_files_only=local or None)
+    except Exception as e:
+        raise MissingWeightsError(f"cannot read the pipeline config of {spec!r} ({one_line(e, 160)}); "
+                                  "pass --pipeline local-dir:PATH to a diffusers folder") from None
+    name = config.get("_class_name", "unknown")
+    try:  # AutoPipelineForText2Image loads the text-to-image class of the family
+        from diffusers.pipelines.auto_pipeline import AUTO_TEXT2IMAGE_PIPELINES_MAPPING, _get_task_class
+
+        name = _get_task_class(AUTO_TEXT2IMAGE_PIPELINES_MAPPING, name).__name__
+    except Exception:
+        pass
+    device = resolve_device(device) if device in (None, "", "auto") else str(device)  # a cluster's, maybe not ours
+    return generator_fingerprint(settings, pipeline_class=name, dtype=dtype_for(device))
+
+
+def fingerprint_of(generator: Callable, settings: GeneratorSettings) -> dict[str, Any]:
+    """A given generator's fingerprint: its ``fingerprint`` attribute, else (a plain callable) its type name
+    with the size and steps."""
+    fp = getattr(generator, "fingerprint", None)
+    if fp is not None:
+        return dict(fp)
+    return {"generator": type(generator).__name__, "size": settings.size, "steps": settings.steps}
+
+
+def plan_fingerprint(settings: GeneratorSettings, *, generator: Callable | None = None,
+                     engine: BatchEngine | None = None) -> dict[str, Any]:
+    """The fingerprint the images of a run are keyed with: the given ``generator``'s (local engine only), else
+    the :func:`expected_fingerprint` of ``settings`` on the engine's workers' device."""
+    engine = engine or LocalEngine()
+    if generator is not None:
+        if engine.name != "local":
+            raise BadInputError(f"a custom generator runs only with the local engine, not {engine.name!r}")
+        return fingerprint_of(generator, settings)
+    return expected_fingerprint(settings, engine.device_name(settings.device))
 
 
 class SDXLGenerator:
@@ -138,16 +190,8 @@ class SDXLGenerator:
 
     @property
     def fingerprint(self) -> dict[str, Any]:
-        """Settings that change image content (batch size and device placement do not, by design)."""
-        dtype = getattr(self.pipe, "dtype", None)
-        return {
-            "pipeline": self.settings.pipeline,
-            "pipeline_class": type(self.pipe).__name__,
-            "steps": self.settings.steps,
-            "guidance_scale": float(self.settings.guidance_scale),
-            "size": self.settings.size,
-            "dtype": str(dtype).replace("torch.", "") if dtype is not None else "unknown",
-        }
+        return generator_fingerprint(self.settings, pipeline_class=type(self.pipe).__name__,
+                                     dtype=getattr(self.pipe, "dtype", None))
 
     def __call__(self, prompts: Sequence[str], negative_prompts: Sequence[str], seeds: Sequence[int]):
         import torch
@@ -155,245 +199,127 @@ class SDXLGenerator:
         s = self.settings
         generators = [torch.Generator("cpu").manual_seed(int(seed)) for seed in seeds]
         self.calls += 1
-        out = self.pipe(
-            prompt=list(prompts),
-            negative_prompt=list(negative_prompts),
-            num_inference_steps=s.steps,
-            guidance_scale=s.guidance_scale,
-            height=s.size,
-            width=s.size,
-            generator=generators,
-        )
+        out = self.pipe(prompt=list(prompts), negative_prompt=list(negative_prompts), num_inference_steps=s.steps,
+                        guidance_scale=s.guidance_scale, height=s.size, width=s.size, generator=generators)
         flags = getattr(out, "nsfw_content_detected", None) or [False] * len(out.images)
         return [(img, "pipeline safety checker" if flag else None) for img, flag in zip(out.images, flags)]
 
 
-# ------------------------------------------------------------------------------------------- files
-def png_bytes(image, text: Mapping[str, str] | None = None) -> bytes:
-    """Deterministic PNG encoding (same pixels + text -> same bytes); ``text`` goes into tEXt chunks."""
-    from PIL.PngImagePlugin import PngInfo
-
-    info = PngInfo()
-    for k, v in (text or {}).items():
-        info.add_text(k, str(v))
-    buf = io.BytesIO()
-    image.convert("RGB").save(buf, format="PNG", pnginfo=info)
-    return buf.getvalue()
+# ------------------------------------------------------------------------------------------- engine worker
+#: Columns every generation batch (one plan slice) has; the plan's other columns (style, label, ...) ride along for
+#: the image checker. ``done`` rows are generated (batch composition) but not written.
+BATCH_COLUMNS = ("path", "prompt", "negative_prompt", "seed", "done")
 
 
-def write_file_atomic(path: Path, data: bytes) -> None:
-    """Write to ``.~<name>.tmp`` beside ``path``, fsync, rename: a kill leaves the old file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+class GeneratorWorker:
+    """A ``BatchEngine`` worker: one generator per process or actor; each call generates one plan slice in one
+    pipeline call and writes its images (or rejection markers) into ``root``.
 
-
-def is_valid_image(path: Path, size: int | None = None) -> bool:
-    """True when ``path`` decodes as an image (of ``size`` x ``size`` when given)."""
-    from PIL import Image
-
-    try:
-        with Image.open(path) as im:
-            im.load()
-            return size is None or im.size == (size, size)
-    except Exception:
-        return False
-
-
-def _reject_marker(path: Path) -> Path:
-    return path.with_name(f"{_TMP_PREFIX}{path.name}{_REJECT_SUFFIX}")
-
-
-def content_key(prompt: str, negative_prompt: str, seed: int, fingerprint: Mapping[str, Any]) -> str:
-    blob = json.dumps([prompt, negative_prompt, int(seed), dict(fingerprint)], sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:24]
-
-
-# ------------------------------------------------------------------------------------------- generation
-@dataclass
-class GenerationResult:
-    """What one generation run did. ``sha256``: path -> hash of every accepted image (new or kept)."""
-
-    generated: int = 0
-    skipped: int = 0
-    batches: int = 0
-    seconds: float = 0.0
-    sha256: dict[str, str] = field(default_factory=dict)
-    rejected: dict[str, str] = field(default_factory=dict)  # path -> reason
-
-    @property
-    def images_per_second(self) -> float:
-        return self.generated / self.seconds if self.seconds > 0 else 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("sha256")
-        d["rejected"] = len(self.rejected)
-        d["images_per_second"] = round(self.images_per_second, 3)
-        d["seconds"] = round(self.seconds, 3)
-        return d
-
-
-def _clean_temporaries(images_dir: Path) -> None:
-    if images_dir.is_dir():
-        for p in images_dir.rglob(f"{_TMP_PREFIX}*.tmp"):
-            p.unlink(missing_ok=True)
-
-
-def _progress(enabled: bool, total: int):
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    return Progress(
-        TextColumn("[bold]generating"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]:.2f} images/s"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        disable=not enabled,
-        transient=False,
-    )
-
-
-def prepare_outputs(plan: pd.DataFrame, root: str | Path, fingerprint: Mapping[str, Any],
-                    size: int) -> tuple[list[dict], set[str], GenerationResult]:
-    """Before generating ``plan`` into ``root``: drop temporaries and images made for another content key,
-    record the keys (``.~syn-state.json``), and find what is already done. Returns ``(rows, done paths,
-    result with skipped/rejected filled)``. Shared by the local loop and the Ray engine."""
-    root = Path(root)
-    _clean_temporaries(root / "images")
-    rows = plan.to_dict("records")
-    keys = {r["path"]: content_key(r["prompt"], r["negative_prompt"], r["seed"], fingerprint) for r in rows}
-    if len(keys) != len(rows):
-        raise IsoodError("generate_images: the plan has duplicate image paths")
-
-    state_path = root / STATE_FILE
-    try:
-        old_keys = json.loads(state_path.read_text()).get("keys", {}) if state_path.is_file() else {}
-    except (json.JSONDecodeError, OSError, AttributeError):
-        old_keys = {}
-    for rel, key in keys.items():  # an image made for another prompt/seed/setting is not valid: drop it first
-        if old_keys.get(rel) != key:
-            (root / rel).unlink(missing_ok=True)
-            _reject_marker(root / rel).unlink(missing_ok=True)
-    write_file_atomic(state_path, json.dumps({"format": "isood.syn-state/1", "fingerprint": dict(fingerprint),
-                                              "keys": keys}, sort_keys=True).encode())
-
-    result = GenerationResult()
-    done: set[str] = set()
-    for r in rows:
-        p = root / r["path"]
-        marker = _reject_marker(p)
-        if marker.is_file():
-            result.rejected[r["path"]] = marker.read_text().strip() or "rejected"
-            done.add(r["path"])
-        elif p.is_file() and is_valid_image(p, size):
-            done.add(r["path"])
-    result.skipped = len(done)
-    return rows, done, result
-
-
-def write_outputs(root: str | Path, chunk: Sequence[dict], outputs, done: set[str], result: GenerationResult,
-                  image_checker: Callable | None = None, on_image: Callable[[dict], None] | None = None,
-                  on_written: Callable[[], None] | None = None) -> None:
-    """Write one generator call's ``outputs`` for the planned ``chunk`` rows: accepted images as PNG (atomic),
-    rejected ones as markers; rows already in ``done`` are skipped. Updates ``done`` and ``result``."""
-    root = Path(root)
-    for r, (image, flag) in zip(chunk, outputs):
-        if r["path"] in done:
-            continue
-        p = root / r["path"]
-        reason = flag or (image_checker(image, r) if image_checker is not None else None)
-        if reason:
-            write_file_atomic(_reject_marker(p), str(reason).encode())
-            result.rejected[r["path"]] = str(reason)
-        else:
-            data = png_bytes(image, {"prompt": r["prompt"], "negative_prompt": r["negative_prompt"],
-                                     "seed": r["seed"], "isood": "syn-is"})
-            write_file_atomic(p, data)
-            result.sha256[r["path"]] = hashlib.sha256(data).hexdigest()
-            result.generated += 1
-        done.add(r["path"])
-        if on_written is not None:
-            on_written()
-        if on_image is not None and not reason:
-            on_image(r)
-
-
-def finish_hashes(rows: Sequence[dict], root: str | Path, result: GenerationResult) -> GenerationResult:
-    """Hash every accepted image not generated in this run (kept from an earlier one)."""
-    from manifests import sha256_file
-
-    for r in rows:
-        rel = r["path"]
-        if rel not in result.rejected and rel not in result.sha256:
-            result.sha256[rel] = sha256_file(Path(root) / rel)
-    return result
-
-
-def generate_images(
-    plan: pd.DataFrame,
-    root: str | Path,
-    generator: Callable,
-    *,
-    fingerprint: Mapping[str, Any],
-    size: int,
-    batch_size: int = 4,
-    image_checker: Callable | None = None,
-    on_image: Callable[[dict], None] | None = None,
-    progress: bool = True,
-) -> GenerationResult:
-    """Generate the planned images into ``root`` (``plan`` columns: path, prompt, negative_prompt, seed, ...).
-
-    Skips images already present and valid for the same content key; rejected items (``image_checker`` or the
-    pipeline's checker) are not written, and are remembered (a ``.~<name>.rejected`` marker) so a rerun does
-    not regenerate them. ``on_image(row)`` is called after each image is written (tests use it to interrupt).
+    Built with ``(root, settings, fingerprint, image_checker=None, generator=None, on_image=None)``: without a
+    ``generator`` the pipeline is loaded from ``settings`` and its fingerprint must be ``fingerprint``;
+    ``image_checker`` is a callable or a ``package.module:function`` name (imported here, e.g. in each actor);
+    ``on_image(row)`` is called after each accepted image is written (local runs; tests interrupt with it).
+    A call returns, per row, ``path``, ``sha256`` ('' when rejected or not written), ``rejected`` (reason or
+    '') and ``written`` (False for rows that were already done).
     """
-    rows, done, result = prepare_outputs(plan, root, fingerprint, size)
-    t0 = time.perf_counter()
-    with _progress(progress, len(rows)) as bar:
-        task = bar.add_task("generate", total=len(rows), completed=len(done), rate=0.0)
 
-        def tick() -> None:
+    def __init__(self, root: str, settings: GeneratorSettings, fingerprint: Mapping[str, Any],
+                 image_checker: Callable | str | None = None, generator: Callable | None = None,
+                 on_image: Callable[[dict], None] | None = None):
+        self.root = Path(root)
+        if generator is None:
+            generator = SDXLGenerator.load(settings)
+            if generator.fingerprint != dict(fingerprint):
+                raise BadInputError(f"the worker's pipeline {generator.fingerprint} is not the expected "
+                                    f"{dict(fingerprint)}; give every worker the same --pipeline and device")
+        self.generator = generator
+        self.checker = load_image_checker(image_checker) if isinstance(image_checker, str) else image_checker
+        self.on_image = on_image
+
+    def __call__(self, batch: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        columns = list(batch)
+        rows = [dict(zip(columns, vals)) for vals in zip(*(np.asarray(batch[c]).tolist() for c in columns))]
+        outputs = self.generator([r["prompt"] for r in rows], [r["negative_prompt"] for r in rows],
+                                 [int(r["seed"]) for r in rows])
+        sha, rejected, written = [""] * len(rows), [""] * len(rows), [False] * len(rows)
+        for j, (r, (image, flag)) in enumerate(zip(rows, outputs)):
+            if r["done"]:
+                continue
+            sha[j], rejected[j] = write_image(self.root, r, image, flag, self.checker)
+            written[j] = True
+            if self.on_image is not None and not rejected[j]:
+                self.on_image(r)
+        return {"path": np.array([r["path"] for r in rows], dtype=object), "sha256": np.array(sha, dtype=object),
+                "rejected": np.array(rejected, dtype=object), "written": np.array(written, dtype=bool)}
+
+
+def _column(values: list) -> np.ndarray:
+    return np.array(values, dtype=object) if any(isinstance(v, str) for v in values) else np.asarray(values)
+
+
+def plan_batches(rows: Sequence[Mapping[str, Any]], done: set[str], batch_size: int) -> list[dict[str, np.ndarray]]:
+    """The generation batches of a plan: fixed slices of ``batch_size`` rows (every plan column, plus ``done``),
+    leaving out the slices whose rows are all ``done`` (a slice with some missing rows is regenerated whole, so
+    numerics match a full run)."""
+    batches = []
+    for start in range(0, len(rows), int(batch_size)):
+        chunk = rows[start:start + int(batch_size)]
+        if all(r["path"] in done for r in chunk):
+            continue
+        batch = {c: _column([r[c] for r in chunk]) for c in chunk[0] if c != "done"}
+        batch["seed"] = np.array([int(r["seed"]) for r in chunk], dtype=np.int64)
+        batch["done"] = np.array([r["path"] in done for r in chunk], dtype=bool)
+        batches.append(batch)
+    return batches
+
+
+def _collect(results: Iterator[dict[str, Any]], result: GenerationResult, bar, task, t0: float) -> None:
+    for out in results:
+        result.batches += 1
+        for path, sha, reason, written in zip(out["path"], out["sha256"], out["rejected"], out["written"]):
+            if not written:
+                continue
+            if reason:
+                result.rejected[str(path)] = str(reason)
+            else:
+                result.sha256[str(path)] = str(sha)
+                result.generated += 1
             elapsed = time.perf_counter() - t0
             bar.update(task, advance=1, rate=result.generated / elapsed if elapsed > 0 else 0.0)
 
-        for start in range(0, len(rows), batch_size):
-            chunk = rows[start:start + batch_size]
-            if all(r["path"] in done for r in chunk):
-                continue
-            outputs = generator([r["prompt"] for r in chunk], [r["negative_prompt"] for r in chunk],
-                                [r["seed"] for r in chunk])
-            result.batches += 1
-            write_outputs(root, chunk, outputs, done, result, image_checker, on_image, tick)
+
+def generate_images(plan: pd.DataFrame, root: str | Path, *, settings: GeneratorSettings,
+                    fingerprint: Mapping[str, Any] | None = None, generator: Callable | None = None,
+                    engine: BatchEngine | None = None, image_checker: Callable | str | None = None,
+                    on_image: Callable[[dict], None] | None = None, progress: bool = True) -> GenerationResult:
+    """Generate the planned images into ``root`` (``plan``: path, prompt, negative_prompt, seed, ...).
+
+    Images already present and valid for the same content key are kept; rejected ones are not written and are
+    remembered (``generation.outputs``). ``generator`` replaces the pipeline of ``settings`` (local engine only);
+    ``fingerprint`` defaults to the generator's, else :func:`expected_fingerprint` on the engine's device.
+    ``engine`` (default ``LocalEngine()``) runs :class:`GeneratorWorker` on the plan slices; with a cluster
+    engine ``root`` must be on a file system the workers share.
+    """
+    engine = engine or LocalEngine()
+    if generator is not None and engine.name != "local":
+        raise BadInputError(f"a custom generator runs only with the local engine, not {engine.name!r}")
+    settings = replace(settings, device=engine.device_name(settings.device))  # the workers' device
+    if fingerprint is None:
+        fingerprint = plan_fingerprint(settings, generator=generator, engine=engine)
+    rows, done, result = prepare_outputs(plan, root, fingerprint, settings.size)
+    batches = plan_batches(rows, done, settings.batch_size)
+    t0 = time.perf_counter()
+    if batches:
+        args = (str(root), settings, dict(fingerprint), image_checker, generator, on_image)
+        results = engine.map(GeneratorWorker, args, batches, total=sum(len(b["path"]) for b in batches),
+                             description="generating", progress=False)
+        with progress_bar(progress, rate_unit="images") as bar:
+            task = bar.add_task("generating", total=len(rows), completed=len(done), rate=0.0)
+            _collect(results, result, bar, task, t0)
     result.seconds = time.perf_counter() - t0
+    missing = [r["path"] for r in rows if r["path"] not in result.rejected and not (Path(root) / r["path"]).is_file()]
+    if missing:
+        raise IsoodError(f"{len(missing)} planned image(s) were not written by the {engine.name} workers (e.g. "
+                            f"{missing[0]}); rerun to resume")
     return finish_hashes(rows, root, result)
 
-
-def prune_images(root: str | Path, keep: set[str]) -> int:
-    """Delete files under ``<root>/images`` that are neither in ``keep`` nor a marker of a kept path; returns
-    the number removed (images of an earlier plan no longer wanted). Empty folders are removed too."""
-    root = Path(root)
-    images_dir = root / "images"
-    if not images_dir.is_dir():
-        return 0
-    keep_all = set(keep) | {_reject_marker(root / k).relative_to(root).as_posix() for k in keep}
-    removed = 0
-    for p in sorted(images_dir.rglob("*")):
-        if p.is_file() and p.relative_to(root).as_posix() not in keep_all:
-            p.unlink()
-            removed += 1
-    for d in sorted((d for d in images_dir.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True):
-        if not any(d.iterdir()):
-            d.rmdir()
-    return removed

@@ -1,4 +1,4 @@
-"""Named SDXL style templates: the covariate axis of Syn-IS (style x label -> prompt).
+"""L3: Named SDXL style templates: the covariate axis of Syn-IS (style x label -> prompt).
 
 A style is a prompt template with a ``{prompt}`` slot (filled with the label) and a negative prompt. The
 built-in ``sdxl`` set spans photographic renderings (small covariate shift from ImageNet photographs) to
@@ -15,12 +15,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from isood.errors import IsoodError
+from isood.errors import BadInputError
 
 SLOT = "{prompt}"
 
 
-class StyleError(IsoodError):
+class StyleError(BadInputError):
     """A style spec, style file or style template is unusable."""
 
 

@@ -1,0 +1,60 @@
+"""isood: build out-of-distribution benchmarks graded by semantic and covariate shift, and evaluate detectors.
+
+The main entry points are re-exported here lazily (importing ``isood`` loads nothing heavy)::
+
+    import isood
+    laid = isood.fit_laid(anchor, semantic_shift, covariate_shift)
+    d_sem, d_cov = isood.shift_distances(test_features, id_features, laid)
+    levels, edges = isood.assign_levels(d_sem)
+    result = isood.evaluate_scores(id_scores, ood_scores, images, cells=cells)
+    splits = isood.read("out/splits", kind="splits")   # a typed view (isood.kinds.SplitsView)
+
+The layers (README, "Development"): ``isood.errors`` / ``defaults`` / ``arrays`` / ``runtime`` (foundations)
+-> ``manifests`` and ``wordnet_tools`` -> science (``laid``, ``shift``, ``ann``, ``grid``, ``simulate``,
+``evaluation.metrics/cells/levels/detectors``) -> adapters and I/O (``kinds``, ``clip``, ``images``,
+``featurestore``, ``labels``, ``laid_training``, ``evaluation.*``, ``generation.*``) -> stages (``stages.*``,
+``evaluation.job``, ``generation.syn``, ``wordnet_tools.jobs``) -> engines (``engines.ray``) -> ``cli``, ``demo``.
+"""
+
+from __future__ import annotations
+
+from isood.runtime import lazy_exports
+
+_EXPORTS = {
+    "IsoodError": "isood.errors",
+    "LAID": "isood.laid",
+    "fit_laid": "isood.laid",
+    "nearest": "isood.shift",
+    "nearest_cosine_distance": "isood.shift",
+    "shift_distances": "isood.shift",
+    "assign_levels": "isood.grid",
+    "bin_with_edges": "isood.grid",
+    "cell_table": "isood.grid",
+    "make_planted_world": "isood.simulate",
+    "evaluate_scores": "isood.evaluation.cells",
+    "write_evaluation": "isood.evaluation.write",
+    "get_detector": "isood.evaluation.detectors",
+    "register_detector": "isood.evaluation.detectors",
+    "load_clip": "isood.clip",
+    "encode_texts": "isood.clip",
+    "list_images": "isood.images",
+    "load_features": "isood.featurestore",
+    "extract_features": "isood.featurestore",
+    "load_labels": "isood.labels",
+    "BuildConfig": "isood.stages.splits",
+    "build_splits": "isood.stages.splits",
+    "read": "manifests",
+}
+__all__ = ["__version__", *sorted(_EXPORTS)]
+_getattr, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+
+def __getattr__(name: str):
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("isood")
+        except PackageNotFoundError:  # a source tree that is not installed
+            return "0+unknown"
+    return _getattr(name)

@@ -1,8 +1,23 @@
-"""Errors that users see as one clear line (the CLI prints the message and exits 2)."""
+"""L0: the errors users see as one clear line (the CLI prints the message and exits 2).
+
+Every error meant for a user is an ``IsoodError`` whose message names the problem and what to pass instead.
+Errors about a bad value given to a function also subclass ``ValueError`` (``BadInputError``), so library code
+that catches ``ValueError`` keeps working, while the CLI turns every ``IsoodError`` into exit status 2.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "IsoodError", "BadInputError", "MissingWeightsError", "ManifestError", "SchemaError", "DetectorParamError",
+]
 
 
 class IsoodError(Exception):
     """A problem with the user's input or environment, described in one line with what to do instead."""
+
+
+class BadInputError(IsoodError, ValueError):
+    """A value passed to a function or an option is malformed or out of range."""
 
 
 class MissingWeightsError(IsoodError):
@@ -10,4 +25,12 @@ class MissingWeightsError(IsoodError):
 
 
 class ManifestError(IsoodError):
-    """A manifest is malformed, of an unknown schema version, or fails verification."""
+    """A manifest is malformed, of an unknown schema version or kind, or fails verification."""
+
+
+class SchemaError(ManifestError):
+    """A manifest table does not match the schema of its kind (the message names the table and column)."""
+
+
+class DetectorParamError(BadInputError):
+    """A detector was given an unknown or out-of-range hyper-parameter (e.g. ``knn:k=0``)."""

@@ -14,20 +14,29 @@ cs = covariate shift template_b(label_x).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import math
 import struct
 import time
 import warnings
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
-import torch
 
-from isood.errors import IsoodError
+from isood.arrays import as_array
+from isood.errors import BadInputError
+from isood.runtime import atomic_write_bytes, thread_limit, torch_device
 
-__all__ = ["LAID", "fit_laid", "make_text_triplets", "text_set_hash", "DEFAULT_FIT_OPTIONS", "openai_imagenet_templates"]
+__all__ = ["LAID", "LaidFitOptions", "fit_laid", "make_text_triplets", "text_set_hash", "DEFAULT_FIT_OPTIONS",
+           "openai_imagenet_templates", "FitCallback"]
+
+#: ``callback(step, steps, losses)`` after every optimisation step (losses: sem, cov, orth, total as floats).
+FitCallback = Callable[[int, int, Mapping[str, float]], None]
 
 #: Defaults of :func:`fit_laid`, chosen on the planted world (``isood.simulate.make_planted_world()``, D=64,
 #: 4,000 triplets), where they recover the planted semantic subspace with mean cos^2 of principal angles
@@ -41,20 +50,49 @@ __all__ = ["LAID", "fit_laid", "make_text_triplets", "text_set_hash", "DEFAULT_F
 #: - Adam, lr 0.01, 500 steps of batch 512 (longer runs change nothing measurable), init "identity"
 #:   (W = I: the untrained split is the encoder's own first/last halves; "orthogonal" draws a random
 #:   orthogonal start from the seed and converges to the same subspaces).
-DEFAULT_FIT_OPTIONS: dict[str, Any] = dict(
-    margin=1.0,
-    semantic_weight=1.0,
-    covariate_weight=1.0,
-    orthogonality_weight=1.0,
-    optimizer="adam",
-    lr=0.01,
-    steps=500,
-    batch_size=512,
-    init="identity",
-    seed=0,
-    device="cpu",
-    num_threads=1,
-)
+@dataclass(frozen=True)
+class LaidFitOptions:
+    """The options of :func:`fit_laid` (defaults above), checked on construction (``BadInputError``).
+
+    ``optimizer`` 'adam' or 'sgd' (momentum 0.9); ``init`` 'identity', 'orthogonal' or a (D, D) array;
+    ``device`` 'cpu' (deterministic), 'cuda[:N]' or 'auto'; ``num_threads`` torch CPU threads during the fit,
+    restored afterwards (None or 0: torch's setting).
+    """
+
+    margin: float = 1.0
+    semantic_weight: float = 1.0
+    covariate_weight: float = 1.0
+    orthogonality_weight: float = 1.0
+    optimizer: str = "adam"
+    lr: float = 0.01
+    steps: int = 500
+    batch_size: int = 512
+    init: Any = "identity"
+    seed: int = 0
+    device: str = "cpu"
+    num_threads: int | None = 1
+
+    def __post_init__(self) -> None:
+        for name in ("margin", "semantic_weight", "covariate_weight", "orthogonality_weight", "lr"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 \
+                    or (name == "lr" and v == 0):
+                bound = "> 0" if name == "lr" else ">= 0"
+                raise BadInputError(f"fit_laid: {name} must be a finite number {bound}, got {v!r}")
+        for name in ("steps", "batch_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise BadInputError(f"fit_laid: {name} must be an integer >= 1, got {v!r}")
+        if self.optimizer not in ("adam", "sgd"):
+            raise BadInputError(f"unknown optimizer {self.optimizer!r}; pass 'adam' or 'sgd'")
+        if isinstance(self.init, str) and self.init not in ("identity", "orthogonal"):
+            raise BadInputError(f"unknown LAID init {self.init!r}; pass 'identity', 'orthogonal' or a (D, D) array")
+        if self.num_threads is not None and (isinstance(self.num_threads, bool) or int(self.num_threads) < 0):
+            raise BadInputError(f"fit_laid: num_threads must be None or an integer >= 0, got {self.num_threads!r}")
+
+
+#: The defaults of :func:`fit_laid` as a read-only mapping (option name -> value).
+DEFAULT_FIT_OPTIONS: Mapping[str, Any] = MappingProxyType(asdict(LaidFitOptions()))
 
 
 def text_set_hash(strings: Iterable[str]) -> str:
@@ -63,7 +101,7 @@ def text_set_hash(strings: Iterable[str]) -> str:
     n = 0
     for s in strings:
         if not isinstance(s, str):
-            raise IsoodError(f"text_set_hash: expected strings, got {type(s).__name__}; pass a list of texts")
+            raise BadInputError(f"text_set_hash: expected strings, got {type(s).__name__}; pass a list of texts")
         b = s.encode("utf-8")
         h.update(len(b).to_bytes(8, "little"))
         h.update(b)
@@ -84,7 +122,7 @@ def _apply_template(template: str | Callable[[str], str], label: str) -> str:
         return template(label)
     if isinstance(template, str) and "{}" in template:
         return template.format(label)
-    raise IsoodError(f"template {template!r} is neither a callable nor a string containing '{{}}'; pass e.g. 'a photo of a {{}}.'")
+    raise BadInputError(f"template {template!r} is neither a callable nor a string containing '{{}}'; pass e.g. 'a photo of a {{}}.'")
 
 
 def make_text_triplets(
@@ -99,11 +137,11 @@ def make_text_triplets(
     labels = list(dict.fromkeys(str(x) for x in labels))
     templates = list(templates)
     if len(labels) < 2:
-        raise IsoodError(f"make_text_triplets needs at least 2 distinct labels, got {len(labels)}; pass more labels")
+        raise BadInputError(f"make_text_triplets needs at least 2 distinct labels, got {len(labels)}; pass more labels")
     if len(templates) < 2:
-        raise IsoodError(f"make_text_triplets needs at least 2 templates, got {len(templates)}; pass more templates")
+        raise BadInputError(f"make_text_triplets needs at least 2 templates, got {len(templates)}; pass more templates")
     if n < 1:
-        raise IsoodError(f"make_text_triplets: n must be >= 1, got {n}")
+        raise BadInputError(f"make_text_triplets: n must be >= 1, got {n}")
     rng = np.random.default_rng(seed)
     nl, nt = len(labels), len(templates)
     x = rng.integers(0, nl, size=n)
@@ -116,16 +154,9 @@ def make_text_triplets(
     return anchor, semantic, covariate
 
 
-def _to_numpy(x: Any, name: str) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        x = x.detach().cpu().numpy()
-    x = np.asarray(x)
-    if not np.issubdtype(x.dtype, np.number):
-        raise IsoodError(f"{name}: expected a numeric array, got dtype {x.dtype}")
-    return x
+def _cosine_distance(a, b):
+    import torch
 
-
-def _cosine_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return 1.0 - torch.nn.functional.cosine_similarity(a, b, dim=1, eps=1e-8)
 
 
@@ -133,9 +164,9 @@ class LAID:
     """A fitted LAID map. ``W`` is a (D, D) numpy array; ``transform(x) -> (x @ W[:, :D//2], x @ W[:, D//2:])``."""
 
     def __init__(self, W: Any, config: dict | None = None, history: dict[str, Any] | None = None):
-        W = _to_numpy(W, "W").astype(np.float32)
+        W = as_array(W, "W").astype(np.float32)
         if W.ndim != 2 or W.shape[0] != W.shape[1] or W.shape[0] < 2:
-            raise IsoodError(f"LAID: W must be a square (D, D) matrix with D >= 2, got shape {W.shape}")
+            raise BadInputError(f"LAID: W must be a square (D, D) matrix with D >= 2, got shape {W.shape}")
         self.W = W
         self.config = dict(config or {})
         self.history = {k: np.asarray(v, dtype=np.float64) for k, v in (history or {}).items()}
@@ -156,19 +187,15 @@ class LAID:
 
     def transform(self, x: Any) -> tuple[np.ndarray, np.ndarray]:
         """Split features (N, D) or (D,) into (semantic, covariate) parts of fW. Numpy or torch in, numpy out."""
-        x = _to_numpy(x, "features")
+        x = as_array(x, "features")
         if x.ndim not in (1, 2) or x.shape[-1] != self.dim:
-            raise IsoodError(f"feature dimension mismatch: LAID W is {self.dim}x{self.dim} but features have shape {x.shape}; pass features from the encoder W was trained for")
+            raise BadInputError(f"feature dimension mismatch: LAID W is {self.dim}x{self.dim} but features have shape {x.shape}; pass features from the encoder W was trained for")
         dtype = np.float64 if x.dtype == np.float64 else np.float32
         y = x.astype(dtype, copy=False) @ self.W.astype(dtype, copy=False)
         k = self.semantic_dim
         return y[..., :k], y[..., k:]
 
     # --- persistence ---
-    @staticmethod
-    def _sidecar(path: Path) -> Path:
-        return path.with_suffix(".json")
-
     def files(self, name: str = "laid.safetensors") -> dict[str, bytes]:
         """``{name: safetensors bytes, <stem>.json: config sidecar}``; identical W, history and config give
         identical bytes (the safetensors header is written with sorted keys)."""
@@ -187,8 +214,6 @@ class LAID:
 
     def save(self, path: str | Path) -> Path:
         """Write W (and the loss history) to ``path`` (safetensors) and the config to ``<path stem>.json``."""
-        from manifests import atomic_write_bytes
-
         path = Path(path)
         for name, data in self.files(path.name).items():
             atomic_write_bytes(path.with_name(name), data)
@@ -202,15 +227,15 @@ class LAID:
 
         path = Path(path)
         if not path.is_file():
-            raise IsoodError(f"LAID file not found: {path}; pass the .safetensors written by LAID.save")
+            raise BadInputError(f"LAID file not found: {path}; pass the .safetensors written by LAID.save")
         try:
             tensors = load_file(str(path))
             with safe_open(str(path), framework="numpy") as fh:
                 meta = fh.metadata() or {}
         except Exception as exc:  # safetensors raises several types for a corrupt file
-            raise IsoodError(f"cannot read LAID file {path}: {exc}") from exc
+            raise BadInputError(f"cannot read LAID file {path}: {exc}") from exc
         if "W" not in tensors:
-            raise IsoodError(f"LAID file {path} has no 'W' tensor; pass a file written by LAID.save")
+            raise BadInputError(f"LAID file {path} has no 'W' tensor; pass a file written by LAID.save")
         config = json.loads(meta.get("config", "{}"))
         history = {k[len("history."):]: v for k, v in tensors.items() if k.startswith("history.")}
         return cls(tensors["W"], config=config, history=history)
@@ -230,92 +255,87 @@ def _canonical_safetensors(data: bytes) -> bytes:
     return data[:8] + text + b" " * (n - len(text)) + data[8 + n :]
 
 
-def _initial_W(init: Any, dim: int, gen: torch.Generator) -> torch.Tensor:
+def _initial_W(init: Any, dim: int, gen):
+    import torch
+
     if isinstance(init, str):
         if init == "identity":
             return torch.eye(dim, dtype=torch.float32)
-        if init == "orthogonal":
-            q, r = torch.linalg.qr(torch.randn(dim, dim, generator=gen, dtype=torch.float64))
-            return (q * torch.sign(torch.diagonal(r))).to(torch.float32)
-        raise IsoodError(f"unknown LAID init {init!r}; pass 'identity', 'orthogonal' or a (D, D) array")
-    W0 = _to_numpy(init, "init")
+        q, r = torch.linalg.qr(torch.randn(dim, dim, generator=gen, dtype=torch.float64))  # "orthogonal"
+        return (q * torch.sign(torch.diagonal(r))).to(torch.float32)
+    W0 = as_array(init, "init")
     if W0.shape != (dim, dim):
-        raise IsoodError(f"LAID init has shape {W0.shape}, expected ({dim}, {dim})")
+        raise BadInputError(f"LAID init has shape {W0.shape}, expected ({dim}, {dim})")
     return torch.as_tensor(np.array(W0, dtype=np.float32))
 
 
-def fit_laid(anchor: Any, semantic_shift: Any, covariate_shift: Any, **options: Any) -> LAID:
-    """Train W on text triplets (N, D) with the LAID losses (module docstring); returns a :class:`LAID`.
-
-    Options (defaults in :data:`DEFAULT_FIT_OPTIONS`, chosen so the planted world is recovered with mean cos^2
-    of principal angles >= 0.95): ``margin``, ``semantic_weight``, ``covariate_weight``,
-    ``orthogonality_weight``, ``optimizer`` ('adam' or 'sgd'), ``lr``, ``steps``, ``batch_size``, ``init``
-    ('identity', 'orthogonal' or an array), ``seed``, ``device`` ('cpu' default; deterministic there),
-    ``num_threads`` (torch CPU threads during the fit, restored afterwards; default 1),
-    ``callback`` (called as ``callback(step, steps, losses)`` after every step, losses a dict of floats),
-    ``texts`` (the training strings, hashed into ``config['text_hash']``) or ``text_hash`` (a precomputed hash).
-    Triplets with a NaN/inf row are dropped with a warning.
-    """
-    callback = options.pop("callback", None)
-    texts = options.pop("texts", None)
-    text_hash = options.pop("text_hash", None)
-    unknown = set(options) - set(DEFAULT_FIT_OPTIONS)
-    if unknown:
-        raise IsoodError(f"fit_laid: unknown option(s) {sorted(unknown)}; known: {sorted(DEFAULT_FIT_OPTIONS) + ['callback', 'texts', 'text_hash']}")
-    opt = {**DEFAULT_FIT_OPTIONS, **options}
-    if texts is not None:
-        text_hash = text_set_hash(texts)
-
-    arrays = [_to_numpy(a, n) for a, n in ((anchor, "anchor"), (semantic_shift, "semantic_shift"), (covariate_shift, "covariate_shift"))]
-    shapes = {a.shape for a in arrays}
-    if len(shapes) != 1 or arrays[0].ndim != 2:
-        raise IsoodError(f"fit_laid: anchor, semantic_shift and covariate_shift must be (N, D) arrays of one shape, got {[a.shape for a in arrays]}")
+def _check_triplets(anchor: Any, semantic_shift: Any, covariate_shift: Any) -> list[np.ndarray]:
+    """The three (N, D) arrays of one shape, triplets with a NaN/inf row dropped (with a warning)."""
+    arrays = [as_array(a, n) for a, n in ((anchor, "anchor"), (semantic_shift, "semantic_shift"),
+                                          (covariate_shift, "covariate_shift"))]
+    if len({a.shape for a in arrays}) != 1 or arrays[0].ndim != 2:
+        raise BadInputError(f"fit_laid: anchor, semantic_shift and covariate_shift must be (N, D) arrays of one "
+                            f"shape, got {[a.shape for a in arrays]}")
     n, dim = arrays[0].shape
     if dim < 2 or n < 1:
-        raise IsoodError(f"fit_laid: need at least one triplet of dimension >= 2, got shape {(n, dim)}")
+        raise BadInputError(f"fit_laid: need at least one triplet of dimension >= 2, got shape {(n, dim)}")
     finite = np.all([np.isfinite(a).all(axis=1) for a in arrays], axis=0)
     if not finite.all():
-        warnings.warn(f"fit_laid: {int((~finite).sum())} of {n} triplets contain NaN/inf and are dropped", stacklevel=2)
+        warnings.warn(f"fit_laid: {int((~finite).sum())} of {n} triplets contain NaN/inf and are dropped",
+                      stacklevel=3)
         arrays = [a[finite] for a in arrays]
-        n = int(finite.sum())
-        if n == 0:
-            raise IsoodError("fit_laid: every triplet contains NaN/inf; pass finite text features")
-    if opt["steps"] < 1 or opt["batch_size"] < 1:
-        raise IsoodError(f"fit_laid: steps and batch_size must be >= 1, got {opt['steps']} and {opt['batch_size']}")
-
-    previous_threads = torch.get_num_threads()
-    if opt["num_threads"]:
-        torch.set_num_threads(int(opt["num_threads"]))
-    try:
-        return _fit(arrays, n, dim, opt, callback, text_hash)
-    finally:
-        torch.set_num_threads(previous_threads)
+        if not finite.any():
+            raise BadInputError("fit_laid: every triplet contains NaN/inf; pass finite text features")
+    return arrays
 
 
-def _fit(arrays: list[np.ndarray], n: int, dim: int, opt: dict, callback: Any, text_hash: str | None) -> LAID:
-    device = torch.device(opt["device"])
-    gen = torch.Generator(device="cpu").manual_seed(int(opt["seed"]))
+def fit_laid(anchor: Any, semantic_shift: Any, covariate_shift: Any, *, margin: float = 1.0,
+             semantic_weight: float = 1.0, covariate_weight: float = 1.0, orthogonality_weight: float = 1.0,
+             optimizer: str = "adam", lr: float = 0.01, steps: int = 500, batch_size: int = 512,
+             init: Any = "identity", seed: int = 0, device: str = "cpu", num_threads: int | None = 1,
+             callback: FitCallback | None = None, texts: Sequence[str] | None = None,
+             text_hash: str | None = None) -> LAID:
+    """Train W on text triplets (N, D) with the LAID losses (module docstring); returns a :class:`LAID`.
+
+    Options are those of :class:`LaidFitOptions` (defaults: :data:`DEFAULT_FIT_OPTIONS`, chosen so the planted
+    world is recovered with mean cos^2 of principal angles >= 0.95). ``callback(step, steps, losses)`` is called
+    after every step; ``texts`` (the training strings, hashed into ``config['text_hash']``) or ``text_hash``
+    (a precomputed hash) record what W was trained on. Triplets with a NaN/inf row are dropped with a warning.
+    """
+    options = LaidFitOptions(margin=margin, semantic_weight=semantic_weight, covariate_weight=covariate_weight,
+                             orthogonality_weight=orthogonality_weight, optimizer=optimizer, lr=lr, steps=steps,
+                             batch_size=batch_size, init=init, seed=seed, device=device, num_threads=num_threads)
+    if texts is not None:
+        text_hash = text_set_hash(texts)
+    arrays = _check_triplets(anchor, semantic_shift, covariate_shift)
+    threads = thread_limit(int(num_threads)) if num_threads else contextlib.nullcontext()
+    with threads:
+        return _fit(arrays, options, callback, text_hash)
+
+
+def _fit(arrays: list[np.ndarray], opt: LaidFitOptions, callback: FitCallback | None, text_hash: str | None) -> LAID:
+    import torch
+
+    n, dim = arrays[0].shape
+    device = torch_device(opt.device)
+    gen = torch.Generator(device="cpu").manual_seed(int(opt.seed))
     st, ss, cs = (torch.as_tensor(np.ascontiguousarray(a, dtype=np.float32)).to(device) for a in arrays)
-    W = _initial_W(opt["init"], dim, gen).to(device).requires_grad_(True)
-    if opt["optimizer"] == "adam":
-        optimiser = torch.optim.Adam([W], lr=opt["lr"])
-    elif opt["optimizer"] == "sgd":
-        optimiser = torch.optim.SGD([W], lr=opt["lr"], momentum=0.9)
+    W = _initial_W(opt.init, dim, gen).to(device).requires_grad_(True)
+    if opt.optimizer == "adam":
+        optimiser = torch.optim.Adam([W], lr=opt.lr)
     else:
-        raise IsoodError(f"unknown optimizer {opt['optimizer']!r}; pass 'adam' or 'sgd'")
+        optimiser = torch.optim.SGD([W], lr=opt.lr, momentum=0.9)
     eye = torch.eye(dim, device=device)
-    k = dim // 2
-    m = float(opt["margin"])
-    batch = min(int(opt["batch_size"]), n)
+    k, m, batch = dim // 2, float(opt.margin), min(int(opt.batch_size), n)
     hist: dict[str, list[float]] = {"sem": [], "cov": [], "orth": [], "total": []}
     t0 = time.perf_counter()
-    for step in range(int(opt["steps"])):
+    for step in range(int(opt.steps)):
         idx = torch.randint(0, n, (batch,), generator=gen).to(device)
         a, s, c = st[idx] @ W, ss[idx] @ W, cs[idx] @ W
         l_sem = torch.relu(_cosine_distance(a[:, :k], c[:, :k]) - _cosine_distance(a[:, :k], s[:, :k]) + m).mean()
         l_cov = torch.relu(_cosine_distance(a[:, k:], s[:, k:]) - _cosine_distance(a[:, k:], c[:, k:]) + m).mean()
         l_orth = ((W.T @ W - eye) ** 2).sum()
-        total = opt["semantic_weight"] * l_sem + opt["covariate_weight"] * l_cov + opt["orthogonality_weight"] * l_orth
+        total = opt.semantic_weight * l_sem + opt.covariate_weight * l_cov + opt.orthogonality_weight * l_orth
         optimiser.zero_grad(set_to_none=True)
         total.backward()
         optimiser.step()
@@ -323,10 +343,16 @@ def _fit(arrays: list[np.ndarray], n: int, dim: int, opt: dict, callback: Any, t
         for key, v in losses.items():
             hist[key].append(v)
         if callback is not None:
-            callback(step, int(opt["steps"]), losses)
-
-    config = {key: (v if isinstance(v, (int, float, str, bool)) or v is None else str(v)) for key, v in opt.items()}
-    if not isinstance(opt["init"], str):
-        config["init"] = "array"
+            callback(step, int(opt.steps), losses)
+    config = _fit_config(opt)
     config.update(dim=dim, n_triplets=n, text_hash=text_hash, fit_seconds=round(time.perf_counter() - t0, 3))
     return LAID(W.detach().cpu().numpy(), config=config, history=hist)
+
+
+def _fit_config(opt: LaidFitOptions) -> dict[str, Any]:
+    """The options as JSON-able values, as recorded in ``LAID.config`` (an init array is recorded as 'array')."""
+    config = {key: (v if isinstance(v, (int, float, str, bool)) or v is None else str(v))
+              for key, v in asdict(opt).items()}
+    if not isinstance(opt.init, str):
+        config["init"] = "array"
+    return config

@@ -1,27 +1,34 @@
-"""Versioned, hashed manifests: the contract between isood's stages (JSON + Parquet, with provenance)."""
+"""L1: versioned, hashed manifests, the contract between isood's stages (JSON + Parquet, with provenance).
 
+``read(path, kind=...)`` returns a kind's typed view after checking its kind and table schemas (``manifests.schema``
+holds the ``KindSpec`` registry; the specs themselves are registered by the code that writes each kind).
+This package knows nothing about the benchmark domain (cells, levels, detectors).
+"""
+
+from isood.runtime import atomic_write_bytes, sha256_bytes, sha256_file
+from manifests.card import add_card, dataset_card, write_with_card
 from manifests.paths import check_relative, resolve_inside
+from manifests.schema import CardSpec, KindSpec, TableSpec, kind_spec, register_kind
 from manifests.store import (
     MANIFEST_FILE,
     SCHEMA_NAME,
     SCHEMA_VERSION,
     Manifest,
-    VerifyReport,
-    atomic_write_bytes,
+    ManifestView,
+    check_output_kind,
     existing_kind,
-    park,
-    unpark,
     input_record,
     parquet_bytes,
+    park,
     read,
-    sha256_file,
-    verify,
+    unpark,
     write_manifest,
 )
-from manifests.card import add_card, dataset_card, write_with_card
+from manifests.verify import VerifyReport, verify
 
 __all__ = [
-    "MANIFEST_FILE", "SCHEMA_NAME", "SCHEMA_VERSION", "Manifest", "VerifyReport", "atomic_write_bytes", "existing_kind", "park", "unpark",
-    "check_relative", "input_record", "parquet_bytes", "read", "resolve_inside", "sha256_file", "verify",
-    "write_manifest", "write_with_card", "dataset_card", "add_card",
+    "MANIFEST_FILE", "SCHEMA_NAME", "SCHEMA_VERSION", "CardSpec", "KindSpec", "Manifest", "ManifestView",
+    "TableSpec", "VerifyReport", "add_card", "atomic_write_bytes", "check_output_kind", "check_relative", "dataset_card",
+    "existing_kind", "input_record", "kind_spec", "parquet_bytes", "park", "read", "register_kind",
+    "resolve_inside", "sha256_bytes", "sha256_file", "unpark", "verify", "write_manifest", "write_with_card",
 ]

@@ -1,21 +1,18 @@
 """Dataset cards: a README.md whose YAML `configs:` make any manifest directory loadable with `datasets`.
 
-`datasets.load_dataset(DIR)` (or `load_dataset("user/name")` once published) loads the `all` config;
-`load_dataset(DIR, "cov_2_sem_5")` loads one grid cell. The configs point at Parquet files only, so loading needs
-no code and works offline:
+`datasets.load_dataset(DIR)` (or `load_dataset("user/name")` once published) loads the `all` config; the kind's
+``CardSpec`` (``manifests.schema``, registered with the kind) says what else there is. This module knows no
+particular kind; for a kind without a spec it uses the first table, split `train`:
 
-- every kind: `all` = the main table (`images` for splits / syn-is / image lists, `classes` for a class filter,
-  else the only or first table); every other table also gets a config named after it (`cells`, `edges`, ...).
-- splits / syn-is: one config per non-N/A cell `cov_{c}_sem_{s}` (0-based), backed by a per-cell Parquet file
-  `data/configs/<cell>/<split>.parquet` (a copy of the cell's rows of the main table; the files are small:
-  paths and shift values).
-- a main table with a `decision` column (class filter, audit): one config per decision (`keep` -> `kept`,
-  `drop` -> `dropped`).
-
-Splits inside a config: `test` for splits / syn-is / image lists (benchmark data), `train` for other kinds
-(`datasets`' name for a plain table). When the main table has a `source` column with named sources (e.g. an
-imported IS-OOD release with in21k-train / in21k-val / syn-is), each source is its own split
-(`in21k_train`, ...) in `all` and in every cell config, so sources are never mixed by accident.
+- `all` = the kind's main table; every other table gets a config named after it (`cells`, `edges`, ...);
+- ``split``: the split name of the main table's rows (`test` for benchmark data, `train` for plain tables);
+  with ``split_by`` (a column, e.g. `source`) each distinct value is its own split, in `all` and in every other
+  config, so sources are never mixed by accident;
+- ``config_by`` (a column, e.g. `cell` or `decision`): one config per value (renamed by ``config_names``;
+  only the values ``allowed_configs`` returns, e.g. the measured grid cells; an item ``(split_by value, value)``
+  allows a value in that split only), backed by a Parquet file `data/configs/<config>/<split>.parquet` holding
+  those rows of the main table;
+- ``sections``: extra markdown sections of the kind (e.g. counts per cell); ``licence``: its licence text.
 
 `write_with_card` wraps `manifests.write_manifest`: it adds the per-config Parquet files and the README.md, and
 registers both in manifest.json (the card is excluded from the content hash, the per-config files are not: they
@@ -35,30 +32,16 @@ import pyarrow as pa
 import yaml
 
 from isood.errors import ManifestError
-from manifests.store import (
-    MANIFEST_FILE,
-    Manifest,
-    atomic_write_bytes,
-    parquet_bytes,
-    read,
-    sha256_bytes,
-    write_manifest,
-)
+from isood.runtime import atomic_write_bytes, sha256_bytes
+from manifests.schema import CardSpec, kind_spec
+from manifests.store import MANIFEST_FILE, Manifest, parquet_bytes, read, write_manifest
+
+__all__ = ["CARD_FILE", "CONFIGS_DIR", "ConfigLayout", "config_layout", "dataset_card", "write_with_card", "add_card",
+           "markdown_table", "split_name"]
 
 CARD_FILE = "README.md"
 CONFIGS_DIR = "data/configs"  # derived per-config Parquet files live here (regenerated on every write)
-CELL_KINDS = frozenset({"splits", "syn-is"})
-TEST_KINDS = CELL_KINDS | {"image-list"}
-MAIN_TABLE = {"splits": "images", "syn-is": "images", "image-list": "images", "class-filter": "classes",
-              "audit": "classes", "evaluation": "cell_metrics", "features": "index"}
-NA_THRESHOLD = 10  # a cell with fewer images is N/A (ARCHITECTURE.md), used when there is no `cells` table
-_CELL_RE = re.compile(r"^cov_(\d+)_sem_(\d+)$")
-_SPLIT_RE = re.compile(r"^\w+(\.\w+)*$")  # what `datasets` accepts as a split name
-_DECISION_CONFIG = {"keep": "kept", "drop": "dropped"}
-
-
-def cell_name(cov_level: int, sem_level: int) -> str:
-    return f"cov_{int(cov_level)}_sem_{int(sem_level)}"
+_SPLIT_RE = re.compile(r"^\w+(\.\w+)*$")  # what `datasets` accepts as a split or config name
 
 
 def split_name(source: str | None, default: str) -> str:
@@ -77,17 +60,12 @@ def _frame(table: pd.DataFrame | pa.Table) -> pd.DataFrame:
     return table.to_pandas() if isinstance(table, pa.Table) else table
 
 
-def main_table(kind: str, names: Iterable[str]) -> str | None:
-    names = sorted(names)
-    if not names:
-        return None
-    preferred = MAIN_TABLE.get(kind)
-    if preferred in names:
-        return preferred
-    for guess in ("images", "classes", "rows"):
-        if guess in names:
-            return guess
-    return names[0]
+def _card_spec(kind: str, tables: Mapping[str, Any]) -> CardSpec:
+    spec = kind_spec(kind)
+    if spec is not None and spec.card is not None:
+        return spec.card
+    first = sorted(tables)[0] if tables else None
+    return CardSpec(title=f"isood {kind} manifest", description=f"An isood {kind} manifest.", main=first)
 
 
 @dataclass
@@ -96,109 +74,82 @@ class ConfigLayout:
 
     configs: dict[str, dict[str, str]] = field(default_factory=dict)
     files: dict[str, pd.DataFrame] = field(default_factory=dict)  # derived path -> rows to write
-    cells: list[dict] = field(default_factory=list)  # grid cells (source, cell, cov, sem, n, na)
     main: str | None = None
+    partitions: list[str] = field(default_factory=list)  # configs made from the `config_by` column
+    config_by: str | None = None
 
 
-def _sources(df: pd.DataFrame) -> list[str]:
-    if "source" not in df.columns:
-        return [""]
-    values = df["source"].fillna("").astype(str)
-    return sorted(values.unique()) or [""]
+def _column_values(df: pd.DataFrame, column: str) -> pd.Series:
+    return df[column].fillna("").astype(str)
 
 
-def _cells(tables: Mapping[str, pd.DataFrame], main: pd.DataFrame, na_threshold: int) -> list[dict]:
-    """Cell rows: from the `cells` table when there is one (its `na` flags), else counted from the main table."""
-    out: list[dict] = []
-    cells = tables.get("cells")
-    if cells is not None and {"cov_level", "sem_level"} <= set(cells.columns):
-        for rec in cells.to_dict("records"):
-            n = int(rec["n"]) if "n" in rec and pd.notna(rec["n"]) else None
-            na = bool(rec["na"]) if "na" in rec and pd.notna(rec["na"]) else (n is None or n < na_threshold)
-            src = rec.get("source")
-            out.append({
-                "source": "" if src is None or (isinstance(src, float) and pd.isna(src)) else str(src),
-                "cell": cell_name(rec["cov_level"], rec["sem_level"]),
-                "cov_level": int(rec["cov_level"]), "sem_level": int(rec["sem_level"]), "n": n, "na": na,
-            })
-        return out
-    if not {"cov_level", "sem_level"} <= set(main.columns):
-        return out
-    keyed = main.dropna(subset=["cov_level", "sem_level"])
-    keyed = keyed[(keyed["cov_level"] >= 0) & (keyed["sem_level"] >= 0)]  # level -1: no shift value, no cell
-    src = keyed["source"].fillna("").astype(str) if "source" in keyed.columns else pd.Series("", index=keyed.index)
-    counts = keyed.groupby([src, keyed["cov_level"].astype(int), keyed["sem_level"].astype(int)]).size()
-    for (s, c, l), n in sorted(counts.items()):
-        out.append({"source": s, "cell": cell_name(c, l), "cov_level": c, "sem_level": l, "n": int(n),
-                    "na": int(n) < na_threshold})
+def _allowed_splits(allowed: Iterable[Any] | None) -> dict[str, set[str] | None] | None:
+    """``allowed_configs``' answer as config value -> the ``split_by`` values it may use (None: every split).
+    An item is a value (allowed in every split) or a ``(split_by value, value)`` pair (allowed in that split)."""
+    if allowed is None:
+        return None
+    out: dict[str, set[str] | None] = {}
+    for item in allowed:
+        if isinstance(item, tuple):
+            split_value, value = (str(x) for x in item)
+            current = out.setdefault(value, set())
+            if current is not None:  # None: already allowed in every split
+                current.add(split_value)
+        else:
+            out[str(item)] = None
     return out
 
 
-def config_layout(kind: str, tables: Mapping[str, pd.DataFrame | pa.Table], na_threshold: int = NA_THRESHOLD) -> ConfigLayout:
+def config_layout(kind: str, tables: Mapping[str, pd.DataFrame | pa.Table], meta: Mapping[str, Any] | None = None
+                  ) -> ConfigLayout:
     """Which configs a manifest of `kind` with these tables gets, and the derived Parquet files behind them."""
     tables = {name: _frame(t) for name, t in tables.items()}
-    layout = ConfigLayout(main=main_table(kind, tables))
-    if layout.main is None:
+    card = _card_spec(kind, tables)
+    main_name = card.main if card.main in tables else (sorted(tables)[0] if tables else None)
+    layout = ConfigLayout(main=main_name)
+    if main_name is None:
         return layout
-    main = tables[layout.main]
-    default_split = "test" if kind in TEST_KINDS else "train"
-    sources = _sources(main)
-    splits = {s: split_name(s, default_split) for s in sources}
+    main = tables[main_name]
+    src = _column_values(main, card.split_by) if card.split_by and card.split_by in main.columns else None
+    sources = sorted(src.unique()) if src is not None and len(src) else [""]
+    splits = {s: split_name(s, card.split) for s in sources}
     if len(set(splits.values())) != len(splits):
         raise ManifestError(f"sources {sources} give clashing split names {sorted(splits.values())}; rename them")
-    src_col = main["source"].fillna("").astype(str) if "source" in main.columns else None
 
-    def put(config: str, split: str, rows: pd.DataFrame) -> None:
-        rel = f"{CONFIGS_DIR}/{config}/{split}.parquet"
-        layout.files[rel] = rows.reset_index(drop=True)
-        layout.configs.setdefault(config, {})[split] = rel
+    def put(config: str, rows: pd.DataFrame, only: set[str] | None = None) -> None:
+        for s in sources:
+            part = rows if src is None else rows[src[rows.index] == s]
+            if len(part) and (only is None or s in only):
+                rel = f"{CONFIGS_DIR}/{config}/{splits[s]}.parquet"
+                layout.files[rel] = part.reset_index(drop=True)
+                layout.configs.setdefault(config, {})[splits[s]] = rel
 
     if len(sources) == 1:  # one split: the main table itself, no copy
-        layout.configs["all"] = {splits[sources[0]]: f"data/{layout.main}.parquet"}
+        layout.configs["all"] = {splits[sources[0]]: f"data/{main_name}.parquet"}
     else:
-        for s in sources:
-            put("all", splits[s], main[src_col == s])
-
-    if kind in CELL_KINDS and {"cov_level", "sem_level"} <= set(main.columns):
-        layout.cells = _cells(tables, main, na_threshold)
-        levels = main[["cov_level", "sem_level"]]
-        has = levels.notna().all(axis=1)
-        cov = levels["cov_level"].where(has, -1).astype(int)
-        sem = levels["sem_level"].where(has, -1).astype(int)
-        has &= (cov >= 0) & (sem >= 0)
-        for rec in sorted(layout.cells, key=lambda r: (r["cov_level"], r["sem_level"], r["source"])):
-            if rec["na"]:
+        put("all", main)
+    if card.config_by and card.config_by in main.columns:
+        values = _column_values(main, card.config_by)
+        allowed = _allowed_splits(card.allowed_configs(tables, meta or {}) if card.allowed_configs else None)
+        for value in sorted(v for v in values.unique() if v):
+            name = card.config_names.get(value, re.sub(r"\W+", "_", value).strip("_"))
+            if (allowed is not None and value not in allowed) or not name or name in layout.configs:
                 continue
-            mask = has & (cov == rec["cov_level"]) & (sem == rec["sem_level"])
-            targets = sources if rec["source"] == "" else [rec["source"]]
-            for s in targets:
-                m = mask if src_col is None else mask & (src_col == s)
-                if s not in splits or not m.any():
-                    continue
-                put(rec["cell"], splits[s], main[m])
-
-    if "decision" in main.columns:
-        for value in sorted(main["decision"].dropna().astype(str).unique()):
-            name = _DECISION_CONFIG.get(value, re.sub(r"\W+", "_", value).strip("_"))
-            if not name or name in layout.configs:
-                continue
-            rows = main[main["decision"].astype(str) == value]
-            for s in sources:
-                part = rows if src_col is None else rows[src_col[rows.index] == s]
-                if len(part):
-                    put(name, splits[s], part)
-
+            put(name, main[values == value], None if allowed is None else allowed[value])
+            if name in layout.configs:
+                layout.partitions.append(name)
+        layout.config_by = card.config_by
     for name in sorted(tables):
-        if name != layout.main and name not in layout.configs and _SPLIT_RE.match(name):
+        if name != main_name and name not in layout.configs and _SPLIT_RE.match(name):
             layout.configs[name] = {"train": f"data/{name}.parquet"}
     return layout
 
 
 # ----------------------------------------------------------------------------------------------------- the card
-def _yaml_configs(configs: Mapping[str, Mapping[str, str]]) -> list[dict]:
-    order = ["all"] + sorted(c for c in configs if _CELL_RE.match(c)) + sorted(
-        c for c in configs if c != "all" and not _CELL_RE.match(c)
-    )
+def _yaml_configs(configs: Mapping[str, Mapping[str, str]], partitions: Iterable[str] = ()) -> list[dict]:
+    """`configs:` entries: `all` (the default), then the partition configs, then the others, each sorted."""
+    parts = set(partitions)
+    order = ["all"] + sorted(c for c in configs if c in parts) + sorted(c for c in configs if c != "all" and c not in parts)
     out = []
     for name in order:
         if name not in configs:
@@ -219,7 +170,8 @@ def _size_category(n: int) -> str:
     return "10M<n<100M"
 
 
-def _md_table(df: pd.DataFrame, max_rows: int = 40) -> str:
+def markdown_table(df: pd.DataFrame, max_rows: int = 40) -> str:
+    """A markdown table of the first ``max_rows`` rows (floats with 4 significant digits)."""
     if df.empty:
         return "_(empty)_\n"
     shown = df.head(max_rows)
@@ -236,145 +188,91 @@ def _md_table(df: pd.DataFrame, max_rows: int = 40) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _grid_md(cells: list[dict], n_levels: int | None) -> str:
-    out = []
-    for source in sorted({c["source"] for c in cells}):
-        part = [c for c in cells if c["source"] == source]
-        n = n_levels or 1 + max(max(c["cov_level"], c["sem_level"]) for c in part)
-        grid = {(c["cov_level"], c["sem_level"]): c for c in part}
-        if source:
-            out.append(f"**{source}**\n")
-        out.append("| cov \\ sem | " + " | ".join(str(s) for s in range(n)) + " |")
-        out.append("|---|" + "---|" * n)
-        for c in range(n):
-            row = []
-            for s in range(n):
-                rec = grid.get((c, s))
-                if rec is None:
-                    row.append("–")
-                elif rec["n"] is None:
-                    row.append("N/A" if rec["na"] else "?")
-                else:
-                    row.append(f"N/A ({rec['n']})" if rec["na"] else str(rec["n"]))
-            out.append(f"| {c} | " + " | ".join(row) + " |")
-        out.append("")
-    return "\n".join(out)
-
-
-_DESCRIPTION = {
-    "splits": "OOD test images graded by semantic (D_sem) and covariate (D_cov) shift from the in-distribution "
-    "set and binned into a grid of shift levels (IS-OOD, \"A Sorites Paradox\").",
-    "syn-is": "Syn-IS: images generated from style x label prompts, graded by the prompts' semantic and covariate "
-    "shift and binned into a grid of shift levels.",
-    "class-filter": "The ImageNet-OOD class filter: every candidate class with its decision, the rule that "
-    "dropped it and the in-distribution class it conflicts with.",
-    "audit": "An audit of an OOD class or image list for WordNet hierarchy leaks into the in-distribution classes.",
-    "features": "Image features and their index.",
-    "image-list": "An OOD image list (relative image paths).",
-}
-
-
-def _licence(kind: str, meta: Mapping[str, Any]) -> str:
-    config = (meta.get("command") or {}).get("config") or {}
-    if kind == "syn-is":
-        pipeline = config.get("pipeline") or "stabilityai/sdxl-turbo"
-        return (
-            f"The Syn-IS images under `images/` were generated with `{pipeline}` and may be redistributed within "
-            "the terms of that model's licence (for SDXL-Turbo: the Stability AI licence); check it before any "
-            "commercial use. Prompts use ImageNet-21K labels (WordNet, Princeton licence). No ImageNet image is "
-            "included; `d_sem` / `d_cov` were measured against in-distribution ImageNet features.\n"
-        )
-    return (
-        "ImageNet images are never redistributed: this dataset holds relative image paths, WordNet ids and shift "
-        "values only. Obtain ImageNet-1K / ImageNet-21K from https://image-net.org under its terms of access and "
-        "resolve `path` against the root of your own copy. WordNet is under the Princeton WordNet licence. "
-        "The metadata in this repository is released by its publisher under the licence stated in the front "
-        "matter.\n"
-    )
-
-
-def dataset_card(manifest_meta: Mapping[str, Any], tables: Mapping[str, pd.DataFrame | pa.Table],
-                 *, title: str | None = None, na_threshold: int = NA_THRESHOLD) -> str:
-    """README.md text for a manifest: YAML front matter (`configs:` for `datasets`) plus provenance, grid edges,
-    counts per cell, changelog and licence notes. Configs whose files are not in `manifest_meta["files"]` are left
-    out, so the card never points at a file the manifest lacks."""
-    kind = manifest_meta["kind"]
-    tables = {name: _frame(t) for name, t in tables.items()}
-    layout = config_layout(kind, tables, na_threshold)
-    listed = {rec["path"] for rec in manifest_meta.get("files", [])}
-    configs = {
-        name: splits for name, splits in layout.configs.items()
-        if not listed or all(p in listed for p in splits.values())
-    }
-    n_rows = len(tables[layout.main]) if layout.main else 0
-    version = manifest_meta.get("dataset_version", "?")
-    title = title or f"isood {kind} manifest"
+def _front_matter(kind: str, title: str, n_rows: int, configs: Mapping[str, Mapping[str, str]],
+                  partitions: Iterable[str]) -> str:
     front: dict[str, Any] = {
         "pretty_name": title,
         "license": "other",
         "tags": ["out-of-distribution-detection", "isood", kind],
         "task_categories": ["image-classification"],
         "size_categories": [_size_category(n_rows)],
-        "configs": _yaml_configs(configs),
+        "configs": _yaml_configs(configs, partitions),
     }
-    parts = ["---\n" + yaml.safe_dump(front, sort_keys=False, allow_unicode=True) + "---\n"]
-    parts.append(f"# {title} (v{version})\n\n{_DESCRIPTION.get(kind, f'An isood {kind} manifest.')}\n")
+    return "---\n" + yaml.safe_dump(front, sort_keys=False, allow_unicode=True) + "---\n"
 
-    cell_configs = [c for c in configs if _CELL_RE.match(c)]
-    example_cell = cell_configs[0] if cell_configs else None
+
+def _loading_sections(layout: ConfigLayout, configs: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """`## Loading` (with an example partition config) and `## Configs` (every config and its splits)."""
+    example = next((c for c in sorted(layout.partitions) if c in configs), None)
     load = ["```python", "from datasets import load_dataset", "",
             'ds = load_dataset("USER/NAME")  # or a local copy of this directory: load_dataset("path/to/dir")']
-    if example_cell:
-        load.append(f'cell = load_dataset("USER/NAME", "{example_cell}")  # one grid cell')
+    if example:
+        load.append(f'part = load_dataset("USER/NAME", "{example}")  # the rows of one {layout.config_by}')
     load.append("```")
-    parts.append("## Loading\n\n" + "\n".join(load) + "\n")
     cfg_lines = [f"- `{name}`: " + ", ".join(f"split `{s}` ({p})" for s, p in sorted(sp.items()))
-                 for name, sp in ((c["config_name"], configs[c["config_name"]]) for c in _yaml_configs(configs))]
-    parts.append(f"## Configs ({len(configs)})\n\n" + "\n".join(cfg_lines) + "\n")
+                 for name, sp in ((c["config_name"], configs[c["config_name"]])
+                                  for c in _yaml_configs(configs, layout.partitions))]
+    return ["## Loading\n\n" + "\n".join(load) + "\n",
+            f"## Configs ({len(configs)})\n\n" + "\n".join(cfg_lines) + "\n"]
 
-    if layout.cells:
-        config = (manifest_meta.get("command") or {}).get("config") or {}
-        n_levels = next((config[k] for k in ("n_levels", "levels") if isinstance(config.get(k), int)), None)
-        na = sum(1 for c in layout.cells if c["na"])
-        parts.append(
-            "## Counts per cell\n\nRows: covariate level; columns: semantic level (0-based; cell "
-            "`cov_{c}_sem_{s}`). N/A cells (fewer images than the N/A threshold) get no config; their count is "
-            f"shown in brackets. {len(layout.cells) - na} cells usable, {na} N/A.\n\n"
-            + _grid_md(layout.cells, n_levels)
-        )
-    if "edges" in tables:
-        parts.append("## Grid edges\n\nThe level boundaries of each shift axis (table `edges`).\n\n"
-                     + _md_table(tables["edges"]))
 
-    prov = [f"- kind: `{kind}`, dataset version **{version}**, schema "
-            f"`{manifest_meta.get('schema', {}).get('name')}` {manifest_meta.get('schema', {}).get('version')}",
-            f"- written by isood {manifest_meta.get('package', {}).get('version', '?')} on "
-            f"{manifest_meta.get('created', '?')}",
-            f"- content sha256: `{manifest_meta.get('content_sha256', '?')}`"]
-    command = manifest_meta.get("command") or {}
+def _provenance_sections(meta: Mapping[str, Any]) -> list[str]:
+    """`## Provenance` (kind, version, writer, command and config), `### Inputs`, `### Files`, `## Changelog`."""
+    schema = meta.get("schema", {})
+    prov = [f"- kind: `{meta['kind']}`, dataset version **{meta.get('dataset_version', '?')}**, schema "
+            f"`{schema.get('name')}` {schema.get('version')}",
+            f"- written by isood {meta.get('package', {}).get('version', '?')} on {meta.get('created', '?')}",
+            f"- content sha256: `{meta.get('content_sha256', '?')}`"]
+    command = meta.get("command") or {}
     if command.get("argv"):
         prov.append("- command: `" + " ".join(str(a) for a in command["argv"]) + "`")
     if command.get("config"):
         prov.append("- config:\n\n```json\n" + json.dumps(command["config"], indent=2, sort_keys=True) + "\n```")
-    parts.append("## Provenance\n\n" + "\n".join(prov) + "\n")
-    inputs = manifest_meta.get("inputs") or []
+    parts = ["## Provenance\n\n" + "\n".join(prov) + "\n"]
+    inputs = meta.get("inputs") or []
     if inputs:
-        parts.append("### Inputs\n\n" + _md_table(pd.DataFrame(
+        parts.append("### Inputs\n\n" + markdown_table(pd.DataFrame(
             [{"name": i.get("name"), "source": i.get("source", ""), "sha256": i.get("sha256", "")} for i in inputs]
         )))
-    files = [r for r in manifest_meta.get("files", []) if r["path"] != CARD_FILE]
+    files = [r for r in meta.get("files", []) if r["path"] != CARD_FILE]
     if files:
         shown = [r for r in files if not r["path"].startswith(CONFIGS_DIR + "/")]
         parts.append(
             f"### Files\n\n{len(files)} files, every sha256 in `{MANIFEST_FILE}` (`isood verify DIR` rechecks "
             f"them; the per-config copies under `{CONFIGS_DIR}/` are listed there too).\n\n"
-            + _md_table(pd.DataFrame([{"path": r["path"], "bytes": r["bytes"], "sha256": r["sha256"]} for r in shown]))
+            + markdown_table(pd.DataFrame([{"path": r["path"], "bytes": r["bytes"], "sha256": r["sha256"]} for r in shown]))
         )
-    changelog = manifest_meta.get("changelog") or []
+    changelog = meta.get("changelog") or []
     if changelog:
         parts.append("## Changelog\n\n" + "\n".join(
             f"- {c.get('version')} ({c.get('date')}): {c.get('note', '')}" for c in reversed(changelog)) + "\n")
-    parts.append("## Licence\n\n" + _licence(kind, manifest_meta))
+    return parts
+
+
+def dataset_card(manifest_meta: Mapping[str, Any], tables: Mapping[str, pd.DataFrame | pa.Table],
+                 *, title: str | None = None) -> str:
+    """README.md text for a manifest: YAML front matter (`configs:` for `datasets`), loading example, configs,
+    the kind's own sections, provenance, changelog and licence. Configs whose files are not in
+    `manifest_meta["files"]` are left out, so the card never points at a file the manifest lacks."""
+    kind = manifest_meta["kind"]
+    tables = {name: _frame(t) for name, t in tables.items()}
+    card = _card_spec(kind, tables)
+    layout = config_layout(kind, tables, manifest_meta)
+    listed = {rec["path"] for rec in manifest_meta.get("files", [])}
+    configs = {
+        name: splits for name, splits in layout.configs.items()
+        if not listed or all(p in listed for p in splits.values())
+    }
+    n_rows = len(tables[layout.main]) if layout.main else 0
+    title = title or card.title
+    parts = [_front_matter(kind, title, n_rows, configs, layout.partitions),
+             f"# {title} (v{manifest_meta.get('dataset_version', '?')})\n\n{card.description}\n"]
+    parts += _loading_sections(layout, configs)
+    for heading, text in (card.sections(manifest_meta, tables) if card.sections else ()):
+        parts.append(f"## {heading}\n\n{text}")
+    parts += _provenance_sections(manifest_meta)
+    if card.licence is not None:
+        parts.append("## Licence\n\n" + card.licence(manifest_meta))
     return "\n".join(parts)
 
 
@@ -392,7 +290,6 @@ def write_with_card(
     note: str = "",
     argv: list[str] | None = None,
     title: str | None = None,
-    na_threshold: int = NA_THRESHOLD,
 ) -> Manifest:
     """`manifests.write_manifest` plus the per-config Parquet files and the README.md dataset card.
 
@@ -405,14 +302,14 @@ def write_with_card(
     for rel in list(files) + existing_files:
         if rel == CARD_FILE or rel.startswith(CONFIGS_DIR + "/"):
             raise ManifestError(f"{rel!r} is written by the dataset card writer; do not pass it in files")
-    layout = config_layout(kind, tables, na_threshold)
+    layout = config_layout(kind, tables, {"kind": kind, "command": {"config": dict(config)}})
     derived = {rel: parquet_bytes(df) for rel, df in sorted(layout.files.items())}
     manifest = write_manifest(
         root, kind=kind, tables=tables, config=config, inputs=inputs, files={**files, **derived},
         existing_files=existing_files, summary=summary, note=note, argv=argv,
     )
     _prune_empty_dirs(root / CONFIGS_DIR)
-    return _attach_card(manifest, dataset_card(manifest.meta, tables, title=title, na_threshold=na_threshold))
+    return _attach_card(manifest, dataset_card(manifest.meta, tables, title=title))
 
 
 def _prune_empty_dirs(top: Path) -> None:

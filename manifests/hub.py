@@ -34,8 +34,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from isood.errors import IsoodError
+from isood.runtime import one_line
 from manifests.card import CARD_FILE
-from manifests.store import MANIFEST_FILE, read, verify
+from manifests.store import MANIFEST_FILE, read
+from manifests.verify import verify
 
 LARGE_UPLOAD_BYTES = 2 * 1024**3  # 2 GiB: above this a single-commit upload is fragile; use resumable batches
 LARGE_UPLOAD_FILES = 1_000  # the Hub advises against very large single commits; Syn-IS image sets exceed this
@@ -102,11 +104,6 @@ def scrub(text: str, tokens: list[str]) -> str:
     return _TOKEN_RE.sub("***", text)
 
 
-def _one_line(text: str) -> str:
-    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
-    return " | ".join(lines[:3]) if lines else ""
-
-
 def make_api(token: str | None = None) -> Any:
     """The real client; `token=None` lets huggingface_hub find it (HF_TOKEN or the login file)."""
     from huggingface_hub import HfApi
@@ -157,7 +154,7 @@ def _check_repo_id(repo_id: str) -> None:
     except ImportError:  # pragma: no cover - huggingface_hub is a dependency
         pass
     except Exception as e:
-        raise PublishError(f"--repo-id {repo_id!r} is not a valid Hub repository id: {_one_line(e)}") from None
+        raise PublishError(f"--repo-id {repo_id!r} is not a valid Hub repository id: {one_line(e)}") from None
 
 
 def _patterns(paths: list[str]) -> list[str]:
@@ -175,6 +172,43 @@ def copy_plan(p: PublishPlan, out: str | os.PathLike) -> Path:
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(p.root / rel, dst)
     return out
+
+
+def _upload_in_batches(p: PublishPlan, api: Any, call: Callable[..., Any], echo: Callable[[str], None]) -> Any:
+    """A large folder: the data files in resumable batches, then manifest.json in its own last commit (whose
+    info is returned), so the tagged revision is always complete."""
+    data = [path for path, _ in p.files if path != MANIFEST_FILE]
+    if hasattr(api, "upload_large_folder"):
+        echo(f"uploading {len(data)} files ({p.total_bytes:,} bytes) with upload_large_folder (resumable)")
+        call("upload_large_folder", api.upload_large_folder, repo_id=p.repo_id, repo_type="dataset",
+             folder_path=str(p.root), allow_patterns=_patterns(data))
+    else:
+        echo(f"uploading {len(data)} files ({p.total_bytes:,} bytes) with upload_folder (batched commits)")
+        call("upload_folder", api.upload_folder, repo_id=p.repo_id, repo_type="dataset", folder_path=str(p.root),
+             allow_patterns=_patterns(data), commit_message=f"{p.commit_message} (data)",
+             commit_description=p.commit_description)
+    # the upload is done: drop upload_large_folder's resume cache, else `isood verify` reports extra files
+    shutil.rmtree(p.root / ".cache" / "huggingface", ignore_errors=True)
+    try:
+        (p.root / ".cache").rmdir()
+    except OSError:
+        pass
+    echo(f"committing {MANIFEST_FILE} last: {p.commit_message}")
+    return call("upload_file", api.upload_file, repo_id=p.repo_id, repo_type="dataset",
+                path_or_fileobj=str(p.root / MANIFEST_FILE), path_in_repo=MANIFEST_FILE,
+                commit_message=p.commit_message, commit_description=p.commit_description)
+
+
+def _tag_kwargs(p: PublishPlan, api: Any, commit_oid: str | None) -> dict[str, Any]:
+    kwargs: dict[str, Any] = dict(tag=p.tag, tag_message=p.commit_message, repo_type="dataset")
+    if commit_oid:
+        kwargs["revision"] = commit_oid
+    try:
+        if "exist_ok" in inspect.signature(api.create_tag).parameters:
+            kwargs["exist_ok"] = True  # republishing identical content keeps its tag
+    except (TypeError, ValueError):
+        pass
+    return kwargs
 
 
 def publish(
@@ -205,7 +239,7 @@ def publish(
         try:
             return fn(*args, **kwargs)
         except Exception as e:  # scrub: the message may echo headers or URLs carrying the token
-            msg = scrub(_one_line(f"{type(e).__name__}: {e}"), secrets)
+            msg = one_line(scrub(f"{type(e).__name__}: {e}", secrets), limit=300)  # scrub before cutting
             raise PublishError(f"publishing {p.root} to {repo_id} failed at {what}: {msg}") from None
 
     if api is None:
@@ -219,38 +253,11 @@ def publish(
                     allow_patterns=_patterns(paths), commit_message=p.commit_message,
                     commit_description=p.commit_description)
     else:
-        data = [path for path in paths if path != MANIFEST_FILE]
-        if hasattr(api, "upload_large_folder"):
-            echo(f"uploading {len(data)} files ({p.total_bytes:,} bytes) with upload_large_folder (resumable)")
-            call("upload_large_folder", api.upload_large_folder, repo_id=repo_id, repo_type="dataset",
-                 folder_path=str(p.root), allow_patterns=_patterns(data))
-        else:
-            echo(f"uploading {len(data)} files ({p.total_bytes:,} bytes) with upload_folder (batched commits)")
-            call("upload_folder", api.upload_folder, repo_id=repo_id, repo_type="dataset", folder_path=str(p.root),
-                 allow_patterns=_patterns(data), commit_message=f"{p.commit_message} (data)",
-                 commit_description=p.commit_description)
-        # the upload is done: drop upload_large_folder's resume cache, else `isood verify` reports extra files
-        shutil.rmtree(p.root / ".cache" / "huggingface", ignore_errors=True)
-        try:
-            (p.root / ".cache").rmdir()
-        except OSError:
-            pass
-        echo(f"committing {MANIFEST_FILE} last: {p.commit_message}")
-        info = call("upload_file", api.upload_file, repo_id=repo_id, repo_type="dataset",
-                    path_or_fileobj=str(p.root / MANIFEST_FILE), path_in_repo=MANIFEST_FILE,
-                    commit_message=p.commit_message, commit_description=p.commit_description)
+        info = _upload_in_batches(p, api, call, echo)
     result.commit_oid = getattr(info, "oid", None)
     result.commit_url = getattr(info, "commit_url", None)
-    kwargs: dict[str, Any] = dict(tag=p.tag, tag_message=p.commit_message, repo_type="dataset")
-    if result.commit_oid:
-        kwargs["revision"] = result.commit_oid
-    try:
-        if "exist_ok" in inspect.signature(api.create_tag).parameters:
-            kwargs["exist_ok"] = True  # republishing identical content keeps its tag
-    except (TypeError, ValueError):
-        pass
     echo(f"tagging {p.tag}")
-    call("create_tag", api.create_tag, repo_id, **kwargs)
+    call("create_tag", api.create_tag, repo_id, **_tag_kwargs(p, api, result.commit_oid))
     if result.commit_url:
         echo(f"published {repo_id} {p.tag}: {scrub(str(result.commit_url), secrets)}")
     else:

@@ -13,29 +13,27 @@ A manifest is a directory::
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import io
 import json
 import os
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from isood.errors import ManifestError
+from isood.errors import BadInputError, ManifestError
+from isood.runtime import TMP_PREFIX, atomic_write_bytes, sha256_bytes, sha256_file
 from manifests.paths import check_relative, resolve_inside
+from manifests.schema import KindSpec, check_schema, expect_kind, field_value, kind_spec
 
 SCHEMA_NAME = "isood-manifest"
 SCHEMA_VERSION = "1.0"
 MANIFEST_FILE = "manifest.json"
-PARKED_FILE = ".~manifest.json.prev"  # the previous manifest, set aside while a long job rewrites the directory
-_UMASK = os.umask(0)
-os.umask(_UMASK)
+PARKED_FILE = f"{TMP_PREFIX}manifest.json.prev"  # the previous manifest, set aside while a long job rewrites the directory
 _PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=True, write_statistics=True)
 
 
@@ -46,35 +44,6 @@ def package_version() -> str:
         return version("isood")
     except Exception:  # running from a source tree that is not installed
         return "0+unknown"
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to a temporary file beside `path`, fsync, then rename over `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the file the mode a plain open() would
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def parquet_bytes(table: pd.DataFrame | pa.Table) -> bytes:
@@ -135,6 +104,35 @@ class Manifest:
     def frame(self, name: str) -> pd.DataFrame:
         return self.table(name).to_pandas()
 
+    def schema(self, name: str) -> pa.Schema:
+        """The Arrow schema of a table, read from its Parquet footer (no rows are read)."""
+        if name not in self.meta.get("tables", {}):
+            raise ManifestError(f"{self.root}: manifest has no table {name!r} (has: {', '.join(self.tables)})")
+        return pq.read_schema(self.path(self.meta["tables"][name]["path"]))
+
+    @property
+    def config(self) -> dict:
+        """The command's config as recorded (for display and provenance; stages read typed views instead)."""
+        return dict((self.meta.get("command") or {}).get("config") or {})
+
+    @property
+    def content_sha256(self) -> str | None:
+        return self.meta.get("content_sha256")
+
+
+class ManifestView(Manifest):
+    """A manifest read through its kind's spec (``read(path, kind=...)``): its tables matched their schema.
+    Subclasses (one per kind, in the module that writes the kind) add typed properties; ``field(name)`` reads
+    one of the spec's declared fields."""
+
+    spec: ClassVar[KindSpec | None] = None
+
+    def field(self, name: str, default: Any = None) -> Any:
+        spec = kind_spec(self.kind)
+        if spec is None or name not in spec.fields:
+            raise KeyError(f"{self.kind} manifests declare no field {name!r}")
+        return field_value(self.meta, spec.fields[name], default)
+
 
 def _validate(meta: Any, where: str) -> dict:
     if not isinstance(meta, dict):
@@ -189,8 +187,21 @@ def existing_kind(root: str | os.PathLike) -> str | None:
     return None
 
 
-def read(root: str | os.PathLike) -> Manifest:
-    """Read and validate a manifest directory (schema, required fields, safe paths). Does not hash files."""
+def check_output_kind(out: str | os.PathLike, kind: str, option: str = "--out") -> None:
+    """Refuse to write a ``kind`` manifest over a directory holding a manifest of another kind (its files would
+    be replaced); an unreadable or unfinished one is left to the writer."""
+    other = existing_kind(out)
+    if other and other != kind:
+        raise BadInputError(f"{option} {out} holds a {other!r} manifest, not {kind!r}; pass another directory")
+
+
+def read(root: str | os.PathLike, kind: str | Sequence[str] | None = None) -> Manifest:
+    """Read and validate a manifest directory (schema version, required fields, safe paths; no file hashing).
+
+    With ``kind`` (a kind or several allowed kinds), also refuse a manifest of another kind and one whose tables
+    do not match the kind's registered schema (one line naming the table and column), and return the kind's
+    typed view (e.g. ``isood.kinds.SplitsView``). Without ``kind`` a plain ``Manifest`` is returned.
+    """
     root = Path(root)
     mpath = root / MANIFEST_FILE
     if not mpath.is_file():
@@ -199,46 +210,23 @@ def read(root: str | os.PathLike) -> Manifest:
         meta = json.loads(mpath.read_text())
     except json.JSONDecodeError as e:
         raise ManifestError(f"{mpath}: invalid JSON ({e.msg} at line {e.lineno})") from None
-    return Manifest(root=root, meta=_validate(meta, str(root)))
-
-
-@dataclass
-class VerifyReport:
-    root: Path
-    missing: list[str]
-    extra: list[str]
-    changed: list[str]
-
-    @property
-    def ok(self) -> bool:
-        return not (self.missing or self.extra or self.changed)
-
-    def lines(self) -> list[str]:
-        return (
-            [f"missing: {p}" for p in self.missing]
-            + [f"extra: {p}" for p in self.extra]
-            + [f"changed: {p}" for p in self.changed]
-        )
-
-
-def verify(root: str | os.PathLike) -> VerifyReport:
-    """Recompute every file hash; name each missing, extra (present but unlisted) and changed file."""
-    m = read(root)
-    listed = {rec["path"]: rec for rec in m.meta["files"]}
-    missing, changed = [], []
-    for rel, rec in sorted(listed.items()):
-        p = m.path(rel)
-        if not p.is_file():
-            missing.append(rel)
-        elif p.stat().st_size != rec.get("bytes", p.stat().st_size) or sha256_file(p) != rec["sha256"]:
-            changed.append(rel)
-    present = {
-        q.relative_to(m.root).as_posix()
-        for q in m.root.rglob("*")
-        if q.is_file() and q.name != MANIFEST_FILE
-    }
-    extra = sorted(p for p in present - set(listed) if not Path(p).name.startswith(".~"))
-    return VerifyReport(root=m.root, missing=missing, extra=extra, changed=changed)
+    except (OSError, UnicodeDecodeError) as e:
+        raise ManifestError(f"{mpath}: unreadable ({type(e).__name__}); restore or rebuild the manifest") from None
+    m = Manifest(root=root, meta=_validate(meta, str(root)))
+    if kind is None:
+        return m
+    expect_kind(m.kind, kind, str(root))
+    schemas = {}
+    for name in m.tables:
+        try:
+            schemas[name] = m.schema(name)
+        except (OSError, pa.ArrowInvalid) as e:
+            raise ManifestError(f"{root}: table {name!r} is unreadable ({' '.join(str(e).split())[:120]}); "
+                                "rebuild the manifest or restore its files (`isood verify` names them)") from None
+    check_schema(m.kind, schemas, str(root))
+    spec = kind_spec(m.kind)
+    view = spec.view if spec is not None and spec.view is not None else ManifestView
+    return view(root=root, meta=m.meta)
 
 
 def _bump(version: str) -> str:
@@ -261,70 +249,42 @@ def write_manifest(
     inputs: Iterable[dict] = (),
     files: Mapping[str, bytes | str] | None = None,
     existing_files: Iterable[str] = (),
+    table_files: Mapping[str, str] | None = None,
     summary: Mapping[str, Any] | None = None,
     note: str = "",
     argv: list[str] | None = None,
 ) -> Manifest:
-    """Write a manifest directory.
+    """Write a manifest directory; ``manifest.json`` last (a directory without it is an unfinished write).
 
     tables: name -> table, written as data/<name>.parquet. files: extra relative path -> content (lists, card).
     existing_files: relative paths already written into `root` by the caller (e.g. feature shards) to register.
-    The dataset version starts at 1.0.0 and its minor part is bumped, with a changelog entry, when a rewrite of
-    the same kind changes the content; an identical rewrite keeps version and changelog.
+    table_files: name -> relative path of a Parquet table the caller already wrote (e.g. streamed in row
+    groups, for tables too large for memory); its schema is checked and its rows and columns recorded from the
+    Parquet footer. Tables are checked against the kind's schema before anything is written. The dataset
+    version starts at 1.0.0 and its minor part is bumped, with a changelog entry, when a rewrite of the same kind
+    changes the content; an identical rewrite keeps version and changelog.
     """
     root = Path(root)
+    streamed = {name: pq.read_schema(resolve_inside(root, check_relative(rel)))
+                for name, rel in (table_files or {}).items()}
+    check_schema(kind, {**{name: _arrow_schema(t) for name, t in tables.items()}, **streamed}, f"writing {root}")
     root.mkdir(parents=True, exist_ok=True)
-    old = None
-    if (root / MANIFEST_FILE).is_file():
-        try:
-            old = read(root).meta
-        except ManifestError:
-            old = None
-        (root / MANIFEST_FILE).unlink()  # the directory is "unfinished" until the new manifest.json lands
-
+    old = _set_aside_old(root)
     records: dict[str, dict] = {}
-    table_meta: dict[str, dict] = {}
-
-    def put(rel: str, data: bytes) -> None:
-        rel = check_relative(rel)
-        atomic_write_bytes(resolve_inside(root, rel), data)
-        records[rel] = {"path": rel, "sha256": sha256_bytes(data), "bytes": len(data)}
-
-    for name, table in sorted(tables.items()):
-        data = parquet_bytes(table)
-        rel = f"data/{name}.parquet"
-        put(rel, data)
-        n = table.num_rows if isinstance(table, pa.Table) else len(table)
-        cols = table.column_names if isinstance(table, pa.Table) else [str(c) for c in table.columns]
-        table_meta[name] = {"path": rel, "rows": int(n), "columns": cols}
+    table_meta = _write_tables(root, tables, records)
     for rel, content in sorted((files or {}).items()):
-        put(rel, content.encode() if isinstance(content, str) else content)
+        _put(root, rel, content.encode() if isinstance(content, str) else content, records)
     for rel in existing_files:
-        rel = check_relative(rel)
-        p = resolve_inside(root, rel)
-        if not p.is_file():
-            raise ManifestError(f"{root}: registered file {rel!r} does not exist")
-        records[rel] = {"path": rel, "sha256": sha256_file(p), "bytes": p.stat().st_size}
-
+        _register(root, rel, records)
+    for name, rel in sorted((table_files or {}).items()):
+        _register(root, rel, records)
+        footer = pq.read_metadata(resolve_inside(root, rel))
+        table_meta[name] = {"path": check_relative(rel), "rows": int(footer.num_rows),
+                            "columns": list(streamed[name].names)}
     files_list = [records[k] for k in sorted(records)]
     chash = content_hash(files_list)
-    today = _dt.date.today().isoformat()
-    if old and old.get("kind") == kind and old.get("content_sha256") == chash:
-        version, changelog = old["dataset_version"], old.get("changelog", [])
-    elif old and old.get("kind") == kind:
-        version = _bump(old["dataset_version"])
-        changelog = old.get("changelog", []) + [{"version": version, "date": today, "note": note or "content changed"}]
-    else:
-        version = "1.0.0"
-        changelog = [{"version": version, "date": today, "note": note or f"first {kind} manifest"}]
-    if old:  # files the previous manifest owned and this one does not are stale: remove them
-        for rec in old.get("files", []):
-            if rec["path"] not in records:
-                try:
-                    resolve_inside(root, rec["path"]).unlink(missing_ok=True)
-                except ManifestError:
-                    pass
-
+    version, changelog = _version(old, kind, chash, note)
+    _remove_stale(root, old, records)
     meta = {
         "schema": {"name": SCHEMA_NAME, "version": SCHEMA_VERSION},
         "kind": kind,
@@ -333,7 +293,7 @@ def write_manifest(
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": {"argv": list(argv if argv is not None else sys.argv), "config": _jsonable(config)},
         "inputs": [_jsonable(i) for i in inputs],
-        "tables": table_meta,
+        "tables": dict(sorted(table_meta.items())),
         "files": files_list,
         "content_sha256": chash,
         "summary": _jsonable(summary or {}),
@@ -341,6 +301,74 @@ def write_manifest(
     }
     atomic_write_bytes(root / MANIFEST_FILE, (json.dumps(meta, indent=2, sort_keys=False) + "\n").encode())
     return Manifest(root=root, meta=meta)
+
+
+def _set_aside_old(root: Path) -> dict | None:
+    """The previous manifest's metadata (None if absent or unreadable); its manifest.json is removed so the
+    directory reads as unfinished until the new one lands."""
+    if not (root / MANIFEST_FILE).is_file():
+        return None
+    try:
+        old = read(root).meta
+    except ManifestError:
+        old = None
+    (root / MANIFEST_FILE).unlink()
+    return old
+
+
+def _put(root: Path, rel: str, data: bytes, records: dict[str, dict]) -> None:
+    rel = check_relative(rel)
+    atomic_write_bytes(resolve_inside(root, rel), data)
+    records[rel] = {"path": rel, "sha256": sha256_bytes(data), "bytes": len(data)}
+
+
+def _register(root: Path, rel: str, records: dict[str, dict]) -> None:
+    rel = check_relative(rel)
+    p = resolve_inside(root, rel)
+    if not p.is_file():
+        raise ManifestError(f"{root}: registered file {rel!r} does not exist")
+    records[rel] = {"path": rel, "sha256": sha256_file(p), "bytes": p.stat().st_size}
+
+
+def _write_tables(root: Path, tables: Mapping[str, pd.DataFrame | pa.Table], records: dict[str, dict]) -> dict:
+    """Write each table as data/<name>.parquet; returns the ``tables`` entries of manifest.json."""
+    table_meta: dict[str, dict] = {}
+    for name, table in sorted(tables.items()):
+        rel = f"data/{name}.parquet"
+        _put(root, rel, parquet_bytes(table), records)
+        n = table.num_rows if isinstance(table, pa.Table) else len(table)
+        cols = table.column_names if isinstance(table, pa.Table) else [str(c) for c in table.columns]
+        table_meta[name] = {"path": rel, "rows": int(n), "columns": cols}
+    return table_meta
+
+
+def _version(old: Mapping[str, Any] | None, kind: str, chash: str, note: str) -> tuple[str, list]:
+    """(dataset version, changelog): unchanged for identical content, minor bump for changed content of the
+    same kind, 1.0.0 otherwise."""
+    today = _dt.date.today().isoformat()
+    if old and old.get("kind") == kind and old.get("content_sha256") == chash:
+        return old["dataset_version"], old.get("changelog", [])
+    if old and old.get("kind") == kind:
+        version = _bump(old["dataset_version"])
+        return version, old.get("changelog", []) + [{"version": version, "date": today,
+                                                     "note": note or "content changed"}]
+    return "1.0.0", [{"version": "1.0.0", "date": today, "note": note or f"first {kind} manifest"}]
+
+
+def _remove_stale(root: Path, old: Mapping[str, Any] | None, records: Mapping[str, dict]) -> None:
+    """Delete files the previous manifest owned and this one does not."""
+    for rec in (old or {}).get("files", []):
+        if rec["path"] not in records:
+            try:
+                resolve_inside(root, rec["path"]).unlink(missing_ok=True)
+            except ManifestError:
+                pass
+
+
+def _arrow_schema(table: pd.DataFrame | pa.Table) -> pa.Schema:
+    if isinstance(table, pa.Table):
+        return table.schema
+    return pa.Schema.from_pandas(table, preserve_index=False)
 
 
 def _jsonable(obj: Any) -> Any:

@@ -74,10 +74,10 @@ def tiny_clip_spec(tiny_clip_dir):
 
 @pytest.fixture(scope="session")
 def tiny_encoder(tiny_clip_spec):
-    """The tiny model loaded on CPU through isood.features.load_clip."""
+    """The tiny model loaded on CPU through isood.clip.load_clip."""
     import torch
 
-    from isood.features import load_clip
+    from isood.clip import load_clip
 
     torch.set_num_threads(1)
     return load_clip(tiny_clip_spec, device="cpu")

@@ -1,25 +1,26 @@
 """WordNet 3.0 tools for ImageNet class lists: loading, synset lists, hierarchy queries, the ImageNet-OOD class
-filter and the class-list audit. Everything is offline (timm's bundled lists, a local WordNet)."""
+filter and the class-list audit. Everything is offline (timm's bundled lists, a local WordNet).
 
-from functools import lru_cache
+``wnid_from_path`` (``wordnet_tools.wnids``) is isood's one rule for the class an image path names; ``wnid_of``
+maps a synset to its wnid. The commands' jobs (``wordnet_tools.jobs``, an L4 stage) are not exported here.
+Names are re-exported lazily: ``import wordnet_tools.wnids`` does not load nltk.
+"""
 
-from wordnet_tools.audit import audit_classes, leaks, parse_class_list
-from wordnet_tools.class_filter import DEFAULT_EXCLUDE, RULES, ClassRules, filter_classes, summarise
-from wordnet_tools.errors import ClassListError, UnknownWnidError, WordNetNotFound
-from wordnet_tools.hierarchy import Hierarchy
-from wordnet_tools.loader import find_wordnet_source, load_wordnet, synset_from_wnid, wnid_of
-from wordnet_tools.synsets import NAMED_LISTS, imagenet_definitions, imagenet_lemmas, imagenet_names, load_synset_list
+from __future__ import annotations
 
+from isood.runtime import lazy_exports
 
-@lru_cache(maxsize=1)
-def load_hierarchy() -> Hierarchy:
-    """A process-wide Hierarchy over ``load_wordnet()`` (its caches are shared by every caller)."""
-    return Hierarchy(load_wordnet())
-
-
-__all__ = [
-    "DEFAULT_EXCLUDE", "NAMED_LISTS", "RULES", "ClassListError", "ClassRules", "Hierarchy", "UnknownWnidError",
-    "WordNetNotFound", "audit_classes", "filter_classes", "find_wordnet_source", "imagenet_definitions",
-    "imagenet_lemmas", "imagenet_names", "leaks", "load_hierarchy", "load_synset_list", "load_wordnet",
-    "parse_class_list", "summarise", "synset_from_wnid", "wnid_of",
-]
+_MODULES = {
+    "audit_classes": "audit", "leaks": "audit", "parse_class_list": "audit",
+    "DEFAULT_EXCLUDE": "class_filter", "RULES": "class_filter", "ClassRules": "class_filter",
+    "filter_classes": "class_filter", "summarise": "class_filter",
+    "ClassListError": "errors", "UnknownWnidError": "errors", "WordNetNotFound": "errors",
+    "Hierarchy": "hierarchy", "load_hierarchy": "hierarchy",
+    "find_wordnet_source": "loader", "load_wordnet": "loader", "synset_from_wnid": "loader", "wnid_of": "loader",
+    "NAMED_LISTS": "synsets", "imagenet_definitions": "synsets", "imagenet_lemmas": "synsets",
+    "imagenet_names": "synsets", "load_synset_list": "synsets",
+    "WNID_RE": "wnids", "is_wnid": "wnids", "wnid_from_path": "wnids",
+}
+_EXPORTS = {name: f"{__name__}.{module}" for name, module in _MODULES.items()}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

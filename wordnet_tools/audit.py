@@ -1,8 +1,9 @@
 """Audit a class list or an image list against the ImageNet-OOD rules (leaks of ID semantics into an OOD set).
 
-``parse_class_list`` turns lines into wnids; accepted line forms (blank lines and ``#`` comments skipped):
+``parse_class_list`` turns lines into wnids with ``wordnet_tools.wnids.wnid_from_path`` (the one rule of isood);
+accepted line forms (blank lines and ``#`` comments skipped):
 
-- a wnid: ``n01440764``
+- a wnid: ``n01440764`` (or a path ending in a class folder: ``train/n01440764``)
 - an image path whose nearest wnid-named folder is the class: ``n01440764/x.JPEG``, ``a/b/n01440764/x.JPEG``
 - an ImageNet file name: ``n01440764_10026.JPEG`` (used when no folder is a wnid)
 - any of these followed by whitespace and more fields (OpenOOD imglists: ``path label``)
@@ -13,31 +14,16 @@ and counts the list entries (images) per class and per rule.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
 import pandas as pd
 
+from isood.errors import BadInputError
 from wordnet_tools.class_filter import DEFAULT_EXCLUDE, ClassRules
 from wordnet_tools.errors import ClassListError
 from wordnet_tools.hierarchy import Hierarchy
-from wordnet_tools.loader import is_wnid
-
-_FILE_WNID_RE = re.compile(r"(n\d{8})_[^/\\]*")
-
-
-def _wnid_in_path(text: str) -> str | None:
-    parts = [p for p in re.split(r"[/\\]", text) if p]
-    if not parts:
-        return None
-    if is_wnid(parts[-1]):  # a bare wnid, or a path ending in a class folder
-        return parts[-1]
-    for folder in reversed(parts[:-1]):
-        if is_wnid(folder):
-            return folder
-    m = _FILE_WNID_RE.fullmatch(parts[-1])
-    return m.group(1) if m else None
+from wordnet_tools.wnids import wnid_from_path
 
 
 def parse_class_list(lines: Iterable[str], source_name: str) -> list[tuple[int, str]]:
@@ -48,9 +34,9 @@ def parse_class_list(lines: Iterable[str], source_name: str) -> list[tuple[int, 
         text = raw.strip()
         if not text or text.startswith("#"):
             continue
-        wnid = _wnid_in_path(text)
+        wnid = wnid_from_path(text)
         if wnid is None and len(text.split()) > 1:
-            wnid = _wnid_in_path(text.split()[0])  # "path label" lines
+            wnid = wnid_from_path(text.split()[0])  # "path label" lines
         if wnid is None:
             raise ClassListError(
                 f"{source_name}:{line_no}: no wnid in {text!r} "
@@ -64,6 +50,7 @@ def audit_classes(
     wnids_with_counts: Mapping[str, int] | Iterable[str] | Iterable[tuple[int, str]],
     id_wnids: Iterable[str],
     hierarchy: Hierarchy,
+    *,
     exclude: Iterable[str] = DEFAULT_EXCLUDE,
     fallback_names: Mapping[str, str] | None = None,
 ) -> pd.DataFrame:
@@ -91,7 +78,7 @@ def _count(entries) -> dict[str, int]:
         counts = {str(k): int(v) for k, v in entries.items()}
         bad = [k for k, v in counts.items() if v < 0]
         if bad:
-            raise ValueError(f"negative entry count for {bad[0]}; counts must be >= 0")
+            raise BadInputError(f"negative entry count for {bad[0]}; counts must be >= 0")
         return counts
     counter: Counter[str] = Counter()
     for e in entries:

@@ -27,11 +27,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from isood.defaults import WORDNET_EXCLUDE
+from wordnet_tools.errors import ClassListError
 from wordnet_tools.hierarchy import Hierarchy
 
 #: Rules in precedence order (the first that applies is reported).
 RULES: tuple[str, ...] = ("unknown", "id", "hypernym", "hyponym", "excluded_subtree", "not_sister")
-DEFAULT_EXCLUDE: tuple[str, ...] = ("organism.n.01",)
+DEFAULT_EXCLUDE: tuple[str, ...] = WORDNET_EXCLUDE
 COLUMNS: tuple[str, ...] = ("wnid", "name", "decision", "rule", "conflict_wnid", "conflict_name", "conflict_hops")
 
 
@@ -58,13 +60,14 @@ class ClassRules:
         self,
         id_wnids: Iterable[str],
         hierarchy: Hierarchy,
+        *,
         exclude: Iterable[str] = DEFAULT_EXCLUDE,
         sisters_only: bool = False,
     ):
         self.hierarchy = hierarchy
         self.id_set = frozenset(id_wnids)
         if not self.id_set:
-            raise ValueError("the ID class list is empty; pass e.g. the 1k list")
+            raise ClassListError("the ID class list is empty; pass e.g. the 1k list")
         for w in sorted(self.id_set):
             hierarchy.synset(w)  # an ID class WordNet does not know is an input error: raise it here
         if isinstance(exclude, str):
@@ -117,6 +120,7 @@ def filter_classes(
     candidates: Iterable[str],
     id_wnids: Iterable[str],
     hierarchy: Hierarchy,
+    *,
     exclude: Iterable[str] = DEFAULT_EXCLUDE,
     sisters_only: bool = False,
     fallback_names: Mapping[str, str] | None = None,

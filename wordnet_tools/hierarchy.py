@@ -12,9 +12,12 @@ from __future__ import annotations
 import warnings
 from collections import deque
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 
+from isood.errors import BadInputError
 from wordnet_tools.errors import UnknownWnidError
-from wordnet_tools.loader import is_wnid, synset_from_wnid, wnid_of
+from wordnet_tools.loader import load_wordnet, synset_from_wnid, wnid_of
+from wordnet_tools.wnids import is_wnid
 
 
 class Hierarchy:
@@ -183,7 +186,7 @@ class Hierarchy:
         """
         targets = frozenset(wnids)
         if not targets:
-            raise ValueError("nearest_in: the set of classes is empty; pass at least one wnid")
+            raise BadInputError("nearest_in: the set of classes is empty; pass at least one wnid")
         self.synset(wnid)
         if wnid in targets:
             return 0, wnid
@@ -202,7 +205,7 @@ class Hierarchy:
             if hits:
                 return hops, min(hits)
             frontier = nxt
-        raise ValueError(f"no class of the given set is connected to {wnid} in the hypernym graph")
+        raise BadInputError(f"no class of the given set is connected to {wnid} in the hypernym graph")
 
     def hop_distance(self, wnid: str, wnids: Iterable[str]) -> int:
         """Shortest path length (undirected hypernym graph) from ``wnid`` to the nearest class in ``wnids``."""
@@ -213,7 +216,7 @@ class Hierarchy:
         stopped as soon as every class in ``wnids`` is reached. Unknown wnids raise UnknownWnidError."""
         targets = frozenset(targets)
         if not targets:
-            raise ValueError("hop_distances: the set of classes is empty; pass at least one wnid")
+            raise BadInputError("hop_distances: the set of classes is empty; pass at least one wnid")
         wanted = set(wnids)
         for w in sorted(wanted | targets):
             self.synset(w)
@@ -232,3 +235,9 @@ class Hierarchy:
                         remaining.discard(nb)
             frontier = nxt
         return {w: dist[w] for w in sorted(wanted)}
+
+
+@lru_cache(maxsize=1)
+def load_hierarchy() -> Hierarchy:
+    """A process-wide ``Hierarchy`` over ``load_wordnet()`` (its closure caches are shared by every caller)."""
+    return Hierarchy(load_wordnet())

@@ -2,7 +2,8 @@
 
 Where the data comes from (first match wins):
 
-1. ``$ISOOD_WORDNET_DIR`` if set (an explicit choice; an error if it holds no WordNet),
+1. ``$ISOOD_WORDNET_DIR`` if set (``isood.defaults.wordnet_dir_override()``; an explicit choice, so an error if
+   it holds no WordNet),
 2. nltk's own data (``nltk.data.find('corpora/wordnet')``, e.g. after ``python -m nltk.downloader wordnet``),
 3. Debian's ``wordnet-base`` folder ``/usr/share/wordnet``.
 
@@ -10,10 +11,10 @@ A raw WordNet ``dict`` folder (Debian's, or one named by ``$ISOOD_WORDNET_DIR``)
 nltk only opens corpora under a folder on ``nltk.data.path``, the folder has no ``lexnames`` file, and nltk's
 reader maps "WordNet 3.0 -> nltk's wordnet" through ``index.sense`` files the folder lacks. The loader stages
 the files plus a generated ``lexnames`` into ``<cache>/nltk_data/corpora/wordnet`` (``<cache>`` is
-``$ISOOD_CACHE_DIR``, default ``~/.cache/isood``), registers ``<cache>/nltk_data`` on ``nltk.data.path`` (nltk's
-documented way to add a data location) and reads it with a ``WordNetCorpusReader`` subclass whose only change
-is that the data is already WordNet 3.0, so that mapping is the identity (it is only used for multilingual
-lookups, which isood does not use; no OMW reader is attached).
+``isood.defaults.cache_dir()``: ``$ISOOD_CACHE_DIR`` with ``~`` expanded, default ``~/.cache/isood``), registers
+``<cache>/nltk_data`` on ``nltk.data.path`` (nltk's documented way to add a data location) and reads it with a
+``WordNetCorpusReader`` subclass whose only change is that the data is already WordNet 3.0, so that mapping is
+the identity (it is only used for multilingual lookups, which isood does not use; no OMW reader is attached).
 
 ImageNet names a class by its wnid, ``'n'`` + the 8-digit byte offset of the noun synset in WordNet 3.0's
 ``data.noun``: ``synset_from_wnid('n02084071')`` is ``dog.n.01`` and ``wnid_of`` is its inverse.
@@ -22,7 +23,6 @@ ImageNet names a class by its wnid, ``'n'`` + the 8-digit byte offset of the nou
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import warnings
 from dataclasses import dataclass
@@ -33,9 +33,11 @@ import nltk
 from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
 from wordnet_tools.errors import UnknownWnidError, WordNetNotFound
+from isood.defaults import ENV_WORDNET_DIR, cache_dir, wordnet_dir_override
+from isood.errors import BadInputError
+from wordnet_tools.wnids import is_wnid
 
 DEBIAN_WORDNET_DIR = Path("/usr/share/wordnet")
-WNID_RE = re.compile(r"n\d{8}")
 
 #: The 45 standard lexicographer files of WordNet 3.0, in order, with their syntactic category
 #: (1 noun, 2 verb, 3 adjective, 4 adverb), as in the ``lexnames`` file of the Princeton distribution.
@@ -82,17 +84,12 @@ class _WordNet30Reader(WordNetCorpusReader):
         return super().map_wn(version)
 
 
-def cache_dir() -> Path:
-    """isood's cache folder: ``$ISOOD_CACHE_DIR``, default ``~/.cache/isood``."""
-    return Path(os.environ.get("ISOOD_CACHE_DIR") or Path.home() / ".cache" / "isood").expanduser()
-
-
 def _is_dict_folder(path: Path) -> bool:
     return all((path / name).is_file() for name in _REQUIRED_FILES)
 
 
 def _staging_folder() -> Path:
-    return cache_dir() / "nltk_data" / "corpora" / "wordnet"
+    return cache_dir("nltk_data", "corpora", "wordnet")
 
 
 def _is_staging_folder(path: str) -> bool:
@@ -115,12 +112,11 @@ def _find_nltk_wordnet():
 
 def find_wordnet_source() -> WordNetSource:
     """Pick the WordNet data to load (see the module docstring); raise WordNetNotFound if there is none."""
-    env = os.environ.get("ISOOD_WORDNET_DIR")
-    if env:
-        path = Path(env).expanduser()
+    path = wordnet_dir_override()
+    if path is not None:
         if not _is_dict_folder(path):
             raise WordNetNotFound(
-                f"ISOOD_WORDNET_DIR={env} is not a WordNet 3.0 dict folder (no data.noun/index.noun); "
+                f"{ENV_WORDNET_DIR}={path} is not a WordNet 3.0 dict folder (no data.noun/index.noun); "
                 f"point it at one, or unset it and {INSTALL_HINT}"
             )
         return WordNetSource("env", str(path.resolve()))
@@ -197,11 +193,6 @@ def load_wordnet() -> WordNetCorpusReader:
     return _load(source.kind, source.path)
 
 
-def is_wnid(text: str) -> bool:
-    """True if ``text`` has the form of an ImageNet wnid: 'n' followed by 8 digits."""
-    return isinstance(text, str) and WNID_RE.fullmatch(text) is not None
-
-
 def synset_from_wnid(wnid: str, wordnet: WordNetCorpusReader | None = None):
     """The noun synset of an ImageNet wnid; UnknownWnidError if malformed or not in WordNet 3.0."""
     if not is_wnid(wnid):
@@ -221,5 +212,5 @@ def synset_from_wnid(wnid: str, wordnet: WordNetCorpusReader | None = None):
 def wnid_of(synset) -> str:
     """The ImageNet wnid of a noun synset: 'n' + its 8-digit WordNet 3.0 offset."""
     if synset.pos() != "n":
-        raise ValueError(f"{synset.name()} is not a noun synset; only nouns have ImageNet wnids")
+        raise BadInputError(f"{synset.name()} is not a noun synset; only nouns have ImageNet wnids")
     return f"n{synset.offset():08d}"

@@ -30,7 +30,7 @@ from os import PathLike
 from pathlib import Path
 
 from wordnet_tools.errors import ClassListError
-from wordnet_tools.loader import is_wnid
+from wordnet_tools.wnids import is_wnid
 
 #: spec -> timm file name under timm/data/_info
 NAMED_LISTS: dict[str, str] = {

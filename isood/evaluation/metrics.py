@@ -1,11 +1,17 @@
-"""OOD-detection metrics over ``(id_scores, ood_scores)``.
+"""L2: OOD-detection metrics over ``(id_scores, ood_scores)``, and the registry of the per-cell metrics.
 
 Score convention (OpenOOD's): a HIGHER score means MORE in-distribution. Every function here is pure
 (arrays in, numbers out). Curves come from scikit-learn (``roc_curve``, ``roc_auc_score``,
 ``precision_recall_curve``).
 
+``METRICS`` is the registry of what a per-cell table holds: its keys ARE the table's column names (``auroc``,
+``fpr95``, ``fpr95_id``, ``aupr_in``, ``aupr_out``, ``autc``, ``aufpr``, ``aufnr``, ``der95``, ``der99``,
+``auroc_m``, ``adr``), each with the function computing it from one cell's ``CellInputs``, whether lower is
+better, its label and what it needs (scores only, correctness flags, or the ID training scores too).
+
 Undefined cases:
-- empty inputs, non-finite scores, or mismatched lengths raise ``ValueError`` (one line, what to pass);
+- empty inputs, non-finite scores, or mismatched lengths raise ``BadInputError`` (a ``ValueError``; one line,
+  what to pass);
 - constant scores are well defined (AUROC 0.5, FPR 1.0, AUTC 0.5, ...), no special casing needed;
 - metrics that need both classes of a derived label (AUROC_M without any correct or any wrong image,
   ADR with a zero total weight) return ``nan`` as documented on each function;
@@ -15,26 +21,20 @@ Undefined cases:
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from dataclasses import dataclass
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 from sklearn.metrics import auc as _trapezoid_auc
 from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score, roc_curve
 
+from isood.errors import BadInputError
+
 __all__ = [
-    "FPR_CONVENTIONS",
-    "AUTCResult",
-    "auroc",
-    "fpr_at_tpr",
-    "aupr_in",
-    "aupr_out",
-    "autc",
-    "der",
-    "der_threshold",
-    "auroc_model",
-    "adr",
-    "level_correlation",
-    "level_sensitivity",
+    "FPR_CONVENTIONS", "AUTCResult", "auroc", "fpr_at_tpr", "aupr_in", "aupr_out", "autc", "der",
+    "der_threshold", "der_at_threshold", "auroc_model", "adr", "level_correlation", "level_sensitivity",
+    "check_scores", "check_flags", "CellInputs", "Metric", "METRICS", "SCORES", "CORRECTNESS", "TRAINING",
+    "metric", "metric_names", "metric_label", "lower_is_better", "DER_RATES",
 ]
 
 FPR_CONVENTIONS = ("openood", "id-positive")
@@ -42,29 +42,32 @@ _AUPR_METHODS = ("trapezoid", "average_precision")
 
 
 # ----------------------------------------------------------------------------------------------- inputs
-def _scores(x, name: str) -> np.ndarray:
+def check_scores(x, name: str) -> np.ndarray:
+    """``x`` as a 1-D float64 array of finite scores; a one-line ``BadInputError`` when empty or non-finite."""
     a = np.asarray(x, dtype=np.float64).ravel()
     if a.size == 0:
-        raise ValueError(f"{name} is empty: pass at least one score")
+        raise BadInputError(f"{name} is empty: pass at least one score")
     if not np.all(np.isfinite(a)):
         bad = int(np.sum(~np.isfinite(a)))
-        raise ValueError(f"{name} has {bad} non-finite value(s) (NaN/inf): drop or fix those images first")
+        raise BadInputError(f"{name} has {bad} non-finite value(s) (NaN/inf): drop or fix those images first")
     return a
 
 
-def _flags(x, n: int, name: str) -> np.ndarray:
+def check_flags(x, n: int, name: str) -> np.ndarray:
+    """``x`` as ``n`` booleans ("correctly classified"); 0/1 accepted."""
     a = np.asarray(x).ravel()
     if a.shape[0] != n:
-        raise ValueError(f"{name} has {a.shape[0]} entries but the scores have {n}: pass one flag per image")
+        raise BadInputError(f"{name} has {a.shape[0]} entries but the scores have {n}: pass one flag per image")
     if a.dtype != bool:
         if not np.all(np.isin(a, (0, 1))):
-            raise ValueError(f"{name} must be boolean (True = correctly classified), got other values")
+            raise BadInputError(f"{name} must be boolean (True = correctly classified), got other values")
         a = a.astype(bool)
     return a
 
 
+
 def _pair(id_scores, ood_scores) -> tuple[np.ndarray, np.ndarray]:
-    return _scores(id_scores, "id_scores"), _scores(ood_scores, "ood_scores")
+    return check_scores(id_scores, "id_scores"), check_scores(ood_scores, "ood_scores")
 
 
 def _labels_and_scores(id_s: np.ndarray, ood_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -85,7 +88,7 @@ def auroc(id_scores, ood_scores) -> float:
     return float(roc_auc_score(y, s))
 
 
-def fpr_at_tpr(id_scores, ood_scores, tpr: float = 0.95, convention: str = "openood") -> float:
+def fpr_at_tpr(id_scores, ood_scores, tpr: float = 0.95, *, convention: str = "openood") -> float:
     """False-positive rate at the first operating point whose true-positive rate reaches ``tpr`` (FPR@95).
 
     Two conventions are in use; both are offered, by name:
@@ -99,9 +102,9 @@ def fpr_at_tpr(id_scores, ood_scores, tpr: float = 0.95, convention: str = "open
     All thresholds are kept (``drop_intermediate=False``) so ties never shift the operating point.
     """
     if convention not in FPR_CONVENTIONS:
-        raise ValueError(f"unknown FPR convention {convention!r}: pass one of {', '.join(FPR_CONVENTIONS)}")
+        raise BadInputError(f"unknown FPR convention {convention!r}: pass one of {', '.join(FPR_CONVENTIONS)}")
     if not 0.0 < float(tpr) <= 1.0:
-        raise ValueError(f"tpr must be in (0, 1], got {tpr}: pass e.g. 0.95")
+        raise BadInputError(f"tpr must be in (0, 1], got {tpr}: pass e.g. 0.95")
     id_s, ood_s = _pair(id_scores, ood_scores)
     y_id, s = _labels_and_scores(id_s, ood_s)
     if convention == "openood":
@@ -115,14 +118,14 @@ def fpr_at_tpr(id_scores, ood_scores, tpr: float = 0.95, convention: str = "open
 # ------------------------------------------------------------------------------------------------- AUPR
 def _aupr(y_pos: np.ndarray, s: np.ndarray, method: str) -> float:
     if method not in _AUPR_METHODS:
-        raise ValueError(f"unknown AUPR method {method!r}: pass one of {', '.join(_AUPR_METHODS)}")
+        raise BadInputError(f"unknown AUPR method {method!r}: pass one of {', '.join(_AUPR_METHODS)}")
     if method == "average_precision":
         return float(average_precision_score(y_pos, s))
     precision, recall, _ = precision_recall_curve(y_pos, s)
     return float(_trapezoid_auc(recall, precision))
 
 
-def aupr_in(id_scores, ood_scores, method: str = "trapezoid") -> float:
+def aupr_in(id_scores, ood_scores, *, method: str = "trapezoid") -> float:
     """Area under the precision-recall curve with ID as the positive class (score as is).
 
     ``method='trapezoid'`` (default) integrates ``precision_recall_curve`` with ``sklearn.metrics.auc`` exactly as
@@ -133,7 +136,7 @@ def aupr_in(id_scores, ood_scores, method: str = "trapezoid") -> float:
     return _aupr(y, s, method)
 
 
-def aupr_out(id_scores, ood_scores, method: str = "trapezoid") -> float:
+def aupr_out(id_scores, ood_scores, *, method: str = "trapezoid") -> float:
     """Area under the precision-recall curve with OOD as the positive class (score negated); see ``aupr_in``."""
     id_s, ood_s = _pair(id_scores, ood_scores)
     y, s = _labels_and_scores(id_s, ood_s)
@@ -181,13 +184,13 @@ def der_threshold(train_scores, train_correct, accept_rate: float = 0.95) -> flo
     human-centric perspective", arXiv:2211.16778): the largest value such that at least ``accept_rate`` of the CORRECTLY
     classified ID *training* images score ``>= gamma`` (i.e. ``ceil(accept_rate * n)`` of them lie above).
     """
-    s = _scores(train_scores, "train_scores")
-    c = _flags(train_correct, s.size, "train_correct")
+    s = check_scores(train_scores, "train_scores")
+    c = check_flags(train_correct, s.size, "train_correct")
     if not 0.0 < float(accept_rate) <= 1.0:
-        raise ValueError(f"accept_rate must be in (0, 1], got {accept_rate}: pass 0.95 (DER95) or 0.99 (DER99)")
+        raise BadInputError(f"accept_rate must be in (0, 1], got {accept_rate}: pass 0.95 (DER95) or 0.99 (DER99)")
     kept = np.sort(s[c])
     if kept.size == 0:
-        raise ValueError("no correctly classified training image: DER's threshold needs some (check the labels)")
+        raise BadInputError("no correctly classified training image: DER's threshold needs some (check the labels)")
     k = int(np.ceil(float(accept_rate) * kept.size - 1e-9))
     return float(kept[kept.size - k])
 
@@ -210,13 +213,20 @@ def der(
     covariate-shifted images whose label the model still gets right); an image is accepted when
     ``score >= gamma``. ``DER = (FN + FP) / N`` with FN = correct but rejected, FP = wrong but accepted.
     """
-    id_s, ood_s = _pair(id_scores, ood_scores)
-    id_c = _flags(id_correct, id_s.size, "id_correct")
-    ood_c = np.zeros(ood_s.size, bool) if ood_correct is None else _flags(ood_correct, ood_s.size, "ood_correct")
     gamma = der_threshold(train_scores, train_correct, accept_rate)
+    return der_at_threshold(id_scores, ood_scores, id_correct=id_correct, ood_correct=ood_correct, threshold=gamma)
+
+
+def der_at_threshold(id_scores, ood_scores, *, id_correct, ood_correct=None, threshold: float) -> float:
+    """DER with a given threshold gamma (``der`` computes it from the training scores; per-cell evaluation computes
+    it once per detector): ``(FN + FP) / N`` over ID test + OOD, accepted = ``score >= gamma``, positives = the
+    correctly classified images."""
+    id_s, ood_s = _pair(id_scores, ood_scores)
+    id_c = check_flags(id_correct, id_s.size, "id_correct")
+    ood_c = np.zeros(ood_s.size, bool) if ood_correct is None else check_flags(ood_correct, ood_s.size, "ood_correct")
     s = np.concatenate([id_s, ood_s])
     c = np.concatenate([id_c, ood_c])
-    accepted = s >= gamma
+    accepted = s >= float(threshold)
     fn = np.sum(c & ~accepted)
     fp = np.sum(~c & accepted)
     return float((fn + fp) / s.size)
@@ -225,8 +235,8 @@ def der(
 # --------------------------------------------------------------------------------------- model-view
 def _model_view(id_scores, ood_scores, id_correct, ood_correct):
     id_s, ood_s = _pair(id_scores, ood_scores)
-    id_c = _flags(id_correct, id_s.size, "id_correct")
-    ood_c = np.zeros(ood_s.size, bool) if ood_correct is None else _flags(ood_correct, ood_s.size, "ood_correct")
+    id_c = check_flags(id_correct, id_s.size, "id_correct")
+    ood_c = np.zeros(ood_s.size, bool) if ood_correct is None else check_flags(ood_correct, ood_s.size, "ood_correct")
     s = np.concatenate([id_s, ood_s])
     c = np.concatenate([id_c, ood_c])
     w = np.concatenate([np.full(id_s.size, 1.0 / id_s.size), np.full(ood_s.size, 1.0 / ood_s.size)])
@@ -279,7 +289,7 @@ def adr(id_scores, ood_scores, *, id_correct, ood_correct=None) -> float:
 def _levels(values_per_level: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(values_per_level, dtype=np.float64).ravel()
     if x.size == 0:
-        raise ValueError("values_per_level is empty: pass one value per level (NaN for an N/A level)")
+        raise BadInputError("values_per_level is empty: pass one value per level (NaN for an N/A level)")
     i = np.arange(1, x.size + 1, dtype=np.float64)
     keep = np.isfinite(x)
     return i[keep], x[keep]
@@ -308,3 +318,84 @@ def level_sensitivity(values_per_level: Sequence[float]) -> float:
         return float("nan")
     di = i - i.mean()
     return float(abs(np.dot(di, x - x.mean()) / np.dot(di, di)))
+
+
+# ------------------------------------------------------------------------------------------ registry
+SCORES, CORRECTNESS, TRAINING = "scores", "correctness", "training"
+"""What a metric needs: the two score arrays; also the correctness flags (``id_correct``); also the ID training
+scores and flags (DER's threshold)."""
+DER_RATES = {"der95": 0.95, "der99": 0.99}
+
+
+class CellInputs(NamedTuple):
+    """What the metrics of one grid cell are computed from: the ID test scores, the cell's scores, optional
+    correctness flags (``ood_correct`` None = all wrong) and DER thresholds (accept rate -> gamma)."""
+
+    id_scores: np.ndarray
+    ood_scores: np.ndarray
+    id_correct: np.ndarray | None = None
+    ood_correct: np.ndarray | None = None
+    der_thresholds: Mapping[float, float] | None = None
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One per-cell metric: ``name`` is its column in every table; ``function(CellInputs) -> float``."""
+
+    name: str
+    function: Callable[[CellInputs], float]
+    lower_is_better: bool
+    label: str
+    needs: str = SCORES
+    bounded: bool = True  # values in [0, 1] (plots use that range)
+
+
+def _der_metric(rate: float) -> Callable[[CellInputs], float]:
+    def compute(c: CellInputs) -> float:
+        return der_at_threshold(c.id_scores, c.ood_scores, id_correct=c.id_correct, ood_correct=c.ood_correct,
+                                threshold=c.der_thresholds[rate])
+    return compute
+
+
+METRICS: dict[str, Metric] = {m.name: m for m in (
+    Metric("auroc", lambda c: auroc(c.id_scores, c.ood_scores), False, "AUROC"),
+    Metric("fpr95", lambda c: fpr_at_tpr(c.id_scores, c.ood_scores, 0.95, convention="openood"), True,
+           "FPR@95 (OpenOOD)"),
+    Metric("fpr95_id", lambda c: fpr_at_tpr(c.id_scores, c.ood_scores, 0.95, convention="id-positive"), True,
+           "FPR@95 (ID positive)"),
+    Metric("aupr_in", lambda c: aupr_in(c.id_scores, c.ood_scores), False, "AUPR-In"),
+    Metric("aupr_out", lambda c: aupr_out(c.id_scores, c.ood_scores), False, "AUPR-Out"),
+    Metric("autc", lambda c: autc(c.id_scores, c.ood_scores).autc, True, "AUTC"),
+    Metric("aufpr", lambda c: autc(c.id_scores, c.ood_scores).aufpr, True, "AUFPR"),
+    Metric("aufnr", lambda c: autc(c.id_scores, c.ood_scores).aufnr, True, "AUFNR"),
+    Metric("der95", _der_metric(DER_RATES["der95"]), True, "DER95", TRAINING),
+    Metric("der99", _der_metric(DER_RATES["der99"]), True, "DER99", TRAINING),
+    Metric("auroc_m", lambda c: auroc_model(c.id_scores, c.ood_scores, id_correct=c.id_correct,
+                                            ood_correct=c.ood_correct), False, "AUROC_M", CORRECTNESS),
+    Metric("adr", lambda c: adr(c.id_scores, c.ood_scores, id_correct=c.id_correct, ood_correct=c.ood_correct),
+           False, "ADR", CORRECTNESS),
+)}
+"""The per-cell metrics by column name, in table order (scores-only first)."""
+
+
+def metric(name: str) -> Metric:
+    """The registered metric ``name`` (a one-line error listing the names otherwise)."""
+    try:
+        return METRICS[name]
+    except KeyError:
+        raise BadInputError(f"unknown metric {name!r}: pass one of {', '.join(METRICS)}") from None
+
+
+def metric_names(*needs: str) -> tuple[str, ...]:
+    """Metric names in table order, optionally only those whose ``needs`` is among ``needs``."""
+    return tuple(n for n, m in METRICS.items() if not needs or m.needs in needs)
+
+
+def metric_label(name: str) -> str:
+    """The display label of a metric (its name when it is not registered)."""
+    return METRICS[name].label if name in METRICS else name
+
+
+def lower_is_better(name: str) -> bool:
+    """True for metrics where a lower value is better (FPR, AUTC, DER)."""
+    return name in METRICS and METRICS[name].lower_is_better

@@ -1,9 +1,9 @@
-"""The demo's evaluation stage: OOD detectors on the planted world, scored per measured cell of its splits manifest.
+"""L6: the demo's evaluation: OOD detectors on the planted world, scored per measured cell of its splits manifest.
 
 A linear classifier (multinomial logistic regression, scikit-learn's L-BFGS, copied into a ``torch.nn.Linear``)
-is trained on a held-out part of the planted ID features and labels (``isood.simulate.PlantedWorld``); the rest of the ID features is the
-ID test set. The classifier is wrapped as a features -> fc model (``runner.wrap_model(backbone=nn.Identity(),
-fc=linear)``), and the detectors run through the same one-pass runner and per-cell evaluation as
+is trained on a held-out part of the planted ID features and labels (``isood.simulate.PlantedWorld``); the rest
+of the ID features is the ID test set. The classifier is wrapped as a features -> fc model (``models.wrap_model(backbone=nn.Identity(),
+fc=linear)``), and the detectors run through the same one-pass scoring and per-cell evaluation as
 ``isood evaluate``. The test images are the rows of the splits manifest (``planted/test/{i:06d}.png`` is row ``i``
 of ``world.test_features``); a test image of an ID label keeps its class (covariate shift only), other labels are
 semantic OOD.
@@ -17,13 +17,25 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from isood.errors import IsoodError
+import manifests
+from isood.defaults import NA_THRESHOLD, OOD_LABEL
+from isood.errors import BadInputError
+from isood.kinds import SPLITS, GridView
+from isood.runtime import thread_limit
+from isood.simulate import PlantedWorld
 
+from . import metrics as M
+from .assemble import ID_TEST, ID_TRAIN, EvalSet, evaluate_sets, scores_table
 from .cells import CellEvaluation
+from .detectors import parse_detectors
+from .models import wrap_model
+from .scoring import DetectorScores, run_detectors
+from .write import write_evaluation
 
 __all__ = ["PLANTED_DETECTORS", "DEMO_PLOT_METRICS", "PlantedEvaluation", "train_linear_classifier", "evaluate_planted",
            "planted_table"]
@@ -37,7 +49,7 @@ _PATH_RE = re.compile(r"planted/test/(\d+)\.\w+$")
 @dataclass
 class PlantedEvaluation:
     evaluation: CellEvaluation
-    manifest: object
+    manifest: manifests.Manifest
     accuracy: dict[str, float]
     planted_auroc: pd.DataFrame  # detector x planted semantic level: AUROC of ID test vs the level's test images
     extra: dict = field(default_factory=dict)
@@ -80,80 +92,100 @@ def _test_rows(images: pd.DataFrame, n_test: int) -> np.ndarray:
     for k, p in enumerate(images["path"].astype(str)):
         m = _PATH_RE.search(p)
         if not m:
-            raise IsoodError(f"splits image path {p!r} is not planted/test/NNNNNN.png: pass the demo's splits manifest")
+            raise BadInputError(f"splits image path {p!r} is not planted/test/NNNNNN.png: pass the demo's splits "
+                                "manifest")
         rows[k] = int(m.group(1))
     if rows.size and (rows.min() < 0 or rows.max() >= n_test):
-        raise IsoodError(f"splits manifest refers to planted test row {rows.max()} but the world has {n_test}: "
-                         "pass the world the manifest was built from (same seed)")
+        raise BadInputError(f"splits manifest refers to planted test row {rows.max()} but the world has {n_test}: "
+                            "pass the world the manifest was built from (same seed)")
     return rows
 
 
-def evaluate_planted(world, splits_manifest, out, seed: int = 0, *, detectors=PLANTED_DETECTORS,
-                     id_test_fraction: float = 0.2, C: float = 1.0, na_threshold: int = 10,
-                     plot_metrics=DEMO_PLOT_METRICS) -> PlantedEvaluation:
-    """Train the linear classifier, score ``detectors`` per measured cell of ``splits_manifest`` (a path or a
-    ``manifests.Manifest``), write an ``evaluation`` manifest with heatmaps and the report into ``out``."""
-    import torch
-    from torch import nn
-    from torch.utils.data import TensorDataset
+def _splits_view(splits_manifest) -> GridView:
+    """A splits manifest given as a path, a ``manifests.Manifest`` or already a typed view."""
+    if isinstance(splits_manifest, GridView):
+        return splits_manifest
+    root = splits_manifest.root if isinstance(splits_manifest, manifests.Manifest) else Path(splits_manifest)
+    return manifests.read(root, kind=SPLITS)
 
-    import manifests
 
-    from .job import ID_TEST, ID_TRAIN, EvaluateOptions, _evaluate, _Set, _scores_table, parse_detectors, \
-        write_evaluation
-    from .runner import run_detectors, wrap_model
-
-    m = splits_manifest if isinstance(splits_manifest, manifests.Manifest) else manifests.read(splits_manifest)
-    images, cells = m.frame("images"), m.frame("cells")
+def _planted_data(world: PlantedWorld, images: pd.DataFrame, *, seed: int, id_test_fraction: float):
+    """The ID train / test split of the planted ID features and the test rows of the manifest's images:
+    ``{name: (features, labels, row indices)}`` for id_train, id_test and splits (OOD labels -> OOD_LABEL)."""
     rng = np.random.default_rng(seed)
     n_id = len(world.id_features)
     perm = rng.permutation(n_id)
     n_te = int(round(id_test_fraction * n_id))
     te_idx, tr_idx = np.sort(perm[:n_te]), np.sort(perm[n_te:])
     n_classes = int(world.config.get("n_id_labels", int(world.id_labels.max()) + 1))
-    x_tr, y_tr = world.id_features[tr_idx], world.id_labels[tr_idx].astype(np.int64)
-    x_te, y_te = world.id_features[te_idx], world.id_labels[te_idx].astype(np.int64)
     rows = _test_rows(images, len(world.test_features))
-    x_ood = world.test_features[rows]
-    y_ood = np.where(world.test_labels[rows] < n_classes, world.test_labels[rows], -1).astype(np.int64)
+    y_ood = np.where(world.test_labels[rows] < n_classes, world.test_labels[rows], OOD_LABEL).astype(np.int64)
+    return n_classes, {
+        ID_TRAIN: (world.id_features[tr_idx], world.id_labels[tr_idx].astype(np.int64), tr_idx),
+        ID_TEST: (world.id_features[te_idx], world.id_labels[te_idx].astype(np.int64), te_idx),
+        "splits": (world.test_features[rows], y_ood, rows),
+    }
 
+
+def _planted_scores(data, n_classes: int, dets, *, C: float, seed: int) -> DetectorScores:
+    """Train the linear classifier on the ID training part and score every detector on all three sets."""
+    import torch
+    from torch import nn
+    from torch.utils.data import TensorDataset
+
+    x_tr, y_tr, _ = data[ID_TRAIN]
     lin = train_linear_classifier(x_tr, y_tr, n_classes, C=C, seed=seed)
     adapter = wrap_model(backbone=nn.Identity(), fc=lin, name="planted-linear")
-    dets = parse_detectors(",".join(detectors))
 
-    def ds(x, y):
+    def ds(name):
+        x, y, _ = data[name]
         return TensorDataset(torch.as_tensor(np.asarray(x, np.float32)), torch.as_tensor(y))
 
-    with _threads(1):
-        scores = run_detectors(adapter, dets, {ID_TEST: ds(x_te, y_te), "splits": ds(x_ood, y_ood)},
-                               id_train=ds(x_tr, y_tr), score_train=True, batch_size=4096)
-    sets = {
-        ID_TRAIN: _Set(ID_TRAIN, None, y_tr, "", paths=[f"planted/id/{i:06d}.png" for i in tr_idx]),
-        ID_TEST: _Set(ID_TEST, None, y_te, "", paths=[f"planted/id/{i:06d}.png" for i in te_idx]),
-        "splits": _Set("splits", None, y_ood, "", images=images, cells=cells),
-    }
-    opts = EvaluateOptions(na_threshold=na_threshold)
-    evaluation = _evaluate(scores, sets, dets, opts)
+    with thread_limit(1):
+        return run_detectors(adapter, dets, {ID_TEST: ds(ID_TEST), "splits": ds("splits")}, id_train=ds(ID_TRAIN),
+                             score_train=True, batch_size=4096)
 
-    from . import metrics as M
 
+def _planted_auroc(world: PlantedWorld, scores: DetectorScores, rows: np.ndarray, dets) -> pd.DataFrame:
+    """Detector x planted semantic level: AUROC of the ID test set vs the level's test images."""
     sem_planted = world.test_semantic_level[rows]
-    planted = pd.DataFrame(
-        {int(lv): {d: M.auroc(scores.scores[d][ID_TEST], scores.scores[d]["splits"][sem_planted == lv])
-                   for d in dets}
+    return pd.DataFrame(
+        {int(lv): {d: M.auroc(scores.scores[d][ID_TEST], scores.scores[d]["splits"][sem_planted == lv]) for d in dets}
          for lv in range(world.n_levels) if np.any(sem_planted == lv)})
+
+
+def evaluate_planted(world: PlantedWorld, splits_manifest, out, seed: int = 0, *, detectors=PLANTED_DETECTORS,
+                     id_test_fraction: float = 0.2, C: float = 1.0, na_threshold: int = NA_THRESHOLD,
+                     plot_metrics=DEMO_PLOT_METRICS) -> PlantedEvaluation:
+    """Train the linear classifier, score ``detectors`` per measured cell of ``splits_manifest`` (a path, a
+    ``manifests.Manifest`` or a ``SplitsView``), write an ``evaluation`` manifest with heatmaps and the report
+    into ``out``."""
+    m = _splits_view(splits_manifest)
+    images, cells = m.images, m.cells
+    n_classes, data = _planted_data(world, images, seed=seed, id_test_fraction=id_test_fraction)
+    dets = parse_detectors(",".join(detectors))
+    scores = _planted_scores(data, n_classes, dets, C=C, seed=seed)
+    (_, y_tr, tr_idx), (_, y_te, te_idx), (_, y_ood, rows) = data[ID_TRAIN], data[ID_TEST], data["splits"]
+    sets = {
+        ID_TRAIN: EvalSet(ID_TRAIN, y_tr, paths=[f"planted/id/{i:06d}.png" for i in tr_idx]),
+        ID_TEST: EvalSet(ID_TEST, y_te, paths=[f"planted/id/{i:06d}.png" for i in te_idx]),
+        "splits": EvalSet("splits", y_ood, images=images, cells=cells),
+    }
+    evaluation = evaluate_sets(scores, sets, dets, na_threshold=na_threshold, der=True)
+    planted = _planted_auroc(world, scores, rows, dets)
     accuracy = {k: float(np.mean(scores.correct(k))) for k in (ID_TRAIN, ID_TEST)}
     accuracy["splits (ID labels)"] = float(np.mean(scores.correct("splits")[y_ood >= 0]))
     meta = {"model": "planted-linear (nn.Linear on planted features)", "detectors": ", ".join(dets),
             "splits": str(m.root), "ID train / test images": f"{len(tr_idx)} / {len(te_idx)}",
-            "classifier": f"logistic regression, C={C}", **{f"accuracy on {k}": round(v, 4) for k, v in accuracy.items()}}
+            "classifier": f"logistic regression, C={C}",
+            **{f"accuracy on {k}": round(v, 4) for k, v in accuracy.items()}}
     config = {"seed": seed, "detectors": list(dets), "id_test_fraction": id_test_fraction, "C": C,
               "na_threshold": na_threshold, "world": world.config,
               "detector_params": {n: d.params() for n, d in dets.items()}}
     manifest = write_evaluation(
         evaluation, out, config=config,
-        inputs=[manifests.input_record("splits_manifest", m.root, sha256=m.meta.get("content_sha256"))],
-        scores=_scores_table(scores, sets), metrics=plot_metrics, meta=meta,
+        inputs=[manifests.input_record("splits_manifest", m.root, sha256=m.content_sha256)],
+        scores=scores_table(scores, sets), metrics=plot_metrics, meta=meta,
         title="isood demo: detectors on the planted world",
         summary={"accuracy": accuracy, "msp_auroc_by_planted_sem_level": planted.loc["msp"].round(4).tolist()
                  if "msp" in planted.index else []},
@@ -181,22 +213,3 @@ def planted_table(result: PlantedEvaluation):
         t.add_row(*row)
     return t
 
-
-class _threads:
-    """Temporarily cap torch and faiss threads (tiny planted tensors run fastest on one)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __enter__(self):
-        import torch
-
-        self.before = torch.get_num_threads()
-        torch.set_num_threads(self.n)
-        return self
-
-    def __exit__(self, *exc):
-        import torch
-
-        torch.set_num_threads(self.before)
-        return False

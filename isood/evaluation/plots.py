@@ -1,10 +1,11 @@
-"""Plots of a per-cell evaluation (matplotlib, Agg; figures are built with ``matplotlib.figure.Figure``, never
+"""L3: plots of a per-cell evaluation (matplotlib, Agg; figures are built with ``matplotlib.figure.Figure``, never
 pyplot, so nothing global changes and no display is needed).
 
 - ``heatmap_figure`` / ``heatmap_png``: the n x n grid of one detector and metric. Semantic level on the x axis
   (0 left), covariate level on the y axis (0 at the bottom); each measured cell shows its value, N/A cells are
   grey (``NA_COLOR``) and labelled ``N/A``; a colorbar on the right. Bounded metrics use the range [0, 1]; the
-  colour map is reversed for lower-is-better metrics so that "good" is always the bright end (viridis).
+  colour map is reversed for lower-is-better metrics so that "good" is always the bright end (viridis); both
+  come from the metric registry (``metrics.METRICS``).
 - ``level_curve_figure`` / ``level_curve_png``: one metric along one axis, one line per detector (N/A levels
   leave a gap).
 - ``render_plots``: every heatmap and level curve of a ``CellEvaluation`` as ``{relative path: PNG bytes}``, with
@@ -29,7 +30,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
-from .cells import AXES, LOWER_IS_BETTER, METRIC_LABELS, CellEvaluation, metric_columns, one_dataset
+from isood.errors import BadInputError
+
+from .cells import CellEvaluation
+from .levels import AXES, metric_columns, one_dataset
+from .metrics import METRICS, lower_is_better, metric_label
 
 __all__ = [
     "NA_COLOR",
@@ -44,14 +49,14 @@ __all__ = [
     "level_curve_name",
     "render_plots",
     "figure_png",
+    "heatmap_cmap",
+    "grey_rgb",
 ]
 
 NA_COLOR = "#bdbdbd"
 HEATMAP_SIZE = (6.4, 5.6)  # inches -> 640 x 560 px at DPI
 CURVE_SIZE = (6.4, 4.4)   # -> 640 x 440 px
 DPI = 100
-_BOUNDED = {"auroc", "fpr95", "fpr95_id", "aupr_in", "aupr_out", "autc", "aufpr", "aufnr", "der95", "der99",
-            "auroc_m", "adr"}
 _AXIS_TITLE = {"sem": "semantic shift level", "cov": "covariate shift level"}
 
 
@@ -81,10 +86,19 @@ def figure_png(fig: Figure, dpi: int = DPI) -> bytes:
 def _select(per_cell: pd.DataFrame, detector: str, dataset: str | None) -> pd.DataFrame:
     df = one_dataset(per_cell[per_cell["detector"] == detector], dataset, owner=f"detector '{detector}' has ")
     if df.empty:
-        raise ValueError(f"no per-cell rows for detector '{detector}'"
+        raise BadInputError(f"no per-cell rows for detector '{detector}'"
                          + (f" and dataset '{dataset}'" if dataset else "")
                          + f": have {', '.join(per_cell['detector'].unique())}")
     return df
+
+
+def _bounded(metric: str) -> bool:
+    return metric in METRICS and METRICS[metric].bounded
+
+
+def heatmap_cmap(metric: str):
+    """The heatmap colour map of ``metric``: viridis, reversed when lower is better; N/A (masked) is grey."""
+    return matplotlib.colormaps["viridis_r" if lower_is_better(metric) else "viridis"].with_extremes(bad=NA_COLOR)
 
 
 def _text_color(rgba) -> str:
@@ -99,7 +113,8 @@ def heatmap_figure(per_cell: pd.DataFrame, *, detector: str, metric: str = "auro
     left). Cells absent from ``per_cell`` or marked ``na`` are grey and labelled N/A; values are printed with two
     decimals. ``n_levels`` defaults to the largest level in the table + 1."""
     if metric not in per_cell.columns:
-        raise ValueError(f"metric {metric!r} is not in the per-cell table: pass one of {', '.join(metric_columns(per_cell))}")
+        raise BadInputError(f"metric {metric!r} is not in the per-cell table: pass one of "
+                            f"{', '.join(metric_columns(per_cell))}")
     df = _select(per_cell, detector, dataset)
     n = int(n_levels or max(df["cov_level"].max(), df["sem_level"].max()) + 1)
     grid = np.full((n, n), np.nan)
@@ -109,8 +124,8 @@ def heatmap_figure(per_cell: pd.DataFrame, *, detector: str, metric: str = "auro
         v = getattr(rec, metric)
         if not rec.na and np.isfinite(v):
             grid[c, s], na[c, s] = v, False
-    cmap = matplotlib.colormaps["viridis_r" if metric in LOWER_IS_BETTER else "viridis"].with_extremes(bad=NA_COLOR)
-    if metric in _BOUNDED:
+    cmap = heatmap_cmap(metric)
+    if _bounded(metric):
         vmin, vmax = 0.0, 1.0
     else:
         finite = grid[np.isfinite(grid)]
@@ -121,7 +136,7 @@ def heatmap_figure(per_cell: pd.DataFrame, *, detector: str, metric: str = "auro
     cax = fig.add_axes((0.83, 0.1, 0.035, 0.8))
     img = ax.imshow(np.ma.masked_invalid(grid), origin="lower", cmap=cmap, vmin=vmin, vmax=vmax,
                     interpolation="nearest", aspect="auto")
-    fig.colorbar(img, cax=cax, label=METRIC_LABELS.get(metric, metric))
+    fig.colorbar(img, cax=cax, label=metric_label(metric))
     fontsize = 9 if n <= 8 else max(4, int(72 / n))
     for c in range(n):
         for s in range(n):
@@ -136,7 +151,7 @@ def heatmap_figure(per_cell: pd.DataFrame, *, detector: str, metric: str = "auro
     ax.set_xlabel(_AXIS_TITLE["sem"])
     ax.set_ylabel(_AXIS_TITLE["cov"])
     ds = f" on {df['dataset'].iloc[0]}" if "dataset" in df.columns else ""
-    ax.set_title(title or f"{detector}: {METRIC_LABELS.get(metric, metric)}{ds}", fontsize=11)
+    ax.set_title(title or f"{detector}: {metric_label(metric)}{ds}", fontsize=11)
     return fig
 
 
@@ -150,10 +165,10 @@ def level_curve_figure(levels: pd.DataFrame, *, metric: str = "auroc", axis: str
                        figsize: tuple[float, float] = CURVE_SIZE) -> Figure:
     """``metric`` per level along ``axis`` (a ``CellEvaluation.levels`` table), one line per detector."""
     if axis not in AXES:
-        raise ValueError(f"unknown axis {axis!r}: pass 'sem' or 'cov'")
+        raise BadInputError(f"unknown axis {axis!r}: pass 'sem' or 'cov'")
     df = one_dataset(levels[(levels["metric"] == metric) & (levels["axis"] == axis)], dataset)
     if df.empty:
-        raise ValueError(f"no level values for metric {metric!r} on axis {axis!r}")
+        raise BadInputError(f"no level values for metric {metric!r} on axis {axis!r}")
     fig = Figure(figsize=figsize, dpi=DPI)
     FigureCanvasAgg(fig)
     ax = fig.add_axes((0.1, 0.12, 0.62, 0.78))
@@ -165,13 +180,13 @@ def level_curve_figure(levels: pd.DataFrame, *, metric: str = "auroc", axis: str
     levels_all = sorted(df["level"].unique())
     ax.set_xticks(levels_all)
     ax.set_xlabel(_AXIS_TITLE[axis])
-    ax.set_ylabel(METRIC_LABELS.get(metric, metric))
-    if metric in _BOUNDED:
+    ax.set_ylabel(metric_label(metric))
+    if _bounded(metric):
         ax.set_ylim(-0.02, 1.02)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
     ds = f" on {df['dataset'].iloc[0]}"
-    ax.set_title(title or f"{METRIC_LABELS.get(metric, metric)} per {_AXIS_TITLE[axis]}{ds}", fontsize=11)
+    ax.set_title(title or f"{metric_label(metric)} per {_AXIS_TITLE[axis]}{ds}", fontsize=11)
     return fig
 
 
@@ -188,7 +203,7 @@ def render_plots(result: CellEvaluation, metrics: Sequence[str] | None = None,
     metrics = list(metrics) if metrics is not None else result.metrics
     unknown = set(metrics) - set(result.metrics)
     if unknown:
-        raise ValueError(f"metrics {sorted(unknown)} were not computed: pass among {', '.join(result.metrics)}")
+        raise BadInputError(f"metrics {sorted(unknown)} were not computed: pass among {', '.join(result.metrics)}")
     hm = list(heatmap_metrics) if heatmap_metrics is not None else metrics
     out: dict[str, bytes] = {}
     per_cell = result.per_cell

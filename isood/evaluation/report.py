@@ -1,4 +1,4 @@
-"""The evaluation report: one self-contained HTML page (PNG plots embedded as base64 ``data:`` URIs, inline CSS,
+"""L3: the evaluation report: one self-contained HTML page (PNG plots embedded as base64 ``data:`` URIs, inline CSS,
 no script, no external link or resource) and a markdown summary (Table 1 + per-detector mean metrics).
 
 Both are pure string builders over a ``CellEvaluation`` and ``{relative path: PNG bytes}`` (``plots.render_plots``).
@@ -14,7 +14,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .cells import LOWER_IS_BETTER, METRIC_LABELS, CellEvaluation
+from .cells import CellEvaluation
+from .metrics import lower_is_better, metric_label
 from .plots import heatmap_name, level_curve_name
 
 __all__ = ["render_html", "render_markdown", "markdown_table", "table1_frame"]
@@ -77,7 +78,7 @@ def table1_frame(result: CellEvaluation, metrics: Sequence[str] = _TABLE1_METRIC
         for m in metrics:
             for ax in ("sem", "cov"):
                 r = g[(g["metric"] == m) & (g["axis"] == ax)]
-                label = METRIC_LABELS.get(m, m).split(" ")[0]
+                label = metric_label(m).split(" ")[0]
                 row[f"{label} corr {ax}"] = float(r["correlation"].iloc[0]) if len(r) else np.nan
                 row[f"{label} sens {ax}"] = float(r["sensitivity"].iloc[0]) if len(r) else np.nan
         rows.append(row)
@@ -97,14 +98,14 @@ def render_html(result: CellEvaluation, images: Mapping[str, bytes], *, title: s
                 meta: Mapping[str, object] | None = None, sanity: pd.DataFrame | None = None) -> str:
     """The self-contained HTML report: run details, Table 1, per-detector means, level curves, heatmaps per
     detector and the full per-cell table. ``images`` are the PNGs of ``plots.render_plots`` (by their names);
-    ``sanity`` is the random-model comparison table (``job.sanity_table``), when run."""
+    ``sanity`` is the random-model comparison table (``assemble.sanity_table``), when run."""
     parts = [f"<h1>{html.escape(title)}</h1>"]
     if meta:
         rows = "".join(f'<tr><th class="l">{html.escape(str(k))}</th><td>{html.escape(_fmt(v))}</td></tr>'
                        for k, v in meta.items())
         parts.append(f'<table class="meta">{rows}</table>')
     metrics = result.metrics
-    lower = ", ".join(METRIC_LABELS[m] for m in metrics if m in LOWER_IS_BETTER)
+    lower = ", ".join(metric_label(m) for m in metrics if lower_is_better(m))
     parts.append('<p class="note">Scores: higher = more in-distribution. Each cell is compared with the whole ID '
                  'test set; N/A cells (too few images) are grey and never enter a level mean. Level value = mean '
                  f'over the level\'s measured cells. Lower is better for: {html.escape(lower)}.</p>')
@@ -129,13 +130,13 @@ def render_html(result: CellEvaluation, images: Mapping[str, bytes], *, title: s
     for ds in result.datasets:
         parts.append(f"<h2>Level curves: {html.escape(ds)}</h2>")
         for axis in ("sem", "cov"):
-            figs = [_figure(images[level_curve_name(ds, axis, m)], f"{METRIC_LABELS.get(m, m)}, {axis}")
+            figs = [_figure(images[level_curve_name(ds, axis, m)], f"{metric_label(m)}, {axis}")
                     for m in metrics if level_curve_name(ds, axis, m) in images]
             if figs:
                 parts.append(f'<div class="grid">{"".join(figs)}</div>')
         parts.append(f"<h2>Heatmaps: {html.escape(ds)}</h2>")
         for det in dict.fromkeys(result.per_cell.loc[result.per_cell["dataset"] == ds, "detector"]):
-            figs = [_figure(images[heatmap_name(ds, det, m)], f"{det}: {METRIC_LABELS.get(m, m)}")
+            figs = [_figure(images[heatmap_name(ds, det, m)], f"{det}: {metric_label(m)}")
                     for m in metrics if heatmap_name(ds, det, m) in images]
             if figs:
                 parts.append(f"<h3>{html.escape(det)}</h3><div class=\"grid\">{''.join(figs)}</div>")

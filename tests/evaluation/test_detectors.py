@@ -6,9 +6,12 @@ import torch
 from scipy.special import logsumexp
 from scipy.stats import entropy
 
-from isood.errors import IsoodError
-from isood.evaluation.detectors import (POST_HOC_DETECTORS, Detector, DetectorInputError, ForwardOutputs,
-                                        available_detectors, get_detector, register_detector)
+from isood.errors import DetectorParamError, IsoodError
+from isood.evaluation.detectors import (Detector, DetectorInputError, ForwardOutputs, available_detectors,
+                                        detector_class, get_detector, parse_detectors, register_detector)
+
+#: every registered detector that scores captured outputs (all but the input-perturbing ones), from the registry
+POST_HOC = [n for n in available_detectors() if "input" not in detector_class(n).requires]
 
 
 def _fit_score(name, tiny_outputs, **kw):
@@ -19,8 +22,11 @@ def _fit_score(name, tiny_outputs, **kw):
 
 
 def test_registry_lists_the_13_builtins_and_aliases():
-    assert set(POST_HOC_DETECTORS) | {"odin"} <= set(available_detectors())
-    assert len(POST_HOC_DETECTORS) == 12
+    assert {"msp", "maxlogit", "energy", "odin", "mds", "knn", "vim", "react", "dice", "ash", "rankfeat",
+            "gradnorm", "klm"} <= set(available_detectors())
+    assert len(POST_HOC) >= 12
+    for name in available_detectors():
+        assert get_detector(name).name == name  # the name is given once, by the decorator
     assert type(get_detector("ASH_B")).__name__ == "ASHB"
     assert type(get_detector("kl-matching")).__name__ == "KLMatching"
     with pytest.raises(IsoodError, match="unknown detector 'nope'"):
@@ -28,21 +34,61 @@ def test_registry_lists_the_13_builtins_and_aliases():
 
 
 def test_user_detector_registration(tiny_outputs):
-    @register_detector("test-logit-std")
-    class LogitStd(Detector):
-        requires = frozenset({"logits"})
+    def define():
+        @register_detector("test-logit-std")
+        class LogitStd(Detector):
+            requires = frozenset({"logits"})
 
-        def score(self, outputs):
-            self._check(outputs)
-            return outputs.logits.std(axis=1)
+            def __init__(self, ddof: int = 0) -> None:
+                self.ddof = self._param("ddof", ddof, int, lambda v: v >= 0, ">= 0")
 
+            def _score(self, outputs):
+                return outputs.logits.std(axis=1, ddof=self.ddof)
+
+        return LogitStd
+
+    first = define()
     te = tiny_outputs[2]
-    assert "test-logit-std" in available_detectors()
-    np.testing.assert_allclose(get_detector("test-logit-std").score(te), te.logits.std(axis=1))
+    assert "test-logit-std" in available_detectors() and first.name == "test-logit-std"
+    det = get_detector("test-logit-std", ddof=1)
+    np.testing.assert_allclose(det.score(te), te.logits.std(axis=1, ddof=1))
+    np.testing.assert_allclose(det(te), det.score(te))  # __call__ = score
+    assert det.params() == {"ddof": 1}  # derived from the constructor signature
+    with pytest.raises(DetectorInputError, match="needs logits"):  # the template checks the requirements
+        det(ForwardOutputs(features=np.zeros((2, 3))))
+    # re-running the defining cell (a new class object of the same name) replaces the entry
+    second = define()
+    assert second is not first and type(get_detector("test-logit-std")) is second
     with pytest.raises(ValueError, match="already registered"):
-        register_detector("test-logit-std", type("Other", (LogitStd,), {}))
+        register_detector("test-logit-std", type("Other", (first,), {}))
     with pytest.raises(ValueError, match="unknown kind"):
-        register_detector("test-bad", type("Bad", (Detector,), {"requires": frozenset({"attention"})}))
+        register_detector("test-bad", type("Bad", (Detector,), {"requires": frozenset({"attention"}),
+                                                                "_score": lambda self, o: o.logits[:, 0]}))
+    with pytest.raises(DetectorParamError, match="ddof"):
+        get_detector("test-logit-std", ddof=-1)
+
+
+@pytest.mark.parametrize("spec, names", [
+    ("knn:k=0", ("knn", "k")), ("knn:k=abc", ("knn", "k")), ("react:percentile=150", ("react", "percentile")),
+    ("msp:foo=1", ("msp", "foo")), ("dice:p=100", ("dice", "p")), ("vim:dim=0", ("vim", "dim")),
+    ("energy:temperature=0", ("energy", "temperature")), ("ash:percentile=-1", ("ash", "percentile")),
+])
+def test_bad_parameters_are_one_line_detector_param_errors(spec, names):
+    with pytest.raises(DetectorParamError) as info:
+        parse_detectors(spec)
+    message = str(info.value)
+    assert "\n" not in message and all(n in message for n in names)
+
+
+def test_parse_detectors_reads_parameters_and_follow_ups():
+    dets = parse_detectors("msp, knn:k=7 ,ash:percentile=85,chunk=16")
+    assert list(dets) == ["msp", "knn", "ash"]
+    assert dets["knn"].params() == {"k": 7}
+    assert dets["ash"].params() == {"percentile": 85.0} and dets["ash"].chunk == 16  # chunk: a setting
+    with pytest.raises(IsoodError, match="unknown detector 'nope'"):
+        parse_detectors("msp,nope")
+    with pytest.raises(ValueError, match="twice"):
+        parse_detectors("msp,msp")
 
 
 def test_logit_detectors(tiny_outputs):
@@ -204,7 +250,7 @@ def test_kl_matching_against_scipy_entropy(tiny_outputs):
     np.testing.assert_allclose(got, ref, rtol=1e-8)
 
 
-@pytest.mark.parametrize("name", POST_HOC_DETECTORS)
+@pytest.mark.parametrize("name", POST_HOC)
 def test_every_detector_scores_each_image_independently_and_checks_inputs(name, tiny_outputs):
     tr, labels, te, ood = tiny_outputs
     d = get_detector(name)
@@ -229,3 +275,19 @@ def test_forward_outputs_subset_and_concatenate(tiny_outputs):
     assert both.fc_weight is te.fc_weight and len(both) == len(te) == 40
     assert te.available == {"logits", "features", "feature_maps", "fc"}
     np.testing.assert_allclose(te.head(te.features), te.logits, rtol=1e-5, atol=1e-6)
+
+
+def test_forward_outputs_from_arrays_scores_like_captured_outputs(tiny_outputs):
+    import torch
+
+    tr, labels, te, _ = tiny_outputs
+    mine = ForwardOutputs.from_arrays(logits=torch.from_numpy(te.logits), features=te.features.tolist(),
+                                      fc_weight=te.fc_weight, fc_bias=te.fc_bias)
+    assert mine.available == {"logits", "features", "fc"} and len(mine) == len(te)
+    react = get_detector("react").fit(ForwardOutputs.from_arrays(features=tr.features, logits=tr.logits,
+                                                                 fc_weight=tr.fc_weight, fc_bias=tr.fc_bias))
+    np.testing.assert_allclose(react.score(mine), get_detector("react").fit(tr).score(te), rtol=1e-6)
+    with pytest.raises(ValueError, match="disagree"):
+        ForwardOutputs.from_arrays(logits=te.logits, features=te.features[:3])
+    with pytest.raises(ValueError, match="2-D"):
+        ForwardOutputs.from_arrays(logits=te.logits[0])

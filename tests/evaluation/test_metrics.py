@@ -209,3 +209,38 @@ def test_bad_inputs_raise_one_line_errors(fn):
         fn([1.0, 2.0], [])
     with pytest.raises(ValueError, match="non-finite"):
         fn([1.0, np.nan], [0.0])
+
+
+# -------------------------------------------------------------------------------------- registry
+def test_registry_names_are_the_table_columns_and_match_the_functions():
+    assert list(M.METRICS) == ["auroc", "fpr95", "fpr95_id", "aupr_in", "aupr_out", "autc", "aufpr", "aufnr",
+                               "der95", "der99", "auroc_m", "adr"]
+    rng = np.random.default_rng(7)
+    idd, ood = rng.normal(1, 1, 50), rng.normal(0, 1, 30)
+    id_c, ood_c = rng.random(50) < 0.7, rng.random(30) < 0.2
+    tr, tr_c = rng.normal(1, 1, 80), rng.random(80) < 0.8
+    gammas = {r: M.der_threshold(tr, tr_c, r) for r in (0.95, 0.99)}
+    cell = M.CellInputs(idd, ood, id_c, ood_c, gammas)
+    t = M.autc(idd, ood)
+    expected = {
+        "auroc": M.auroc(idd, ood), "fpr95": M.fpr_at_tpr(idd, ood, convention="openood"),
+        "fpr95_id": M.fpr_at_tpr(idd, ood, convention="id-positive"), "aupr_in": M.aupr_in(idd, ood),
+        "aupr_out": M.aupr_out(idd, ood), "autc": t.autc, "aufpr": t.aufpr, "aufnr": t.aufnr,
+        "der95": M.der(idd, ood, id_correct=id_c, ood_correct=ood_c, train_scores=tr, train_correct=tr_c,
+                       accept_rate=0.95),
+        "der99": M.der(idd, ood, id_correct=id_c, ood_correct=ood_c, train_scores=tr, train_correct=tr_c,
+                       accept_rate=0.99),
+        "auroc_m": M.auroc_model(idd, ood, id_correct=id_c, ood_correct=ood_c),
+        "adr": M.adr(idd, ood, id_correct=id_c, ood_correct=ood_c),
+    }
+    for name, m in M.METRICS.items():
+        assert m.name == name
+        assert m.function(cell) == pytest.approx(expected[name])
+    # lower is better exactly for the error rates and areas under error curves
+    assert {n for n in M.METRICS if M.lower_is_better(n)} == {"fpr95", "fpr95_id", "autc", "aufpr", "aufnr",
+                                                              "der95", "der99"}
+    assert M.metric_names(M.SCORES) == ("auroc", "fpr95", "fpr95_id", "aupr_in", "aupr_out", "autc", "aufpr",
+                                        "aufnr")
+    assert M.metric_names(M.CORRECTNESS) == ("auroc_m", "adr") and M.metric_names(M.TRAINING) == ("der95", "der99")
+    with pytest.raises(ValueError, match="nope"):
+        M.metric("nope")

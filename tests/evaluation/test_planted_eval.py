@@ -16,7 +16,7 @@ import manifests
 from isood.demo import write_planted_features
 from isood.evaluation.planted import evaluate_planted, planted_table
 from isood.laid import LAID
-from isood.pipeline import BuildConfig, build_splits
+from isood.stages.splits import BuildConfig, build_splits
 from isood.simulate import make_planted_world
 
 
@@ -49,7 +49,7 @@ def test_msp_auroc_rises_with_the_semantic_level(planted):
 def test_classifier_is_accurate_and_cells_follow_the_manifest(planted):
     _, world, splits, ev = planted
     assert ev.accuracy["id_test"] >= 0.9
-    cells = splits.frame("cells")
+    cells = splits.cells
     per_cell = ev.evaluation.per_cell.query("detector == 'energy'")
     assert sorted(per_cell["cell"]) == sorted(cells["cell"])
     merged = per_cell.merge(cells, on="cell", suffixes=("", "_m"))
@@ -62,8 +62,7 @@ def test_classifier_is_accurate_and_cells_follow_the_manifest(planted):
 def test_planted_evaluation_manifest(planted):
     out, _, _, ev = planted
     assert manifests.verify(out / "evaluation").ok
-    m = manifests.read(out / "evaluation")
-    assert m.kind == "evaluation"
+    m = manifests.read(out / "evaluation", kind="evaluation")
     files = {r["path"] for r in m.meta["files"]}
     assert {"report.html", "summary.md", "plots/heatmap_splits_msp_auroc.png", "plots/levels_splits_sem_auroc.png"} <= files
     assert m.meta["summary"]["msp_auroc_by_planted_sem_level"] == pytest.approx(

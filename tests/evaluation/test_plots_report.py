@@ -1,5 +1,6 @@
-"""Heatmaps (pixel size, grey N/A cells read back from the PNG, colours of measured cells), level curves, the
-self-contained HTML report and the evaluation manifest writer."""
+"""Heatmaps read back from the PNG against independent expectations (pixel size = figsize x dpi, N/A cells in
+the grey of ``NA_COLOR`` decoded by PIL, measured cells in matplotlib's own viridis and in value order), level
+curves, the self-contained HTML report and the evaluation manifest writer."""
 
 import base64
 import io
@@ -8,11 +9,12 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from PIL import Image
+from matplotlib import colormaps
+from PIL import Image, ImageColor
 
 import manifests
 from isood.evaluation import evaluate_scores, plots, report
-from isood.evaluation.job import write_evaluation
+from isood.evaluation.write import write_evaluation
 
 
 @pytest.fixture(scope="module")
@@ -38,19 +40,24 @@ def _pixel(png: bytes, fig, ax, x: float, y: float):
     return img[int(round(img.shape[0] - py)), int(round(px))]
 
 
+def _nearest_lut_index(rgb, lut):
+    """Index of the colour of a 256-entry colour table closest to ``rgb`` (0-255)."""
+    return int(np.argmin(np.abs(lut - np.asarray(rgb, float)).sum(axis=1)))
+
+
 def test_heatmap_size_grey_na_cells_and_cell_colours(result):
     fig = plots.heatmap_figure(result.per_cell, detector="msp", metric="auroc")
     png = plots.figure_png(fig)
     img = Image.open(io.BytesIO(png))
-    assert img.size == (640, 560)  # HEATMAP_SIZE * DPI
+    assert img.size == (round(plots.HEATMAP_SIZE[0] * plots.DPI), round(plots.HEATMAP_SIZE[1] * plots.DPI))
     ax = fig.axes[0]
-    grey = np.round(np.array(plots.grey_rgb()) * 255)
+    grey = np.array(ImageColor.getrgb(plots.NA_COLOR), float)
     # (x = semantic level, y = covariate level); off-centre to miss the printed text
     for s, c in ((2, 2), (1, 2)):  # N/A by count, and a cell with no image at all
         assert np.abs(_pixel(png, fig, ax, s + 0.3, c + 0.3).astype(int) - grey).max() <= 2
     # a measured cell has the viridis colour of its value, not grey
     v = float(result.per_cell.query("detector == 'msp' and cell == 'cov_0_sem_2'")["auroc"].iloc[0])
-    want = np.round(np.array(plots.matplotlib.colormaps["viridis"](v)[:3]) * 255)
+    want = np.round(np.array(colormaps["viridis"](v)[:3]) * 255)
     got = _pixel(png, fig, ax, 2 + 0.3, 0 + 0.3).astype(int)
     assert np.abs(got - want).max() <= 3
     assert np.abs(got - grey).max() > 20
@@ -58,8 +65,18 @@ def test_heatmap_size_grey_na_cells_and_cell_colours(result):
     fig2 = plots.heatmap_figure(result.per_cell, detector="msp", metric="fpr95")
     png2 = plots.figure_png(fig2)
     f = float(result.per_cell.query("detector == 'msp' and cell == 'cov_0_sem_2'")["fpr95"].iloc[0])
-    want2 = np.round(np.array(plots.matplotlib.colormaps["viridis_r"](f)[:3]) * 255)
+    want2 = np.round(np.array(colormaps["viridis_r"](f)[:3]) * 255)
     assert np.abs(_pixel(png2, fig2, fig2.axes[0], 2.3, 0.3).astype(int) - want2).max() <= 3
+    # every measured cell's colour sits on viridis at its value's position (bounded metric: range [0, 1]), so
+    # the colours follow the order of the values
+    lut = np.round(colormaps["viridis"](np.linspace(0, 1, 256))[:, :3] * 255)
+    measured = result.per_cell.query("detector == 'msp' and not na")
+    positions, values = [], []
+    for rec in measured.itertuples():
+        positions.append(_nearest_lut_index(_pixel(png, fig, ax, rec.sem_level + 0.3, rec.cov_level + 0.3), lut))
+        values.append(rec.auroc)
+    assert np.abs(np.array(positions) - np.array(values) * 255).max() <= 3
+    assert np.argsort(positions, kind="stable").tolist() == np.argsort(values, kind="stable").tolist()
 
 
 def test_plots_are_deterministic_with_fixed_names(result):
@@ -67,7 +84,8 @@ def test_plots_are_deterministic_with_fixed_names(result):
     b = plots.heatmap_png(result.per_cell, detector="energy", metric="autc")
     assert a == b
     curve = plots.level_curve_png(result.levels, metric="auroc", axis="sem")
-    assert Image.open(io.BytesIO(curve)).size == (640, 440)
+    assert Image.open(io.BytesIO(curve)).size == (round(plots.CURVE_SIZE[0] * plots.DPI),
+                                                  round(plots.CURVE_SIZE[1] * plots.DPI))
     rendered = plots.render_plots(result, metrics=["auroc", "fpr95"])
     assert set(rendered) == {
         "plots/heatmap_splits_msp_auroc.png", "plots/heatmap_splits_msp_fpr95.png",
@@ -110,7 +128,7 @@ def test_write_evaluation_is_a_verified_manifest(result, tmp_path):
     assert {"report.html", "summary.md", "results/cell_metrics.csv", "README.md",
             "plots/heatmap_splits_msp_auroc.png", "plots/levels_splits_cov_fpr95.png"} <= files
     assert "plots/heatmap_splits_msp_fpr95.png" not in files
-    back = manifests.read(out).frame("cell_metrics")
+    back = manifests.read(out, kind="evaluation").cell_metrics
     pd.testing.assert_frame_equal(back, result.per_cell, check_dtype=False)
     csv = pd.read_csv(out / "results" / "table1.csv")
     assert np.allclose(csv["correlation"].to_numpy(), result.summary["correlation"].to_numpy(), equal_nan=True,

@@ -75,7 +75,7 @@ def tiny_pipeline_spec(tiny_sdxl_dir):
 def syn_inputs(tmp_path_factory, tiny_encoder):
     """ID features (tiny-CLIP text features of photos of 6 ID classes, 3 phrasings each), a labels file
     (wnids and plain labels), and a LAID file (seeded random rotation) for the tiny CLIP."""
-    from isood.features import encode_texts
+    from isood.clip import encode_texts
     from isood.laid import LAID
     from isood.simulate import random_orthogonal
 

@@ -1,4 +1,4 @@
-"""Labels, prompt ids, blocklist, binning and per-cell sampling (pure parts of generation.prompts)."""
+"""Prompt ids, blocklist, binning, per-cell sampling and the image plan (pure: generation.prompts)."""
 
 from __future__ import annotations
 
@@ -6,58 +6,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import manifests
 from generation.prompts import (
-    LabelError,
     apply_blocklist,
     bin_prompts,
     build_prompts,
     expand_images,
     image_seed,
-    load_labels,
     prompt_id,
     sample_per_cell,
 )
 from generation.safety import DEFAULT_BLOCKLIST, PromptBlocklist
 from generation.styles import load_styles
-
-
-def test_labels_file_mixes_wnids_and_plain_labels(tmp_path):
-    f = tmp_path / "labels.txt"
-    f.write_text("# comment\nn01440764\nn02084071   # a dog\nred fox\n\nn01440764\nn99999999\tmy own class\nred fox\n")
-    df = load_labels(str(f))
-    assert list(df["wnid"]) == ["n01440764", "n02084071", "", "n99999999"]
-    assert list(df["label"]) == ["tench", "dog", "red fox", "my own class"]
-
-
-def test_unknown_wnid_without_label_and_empty_sources(tmp_path):
-    f = tmp_path / "labels.txt"
-    f.write_text("n99999999\n")
-    with pytest.raises(LabelError, match="n99999999 has no known name"):
-        load_labels(str(f))
-    f.write_text("# nothing here\n\n")
-    with pytest.raises(LabelError, match="no labels"):
-        load_labels(str(f))
-    with pytest.raises(LabelError, match="unknown --labels"):
-        load_labels(str(tmp_path / "missing.txt"))
-
-
-def test_default_labels_are_imagenet21k_lemmas():
-    df = load_labels(None)
-    assert len(df) == 21841
-    assert (df["label"] != "").all() and df["wnid"].is_unique
-    assert df.set_index("wnid").loc["n02084071", "label"] == "dog"
-
-
-def test_labels_from_class_filter_manifest(tmp_path):
-    classes = pd.DataFrame({"wnid": ["n01440764", "n02084071", "n03417042"], "name": ["tench", "dog", "garbage truck"],
-                            "decision": ["drop", "keep", "keep"]})
-    manifests.write_manifest(tmp_path / "filter", kind="class-filter", tables={"classes": classes}, config={})
-    df = load_labels(str(tmp_path / "filter"))
-    assert list(df["wnid"]) == ["n02084071", "n03417042"] and list(df["label"]) == ["dog", "garbage truck"]
-    manifests.write_manifest(tmp_path / "other", kind="x", tables={"t": pd.DataFrame({"a": [1]})}, config={})
-    with pytest.raises(LabelError, match="no table with 'wnid' and 'decision'"):
-        load_labels(str(tmp_path / "other"))
+from isood.errors import BadInputError
+from isood.grid import assign_levels, bin_with_edges
 
 
 def test_prompt_ids_are_stable_and_distinct():
@@ -72,7 +33,7 @@ def test_prompt_ids_are_stable_and_distinct():
     assert prompt_id("anime", "", "red fox") != prompt_id("anime", "", "red foxes")
     row = a[(a["style"] == "clay") & (a["label"] == "violin")].iloc[0]
     assert row["prompt"] == styles[1].apply("violin")[0] and row["negative_prompt"] == styles[1].negative_prompt
-    with pytest.raises(LabelError, match="empty"):
+    with pytest.raises(BadInputError, match="empty"):
         build_prompts(labels.iloc[0:0], styles)
 
 
@@ -107,6 +68,8 @@ def test_bin_prompts_with_given_edges_folds_extremes():
     assert set(binned["cov_level"]) == {1}
     assert list(binned["cell"]) == ["cov_1_sem_0", "cov_1_sem_0", "cov_1_sem_1", "cov_1_sem_2", "cov_1_sem_2"]
     np.testing.assert_array_equal(sem_edges, edges)
+    with pytest.raises(BadInputError, match="n_levels=4 does not match 4 sem edges"):
+        bin_prompts(df, [0.1] * 5, [0.5] * 5, n_levels=4, sem_edges=edges, cov_edges=edges)
 
 
 def test_bin_prompts_own_edges_are_consistent():
@@ -142,8 +105,34 @@ def test_image_seeds_and_paths():
     assert len(seeds) == 12 and all(0 <= s < 2**63 for s in seeds)
     assert image_seed(0, "a" * 16, 1) == image_seed(0, "a" * 16, 1)
     prompts = build_prompts(pd.DataFrame({"wnid": ["", ""], "label": ["violin", "teapot"]}), load_styles("sdxl:3d-model"))
-    plan = expand_images(prompts, 3, 0)
+    plan = expand_images(prompts, 3, seed=0)
     assert len(plan) == 6 and plan["path"].is_unique
     assert list(plan["image_index"]) == [0, 1, 2, 0, 1, 2]
     assert plan["path"].str.match(r"^images/3d-model/[0-9a-f]{16}_[0-2]\.png$").all()
     assert list(plan["seed"]) == [image_seed(0, p, i) for p, i in zip(plan["prompt_id"], plan["image_index"])]
+
+
+def test_bin_prompts_levels_are_the_grid_levels():
+    """Without edges: isood.grid.assign_levels on each axis; with edges: isood.grid.bin_with_edges."""
+    df = _frame(200, seed=3)
+    binned, sem_edges, cov_edges = bin_prompts(df[["prompt_id"]], df["d_sem"], df["d_cov"], n_levels=5)
+    sem_ref, sem_ref_edges = assign_levels(df["d_sem"].to_numpy(), 5)
+    cov_ref, _ = assign_levels(df["d_cov"].to_numpy(), 5)
+    np.testing.assert_array_equal(binned["sem_level"], sem_ref)
+    np.testing.assert_array_equal(binned["cov_level"], cov_ref)
+    np.testing.assert_allclose(sem_edges, sem_ref_edges)
+    edges = np.linspace(0.0, 1.0, 6)
+    again, _, _ = bin_prompts(df[["prompt_id"]], df["d_sem"], df["d_cov"], n_levels=5, sem_edges=edges,
+                              cov_edges=edges)
+    np.testing.assert_array_equal(again["sem_level"], bin_with_edges(df["d_sem"].to_numpy(), edges))
+    assert list(again["cell"]) == [f"cov_{c}_sem_{s}" for c, s in zip(again["cov_level"], again["sem_level"])]
+
+
+def test_plan_inputs_are_checked():
+    prompts = build_prompts(pd.DataFrame({"wnid": [""], "label": ["violin"]}), load_styles("sdxl:anime"))
+    with pytest.raises(BadInputError, match="--images-per-prompt"):
+        expand_images(prompts, 0, seed=0)
+    with pytest.raises(BadInputError, match="--per-cell"):
+        sample_per_cell(prompts.assign(cov_level=0, sem_level=0), 0)
+    with pytest.raises(BadInputError, match="1 prompts but 2/1 distances"):
+        bin_prompts(prompts, [0.1, 0.2], [0.1])

@@ -1,23 +1,31 @@
-"""The SDXL generator over a tiny real diffusers pipeline: determinism, resume, rejections, loading errors."""
+"""The SDXL generator over a tiny real diffusers pipeline: determinism, resume, rejections, loading errors,
+the one fingerprint builder, and the engine worker."""
 
 from __future__ import annotations
 
 import hashlib
 import time
+from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from generation.outputs import STATE_FILE, is_valid_image, prune_images
 from generation.prompts import build_prompts, expand_images
 from generation.sdxl import (
-    STATE_FILE,
+    GeneratorSettings,
+    GeneratorWorker,
+    SDXLGenerator,
+    expected_fingerprint,
     generate_images,
-    is_valid_image,
     load_pipeline,
-    prune_images,
+    plan_batches,
+    plan_fingerprint,
 )
 from generation.styles import load_styles
-from isood.errors import MissingWeightsError
+from isood.errors import BadInputError, MissingWeightsError
+from isood.runtime import LocalEngine
 
 SIZE = 64
 
@@ -28,12 +36,12 @@ class Stop(Exception):
 
 def plan(n_labels=3, per_prompt=2, seed=0):
     labels = pd.DataFrame({"wnid": [""] * n_labels, "label": ["violin", "teapot", "red fox", "volcano"][:n_labels]})
-    return expand_images(build_prompts(labels, load_styles("sdxl:anime")), per_prompt, seed)
+    return expand_images(build_prompts(labels, load_styles("sdxl:anime")), per_prompt, seed=seed)
 
 
-def run(p, root, gen, **kw):
-    kw.setdefault("batch_size", 3)
-    return generate_images(p, root, gen, fingerprint=gen.fingerprint, size=SIZE, progress=False, **kw)
+def run(p, root, gen, batch_size=3, **kw):
+    settings = replace(gen.settings, batch_size=batch_size)
+    return generate_images(p, root, settings=settings, generator=gen, progress=False, **kw)
 
 
 def files(root, p):
@@ -173,3 +181,118 @@ def test_local_dir_with_only_fp16_variant_files_loads_on_cpu(tiny_sdxl_dir, tmp_
     pipe = load_pipeline(f"local-dir:{tmp_path / 'fp16'}", device="cpu")
     assert pipe.unet.dtype == torch.float32
     torch.testing.assert_close(pipe.unet.conv_in.weight, src.unet.conv_in.weight.to(torch.float16).float())
+
+
+def test_expected_fingerprint_is_the_loaded_generators(tiny_pipeline_spec):
+    """The fingerprint read from model_index.json (before any worker starts) equals the loaded pipeline's."""
+    settings = GeneratorSettings(pipeline=tiny_pipeline_spec, size=SIZE, steps=1, batch_size=3, device="cpu")
+    loaded = SDXLGenerator.load(settings)
+    assert expected_fingerprint(settings, "cpu") == loaded.fingerprint
+    assert loaded.fingerprint["pipeline_class"] == "StableDiffusionXLPipeline"
+    assert loaded.fingerprint["dtype"] == "float32" and expected_fingerprint(settings, "cuda")["dtype"] == "float16"
+    assert plan_fingerprint(settings) == loaded.fingerprint  # no generator: the expected one on the local device
+
+
+def test_hub_pipeline_config_offline_is_one_clear_line():
+    with pytest.raises(MissingWeightsError) as e:
+        expected_fingerprint(GeneratorSettings(pipeline="stabilityai/sdxl-turbo"), "cpu")
+    assert "--pipeline local-dir:PATH" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_plan_batches_are_fixed_slices_without_done_ones():
+    rows = [{"path": f"p{i}", "prompt": f"x{i}", "negative_prompt": "", "seed": i} for i in range(7)]
+    batches = plan_batches(rows, {"p0", "p1", "p2", "p4"}, 3)
+    assert [list(b["path"]) for b in batches] == [["p3", "p4", "p5"], ["p6"]]
+    assert [list(b["done"]) for b in batches] == [[False, True, False], [False]]
+    assert batches[0]["seed"].dtype == np.int64 and list(batches[0]["seed"]) == [3, 4, 5]
+    assert list(batches[0]["prompt"]) == ["x3", "x4", "x5"] and set(batches[0]) == {"path", "prompt", "negative_prompt", "seed", "done"}
+    assert plan_batches(rows, {r["path"] for r in rows}, 3) == []
+
+
+class FakeImages:
+    """A generator returning solid images whose colour is the seed (mod 256); rejects prompts with 'bad'."""
+
+    fingerprint = {"generator": "fake"}
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, prompts, negative_prompts, seeds):
+        from PIL import Image
+
+        self.calls.append(list(seeds))
+        return [(Image.new("RGB", (8, 8), (int(s) % 256, 0, 0)), "flagged" if "bad" in p else None)
+                for p, s in zip(prompts, seeds)]
+
+
+def test_worker_writes_one_slice_and_reports_each_row(tmp_path):
+    fake, written = FakeImages(), []
+    worker = GeneratorWorker(str(tmp_path), GeneratorSettings(size=8), fake.fingerprint, None, fake, written.append)
+    batch = {"path": np.array(["images/a.png", "images/b.png", "images/c.png"], dtype=object),
+             "prompt": np.array(["good", "bad", "good too"], dtype=object),
+             "negative_prompt": np.array(["", "", ""], dtype=object), "seed": np.array([1, 2, 3]),
+             "done": np.array([False, False, True])}
+    out = worker(batch)
+    assert fake.calls == [[1, 2, 3]]  # the whole slice in one call, done rows included
+    assert list(out["written"]) == [True, True, False] and list(out["rejected"]) == ["", "flagged", ""]
+    data = (tmp_path / "images/a.png").read_bytes()
+    assert out["sha256"][0] == hashlib.sha256(data).hexdigest() and out["sha256"][1] == out["sha256"][2] == ""
+    assert not (tmp_path / "images/b.png").exists() and not (tmp_path / "images/c.png").exists()
+    assert (tmp_path / "images/.~b.png.rejected").read_text() == "flagged"
+    assert [r["path"] for r in written] == ["images/a.png"]
+
+
+def test_worker_loads_the_pipeline_and_checks_its_fingerprint(tiny_pipeline_spec, tmp_path):
+    settings = GeneratorSettings(pipeline=tiny_pipeline_spec, size=SIZE, steps=1, batch_size=3, device="cpu")
+    worker = GeneratorWorker(str(tmp_path), settings, expected_fingerprint(settings, "cpu"))
+    assert isinstance(worker.generator, SDXLGenerator)
+    with pytest.raises(BadInputError, match="is not the expected"):
+        GeneratorWorker(str(tmp_path), settings, {**expected_fingerprint(settings, "cpu"), "steps": 2})
+
+
+class NamedEngine(LocalEngine):
+    """A local engine under another name (as a cluster engine would present itself)."""
+
+    def __init__(self):
+        super().__init__(name="cluster")
+
+
+def test_custom_generator_runs_only_locally(tmp_path):
+    fake = FakeImages()
+    with pytest.raises(BadInputError, match="only with the local engine"):
+        generate_images(plan(), tmp_path, settings=GeneratorSettings(size=8), generator=fake, engine=NamedEngine(),
+                        progress=False)
+    assert fake.calls == []
+
+
+def test_engine_gets_one_call_per_slice(tmp_path):
+    """generate_images hands the engine the worker class and the fixed slices; results come back per slice."""
+    fake, seen = FakeImages(), []
+
+    class Recording(LocalEngine):
+        def map(self, worker, args, batches, **kw):
+            batches = list(batches)
+            seen.append((worker, [len(b["path"]) for b in batches], kw["total"]))
+            return super().map(worker, args, batches, **kw)
+
+    res = generate_images(plan(n_labels=4), tmp_path, settings=GeneratorSettings(size=8, batch_size=3),
+                          generator=fake, engine=Recording(), progress=False)
+    assert seen == [(GeneratorWorker, [3, 3, 2], 8)] and res.batches == 3 and res.generated == 8
+    assert len(fake.calls) == 3
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")
+def test_cuda_generation_is_fp16_and_matches_its_expected_fingerprint(tiny_pipeline_spec, tmp_path):
+    settings = GeneratorSettings(pipeline=tiny_pipeline_spec, size=SIZE, steps=1, batch_size=3, device="cuda")
+    loaded = SDXLGenerator.load(settings)
+    assert loaded.fingerprint == expected_fingerprint(settings, "cuda") and loaded.fingerprint["dtype"] == "float16"
+    p = plan()
+    res = generate_images(p, tmp_path, settings=settings, progress=False)  # the worker loads the pipeline itself
+    assert res.generated == len(p) and all(is_valid_image(tmp_path / rel, SIZE) for rel in p["path"])

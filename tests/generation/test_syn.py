@@ -13,8 +13,21 @@ import manifests
 from generation.syn import KIND, KIND_PROMPTS, SynOptions, run_generate_syn
 from isood.cli import app
 from isood.errors import IsoodError
+from isood.grid import axis_edges, cell_table, edges_table
+from isood.kinds import SYN_IS_PROMPTS
+from isood.stages.splits import write_splits
 
 STYLES = "sdxl:photographic,anime,pixel-art"
+
+
+def write_splits_manifest(root, *, sem_edges, cov_edges, config):
+    """A splits manifest (two images) written by build-splits' own writer."""
+    images = pd.DataFrame({"path": ["a/x.png", "b/y.png"], "wnid": ["", ""], "d_sem": [0.0, 0.01],
+                           "d_cov": [0.0, 0.1], "sem_level": [0, 1], "cov_level": [0, 1],
+                           "cell": ["cov_0_sem_0", "cov_1_sem_1"]})
+    n = len(sem_edges) - 1
+    return write_splits(root, images=images, cells=cell_table(images["cov_level"], images["sem_level"], n, 1),
+                        edges=edges_table(sem_edges, cov_edges), config=config, card=False)
 
 
 def options(syn_inputs, out, clip, **kw):
@@ -120,14 +133,12 @@ def test_kill_and_resume_gives_the_uninterrupted_files(syn_inputs, tiny_clip_spe
 def test_prompts_only_cells_follow_the_binning(syn_inputs, tiny_clip_spec, tmp_path):
     out = tmp_path / "prompts"
     res = run_generate_syn(options(syn_inputs, out, tiny_clip_spec, prompts_only=True, per_cell=2, n_levels=3))
-    m = manifests.read(out)
+    m = manifests.read(out, kind=SYN_IS_PROMPTS)
     assert m.kind == KIND_PROMPTS and manifests.verify(out).ok and not (out / "images").exists()
-    from isood.pipeline import read_edges
-
-    prompts, edges = m.frame("prompts"), m.frame("edges")
+    prompts = m.frame("prompts")
     assert len(prompts) == 3 * 12
     for axis in ("sem", "cov"):
-        e = read_edges(edges, axis)
+        e = m.axis_edges(axis)
         d, lev = prompts[f"d_{axis}"].to_numpy(), prompts[f"{axis}_level"].to_numpy()
         assert len(e) == 4 and set(lev) <= {0, 1, 2}
         inner = (d >= e[0]) & (d < e[-1])
@@ -157,22 +168,18 @@ def test_prompt_identical_to_an_id_text_has_zero_shift(syn_inputs, tiny_clip_spe
 
 
 def test_splits_edges_are_reused_and_laid_is_trained_when_absent(syn_inputs, tiny_clip_spec, isood_cache, tmp_path):
-    from isood.pipeline import read_edges
-
     sem_e = [0.0, 0.01, 0.02, 0.03, 0.04, 0.05]
     cov_e = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
-    edges = pd.DataFrame({"axis": ["sem"] * 5 + ["cov"] * 5, "level": list(range(5)) * 2,
-                          "lower": sem_e[:-1] + cov_e[:-1], "upper": sem_e[1:] + cov_e[1:]})
-    manifests.write_manifest(tmp_path / "splits", kind="splits", tables={"edges": edges},
-                             config={"clip": tiny_clip_spec, "id": str(syn_inputs["id_features"])})
+    write_splits_manifest(tmp_path / "splits", sem_edges=sem_e, cov_edges=cov_e,
+                          config={"clip": tiny_clip_spec, "id": str(syn_inputs["id_features"])})
     out = tmp_path / "o"
     opts = options(syn_inputs, out, None, prompts_only=True, laid=None, splits=str(tmp_path / "splits"),
                    laid_triplets=200, id_features=None)  # CLIP and ID features: those build-splits used
     run_generate_syn(opts)
     m = manifests.read(out)
     got = m.frame("edges")
-    np.testing.assert_allclose(read_edges(got, "sem"), sem_e)
-    np.testing.assert_allclose(read_edges(got, "cov"), cov_e)
+    np.testing.assert_allclose(axis_edges(got, "sem"), sem_e)
+    np.testing.assert_allclose(axis_edges(got, "cov"), cov_e)
     p = m.frame("prompts")
     assert set(p["sem_level"]) <= set(range(5)) and (p.loc[p["d_sem"] >= 0.05, "sem_level"] == 4).all()
     cfg = m.meta["command"]["config"]
@@ -214,7 +221,7 @@ def test_image_checker_rejection_in_the_manifest(syn_inputs, tiny_clip_spec, tin
 
 
 def test_refuses_to_overwrite_other_manifests(syn_inputs, tiny_clip_spec, full_run, tmp_path):
-    manifests.write_manifest(tmp_path / "splits", kind="splits", tables={"t": pd.DataFrame({"a": [1]})}, config={})
+    write_splits_manifest(tmp_path / "splits", sem_edges=[0, 0.5, 1], cov_edges=[0, 0.5, 1], config={})
     with pytest.raises(IsoodError, match="holds a 'splits' manifest"):
         run_generate_syn(options(syn_inputs, tmp_path / "splits", tiny_clip_spec, prompts_only=True))
     assert manifests.verify(tmp_path / "splits").ok
@@ -240,6 +247,8 @@ def test_cli_prompts_only_and_one_line_errors(syn_inputs, tiny_clip_spec, tmp_pa
     assert manifests.read(tmp_path / "p").kind == KIND_PROMPTS
     r = runner.invoke(app, base + ["--styles", "sdxl:anim", "--out", str(tmp_path / "q")])
     assert r.exit_code == 2 and "unknown style 'anim'" in r.output and "anime" in r.output
+    r = runner.invoke(app, base + ["--styles", "sdxl:anime", "--engine", "spark", "--out", str(tmp_path / "e")])
+    assert r.exit_code == 2 and "'spark'" in r.output and not (tmp_path / "e").exists()
     r = runner.invoke(app, base + ["--styles", "sdxl:anime", "--size", "64", "--pipeline", "stabilityai/sdxl-turbo",
                                    "--out", str(tmp_path / "r")])
     assert r.exit_code == 2 and "--pipeline local-dir:PATH" in r.output and "Traceback" not in r.output
@@ -253,4 +262,44 @@ def test_cli_generates_with_local_dir_pipeline(syn_inputs, tiny_clip_spec, tiny_
     ])
     assert r.exit_code == 0, r.output
     r2 = CliRunner().invoke(app, ["verify", str(tmp_path / "s")])
-    assert r2.exit_code == 0 and "OK" in r2.output and "syn-is" in r2.output
+    assert r2.exit_code == 0 and manifests.read(tmp_path / "s").kind == KIND
+    images = manifests.read(tmp_path / "s").frame("images")
+    assert len(images) > 0 and all((tmp_path / "s" / p).is_file() for p in images["path"])
+
+
+def test_engine_and_warnings_are_recorded(syn_inputs, tiny_clip_spec, tmp_path):
+    """The engine the CLI passes is named in the config; a LAID of another CLIP is a warning, kept in the summary."""
+    from isood.laid import LAID
+    from isood.runtime import LocalEngine
+
+    class Cluster(LocalEngine):
+        def __init__(self):
+            super().__init__(name="cluster")
+
+        def as_config(self):
+            return {"engine": "cluster", "workers": 3}
+
+    other = tmp_path / "laid.safetensors"
+    laid = LAID.load(syn_inputs["laid"])
+    LAID(laid.W, config={"clip_identity": "another-clip"}).save(other)
+    warnings = []
+    res = run_generate_syn(options(syn_inputs, tmp_path / "o", tiny_clip_spec, prompts_only=True, laid=str(other)),
+                           engine=Cluster(), warn=warnings.append)
+    cfg = manifests.read(tmp_path / "o").meta["command"]["config"]
+    assert cfg["engine"] == "cluster" and cfg["cluster"] == {"engine": "cluster", "workers": 3}
+    assert len(warnings) == 1 and "another-clip" in warnings[0] and res.summary["warnings"] == warnings
+
+
+def test_summary_grid_has_one_row_per_covariate_level(full_run):
+    from isood.cli.syn import cells_grid, summary_table
+
+    _, res, _ = full_run
+    grid = cells_grid(res.cells)
+    n = int(res.cells["cov_level"].max()) + 1
+    assert len(grid.columns) == n + 1 and grid.row_count == n
+    cells = res.cells.set_index(["cov_level", "sem_level"])
+    for s in range(n):
+        shown = list(grid.columns[s + 1].cells)
+        expected = [f"{cells.loc[(c, s), 'n']}" + ("*" if cells.loc[(c, s), "na"] else "") for c in range(n)]
+        assert shown == expected
+    assert summary_table(res) is not None

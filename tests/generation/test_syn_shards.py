@@ -1,4 +1,5 @@
-"""`isood generate-syn --num-shards N --shard-index i` parts merged by `isood merge` == one run (tiny SDXL)."""
+"""`isood generate-syn --num-shards N --shard-index i` parts merged by generation.syn.merge_parts (what
+`isood merge` calls for kind syn-is) == one run (tiny SDXL)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,16 @@ import pytest
 
 import manifests
 from generation.sdxl import GeneratorSettings, SDXLGenerator, load_pipeline
-from generation.syn import KIND, KIND_PART, SynOptions, run_generate_syn
+from generation.syn import KIND, KIND_PART, SynOptions, merge_parts, run_generate_syn
 from isood.errors import IsoodError
-from isood.shards import merge_parts
+from manifests.parts import read_parts
+
+
+def merge(dirs, out):
+    """What `isood merge` does for Syn-IS parts: read and check them, then the stage's merge."""
+    parts, kind, config = read_parts(dirs)
+    assert kind == KIND
+    return merge_parts(parts, out, config)
 
 
 def options(syn_inputs, out, clip, pipeline, **kw):
@@ -65,7 +73,7 @@ def test_parts_merge_to_the_single_run(syn_inputs, tiny_clip_spec, tiny_pipeline
         parts.append(m.root)
     assert sum(asked) == n  # every planned image generated exactly once over the array
 
-    merged = merge_parts(parts[::-1], tmp_path / "merged")
+    merged = merge(parts[::-1], tmp_path / "merged")
     assert merged.kind == KIND and manifests.verify(tmp_path / "merged").ok
     assert merged.meta["content_sha256"] == one.meta["content_sha256"]
     assert {r["path"]: r["sha256"] for r in merged.meta["files"] if r["path"] != "README.md"} == \
@@ -82,6 +90,16 @@ def test_parts_merge_to_the_single_run(syn_inputs, tiny_clip_spec, tiny_pipeline
                            image_checker=odd_seed)
     assert gen.calls == 0 and res.summary["skipped"] == n  # rejected ones too: their markers were merged
     assert manifests.read(tmp_path / "merged").meta["content_sha256"] == one.meta["content_sha256"]
+
+
+def test_merge_refuses_a_part_as_out(syn_inputs, tiny_clip_spec, tiny_pipeline_spec, sdxl, tmp_path):
+    for i in range(2):
+        run_generate_syn(options(syn_inputs, tmp_path / f"p{i}", tiny_clip_spec, tiny_pipeline_spec, num_shards=2,
+                                 shard_index=i, per_cell=1, images_per_prompt=1), generator=sdxl)
+    with pytest.raises(IsoodError, match="is one of the parts"):
+        merge([tmp_path / "p0", tmp_path / "p1"], tmp_path / "p0")
+    with pytest.raises(IsoodError, match="missing"):
+        merge([tmp_path / "p0"], tmp_path / "m")
 
 
 def test_prompts_only_is_not_split(syn_inputs, tiny_clip_spec, tmp_path):

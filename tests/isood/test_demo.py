@@ -41,3 +41,21 @@ def test_demo_splits_manifest_verifies_and_counts_every_test_image(planted):
     assert int(cells["n"].sum()) == len(world.test_features)
     assert set(cells.loc[cells["n"] < 10, "cell"]) == set(cells.loc[cells["na"], "cell"])
 
+
+
+def test_demo_command_writes_verified_manifests_with_the_same_splits(planted, tmp_path):
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from isood.cli import app
+
+    _, _, result, _ = planted
+    res = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "demo"), "--seed", "0"])
+    assert res.exit_code == 0, res.output
+    for name in ("class-filter", "splits", "evaluation"):
+        assert manifests.verify(tmp_path / "demo" / name).ok, name
+    assert manifests.read(tmp_path / "demo" / "class-filter", kind="class-filter").kept()[0]
+    assert (tmp_path / "demo" / "evaluation" / "report.html").is_file()
+    splits = manifests.read(tmp_path / "demo" / "splits", kind="splits")
+    for table in ("images", "cells", "edges"):  # same seed, same splits as run_planted
+        pd.testing.assert_frame_equal(splits.frame(table), result.manifest.frame(table))

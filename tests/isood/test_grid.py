@@ -1,9 +1,15 @@
-"""isood.grid: equal-width levels over a robust range, folding, edges reuse, NaN, and the 8x8 cell table."""
+"""isood.grid: equal-width levels over a robust range, folding, binning on given edges, NaN, the 8x8 cell table
+and the edges table."""
+import inspect
+
 import numpy as np
+import pandas as pd
 import pytest
 
-from isood.errors import IsoodError
-from isood.grid import DEFAULT_CLIP, assign_levels, cell_name, cell_table
+from isood.defaults import QUANTILE_CLIP
+from isood.errors import BadInputError, IsoodError
+from isood.grid import (assign_levels, axis_edges, bin_with_edges, cell_name, cell_names, cell_table, edges_table,
+                        level_edges)
 
 
 def test_equal_width_over_observed_range_without_clip():
@@ -18,7 +24,7 @@ def test_default_clip_is_robust_and_folds_extremes_into_end_levels():
     rng = np.random.default_rng(0)
     v = np.concatenate([rng.uniform(0.0, 1.0, 1000), [-50.0, 80.0]])
     levels, edges = assign_levels(v)
-    assert DEFAULT_CLIP == (0.01, 0.99)
+    assert QUANTILE_CLIP == (0.01, 0.99)
     widths = np.diff(edges)
     np.testing.assert_allclose(widths, widths[0])
     assert len(edges) == 9
@@ -41,18 +47,32 @@ def test_nan_values_get_level_minus_one_and_do_not_move_edges():
 def test_edges_reuse_bins_another_set_on_the_same_scale():
     _, edges = assign_levels(np.linspace(0.2, 1.0, 101), n_levels=8, clip=(0.0, 1.0))
     other = np.array([0.0, 0.2, 0.31, 0.61, 0.99, 5.0])
-    levels, edges2 = assign_levels(other, edges=edges)
-    np.testing.assert_array_equal(edges2, edges)
+    levels = bin_with_edges(other, edges)
     # width 0.1: 0.31 -> level 1, 0.61 -> level 4; below/above the edges fold to 0/7
     assert levels.tolist() == [0, 0, 1, 4, 7, 7]
 
 
-def test_edges_reuse_rejects_mismatched_level_count_and_bad_edges():
-    with pytest.raises(IsoodError, match="does not match 5 edges"):
-        assign_levels([0.1, 0.2], n_levels=8, edges=[0, 1, 2, 3, 4])
-    assert assign_levels([0.1, 3.5], n_levels=4, edges=[0, 1, 2, 3, 4])[0].tolist() == [0, 3]
-    with pytest.raises(IsoodError, match="non-decreasing"):
-        assign_levels([0.1], n_levels=2, edges=[1.0, 0.0, 2.0])
+@pytest.mark.parametrize("edges", [[1.0, 0.0, 2.0], [0.0], [0.0, np.nan, 1.0], [[0.0, 1.0]]])
+def test_bin_with_edges_rejects_bad_edges(edges):
+    with pytest.raises(BadInputError, match="non-decreasing 1-D array"):
+        bin_with_edges([0.1], edges)
+
+
+def test_bin_with_edges_levels_follow_the_edges():
+    assert bin_with_edges([0.1, 3.5, 2.0, np.nan], [0, 1, 2, 3, 4]).tolist() == [0, 3, 2, -1]
+    assert bin_with_edges([5.0, -1.0], [0.3, 0.3]).tolist() == [0, 0]  # degenerate edges: one level
+
+
+def test_assign_levels_is_level_edges_then_bin_with_edges():
+    v = np.random.default_rng(1).normal(size=300)
+    levels, edges = assign_levels(v, 5, clip=(0.05, 0.9))
+    np.testing.assert_array_equal(edges, level_edges(v, 5, clip=(0.05, 0.9)))
+    np.testing.assert_array_equal(levels, bin_with_edges(v, edges))
+    # an independent reference: the quantile range cut into 5 equal parts
+    lo, hi = np.quantile(v, [0.05, 0.9])
+    np.testing.assert_allclose(edges, lo + (hi - lo) * np.arange(6) / 5)
+    params = inspect.signature(assign_levels).parameters
+    assert "edges" not in params and params["clip"].kind is inspect.Parameter.KEYWORD_ONLY
 
 
 def test_constant_values_and_all_nan():
@@ -64,9 +84,27 @@ def test_constant_values_and_all_nan():
         assign_levels([0.1, 0.2], clip=(0.9, 0.1))
 
 
-def test_cell_name_is_zero_based_cov_then_sem():
-    assert cell_name(0, 7) == "cov_0_sem_7"
-    assert cell_name(np.int64(3), 1) == "cov_3_sem_1"
+@pytest.mark.parametrize("kwargs", [{"n_levels": 0}, {"n_levels": 2.5}, {"clip": (0.1,)}, {"clip": "ab"}])
+def test_assign_levels_rejects_bad_options_with_bad_input_error(kwargs):
+    with pytest.raises(BadInputError):
+        assign_levels([0.1, 0.2, 0.3], **kwargs)
+
+
+@pytest.mark.parametrize("cov, sem, name", [(0, 7, "cov_0_sem_7"), (np.int64(3), 1, "cov_3_sem_1"),
+                                             (7, 0, "cov_7_sem_0"), (-1, 2, "cov_-1_sem_2")])
+def test_cell_name_is_zero_based_cov_then_sem(cov, sem, name):
+    assert cell_name(cov, sem) == name
+    assert cell_names([cov], [sem]) == [name]
+
+
+def test_cell_names_is_vectorised_cell_name():
+    rng = np.random.default_rng(0)
+    cov, sem = rng.integers(-1, 8, 200), rng.integers(-1, 8, 200)
+    got = cell_names(cov, sem)
+    assert got == [cell_name(c, s) for c, s in zip(cov, sem)] and all(type(x) is str for x in got)
+    assert cell_names([], []) == []
+    with pytest.raises(BadInputError, match="differ in length"):
+        cell_names([1, 2], [3])
 
 
 def test_cell_table_counts_every_cell_and_flags_na():
@@ -88,3 +126,25 @@ def test_cell_table_counts_every_cell_and_flags_na():
 def test_cell_table_rejects_out_of_range_levels():
     with pytest.raises(IsoodError, match="levels must be in -1..7"):
         cell_table([8], [0])
+
+
+def test_edges_table_layout_and_round_trip():
+    sem, cov = np.array([0.1, 0.2, 0.4]), np.array([0.0, 0.5, 1.0])
+    t = edges_table(sem, cov)
+    expected = pd.DataFrame({"axis": ["sem", "sem", "cov", "cov"], "level": np.array([0, 1, 0, 1], np.int64),
+                             "lower": [0.1, 0.2, 0.0, 0.5], "upper": [0.2, 0.4, 0.5, 1.0]})
+    pd.testing.assert_frame_equal(t, expected)
+    np.testing.assert_array_equal(axis_edges(t, "sem"), sem)
+    np.testing.assert_array_equal(axis_edges(t.iloc[::-1], "cov"), cov)  # row order does not matter
+    nan = edges_table(np.full(9, np.nan), np.full(9, np.nan))  # an import without shift values
+    assert len(nan) == 16 and nan["lower"].isna().all()
+
+
+@pytest.mark.parametrize("table, axis, match", [
+    (edges_table([0, 1], [0, 1]), "depth", "unknown axis"),
+    (edges_table([0, 1], [0, 1]).rename(columns={"lower": "value"}), "sem", "lacks column"),
+    (edges_table([0, 1], [0, 1]).query("axis == 'sem'"), "cov", "no rows for axis 'cov'"),
+])
+def test_axis_edges_rejects_bad_tables(table, axis, match):
+    with pytest.raises(BadInputError, match=match):
+        axis_edges(table, axis)

@@ -1,13 +1,15 @@
-"""isood.shift: every backend against a brute-force numpy reference, chunking, bad input, shift_distances."""
+"""isood.shift + isood.ann: every backend against a brute-force numpy reference, chunking, bad input, nearest,
+shift_distances."""
 import warnings
 
 import numpy as np
 import pytest
 import torch
 
-from isood.errors import IsoodError
+from isood.ann import SearchOptions, block_sizes, default_nlist, resolve_backend
+from isood.errors import BadInputError, IsoodError
 from isood.laid import LAID
-from isood.shift import default_nlist, nearest_cosine_distance, prepare_features, shift_distances
+from isood.shift import Nearest, nearest, nearest_cosine_distance, prepare_features, shift_distances
 from isood.simulate import random_orthogonal
 
 
@@ -35,7 +37,7 @@ def data():
 @pytest.mark.parametrize("backend", ["torch", "faiss-flat", "auto"])
 def test_exact_backends_match_brute_force(data, backend):
     query, ref, d_true, i_true = data
-    d, i = nearest_cosine_distance(query, ref, backend=backend, device="cpu", return_index=True)
+    d, i = nearest(query, ref, backend=backend, device="cpu")
     assert d.shape == (500,) and d.dtype == np.float32
     np.testing.assert_allclose(d, d_true, atol=2e-6)
     assert (i == i_true).mean() == 1.0
@@ -44,13 +46,13 @@ def test_exact_backends_match_brute_force(data, backend):
 
 def test_ivf_at_full_nprobe_is_exact_and_low_nprobe_only_overestimates(data):
     query, ref, d_true, i_true = data
-    d, i = nearest_cosine_distance(query, ref, backend="faiss-ivf", nlist=32, nprobe=32, return_index=True)
+    d, i = nearest(query, ref, backend="faiss-ivf", nlist=32, nprobe=32)
     np.testing.assert_allclose(d, d_true, atol=2e-6)
     assert (i == i_true).mean() == 1.0
-    d1, i1 = nearest_cosine_distance(query, ref, backend="faiss-ivf", nlist=32, nprobe=1, return_index=True)
+    d1, i1 = nearest(query, ref, backend="faiss-ivf", nlist=32, nprobe=1)
     assert np.all(d1 >= d_true - 2e-6)  # an approximate search can only miss the nearest row, never beat it
     recall1 = (i1 == i_true).mean()
-    d8, i8 = nearest_cosine_distance(query, ref, backend="faiss-ivf", nlist=32, nprobe=8, return_index=True)
+    d8, i8 = nearest(query, ref, backend="faiss-ivf", nlist=32, nprobe=8)
     assert (i8 == i_true).mean() >= recall1 and (i8 == i_true).mean() > 0.9
 
 
@@ -70,9 +72,9 @@ def test_default_nlist_rule():
 @pytest.mark.parametrize("backend", ["torch", "faiss-flat"])
 def test_chunking_gives_identical_results(data, backend):
     query, ref, _, _ = data
-    d0, i0 = nearest_cosine_distance(query, ref, backend=backend, return_index=True)
-    d1, i1 = nearest_cosine_distance(query, ref, backend=backend, query_chunk=7, reference_chunk=113, return_index=True)
-    d2, i2 = nearest_cosine_distance(query, ref, backend=backend, memory_mb=0.05, return_index=True)
+    d0, i0 = nearest(query, ref, backend=backend)
+    d1, i1 = nearest(query, ref, backend=backend, query_chunk=7, reference_chunk=113)
+    d2, i2 = nearest(query, ref, backend=backend, memory_mb=0.05)
     np.testing.assert_allclose(d1, d0, rtol=0, atol=1e-6)
     np.testing.assert_allclose(d2, d0, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(i1, i0)
@@ -92,7 +94,7 @@ def test_nan_query_rows_give_nan_and_bad_reference_rows_are_excluded(data):
     q[10] = 0.0
     r = np.concatenate([np.full((1, 32), np.inf, np.float32), ref])
     with pytest.warns(UserWarning) as rec:
-        d, i = nearest_cosine_distance(q, r, backend="torch", return_index=True)
+        d, i = nearest(q, r, backend="torch")
     messages = [str(w.message) for w in rec]
     assert any(m.startswith("query: 2 of 50 rows contain NaN/inf or are all zero") for m in messages)
     assert any(m.startswith("reference: 1 of 3001 rows contain NaN/inf") for m in messages)
@@ -133,8 +135,12 @@ def test_bad_inputs_raise_one_line_errors(data):
         nearest_cosine_distance(query[0], ref)
     with pytest.raises(IsoodError, match=r"unknown shift backend 'annoy'"):
         nearest_cosine_distance(query, ref, backend="annoy")
-    with pytest.raises(IsoodError, match=r"unknown option"):
+    with pytest.raises(TypeError, match="k"):
         nearest_cosine_distance(query, ref, k=5)
+    with pytest.raises(TypeError):
+        nearest_cosine_distance(query, ref, return_index=True)  # the index comes from nearest()
+    with pytest.raises(BadInputError, match="nprobe"):
+        nearest_cosine_distance(query, ref, backend="faiss-ivf", nprobe=0)
     with pytest.raises(IsoodError) as info:
         nearest_cosine_distance(query, ref[:, :8])
     assert "\n" not in str(info.value)
@@ -163,3 +169,43 @@ def test_shift_distances_matches_manual_laid_projection(data):
     assert np.abs(d_sem[ok] - d_cov[ok]).mean() > 0.05
     with pytest.raises(IsoodError, match="LAID W is 32x32"):
         shift_distances(query[:, :16], ref[:, :16], laid)
+
+
+def test_nearest_is_a_named_tuple_matching_nearest_cosine_distance(data):
+    query, ref, d_true, i_true = data
+    result = nearest(query, ref, backend="faiss-flat")
+    assert isinstance(result, Nearest) and result._fields == ("distance", "index")
+    np.testing.assert_array_equal(result.distance, nearest_cosine_distance(query, ref, backend="faiss-flat"))
+    assert result.index.dtype == np.int64 and (result.index == i_true).all()
+    d, i = result
+    assert d is result.distance and i is result.index
+
+
+@pytest.mark.parametrize("n_query, n_ref, dim, memory_mb, qc, rc, expected", [
+    (500, 3000, 32, 256, None, None, (500, 3000)),          # everything fits in one block
+    (10_000, 10**6, 512, 256, None, None, (4096, 14563)),   # 256 MiB // (4 B * (4096 + 512)) reference rows
+    (500, 3000, 32, 256, 7, 113, (7, 113)),                 # explicit chunks win
+    (500, 3000, 32, 0.05, None, None, (248, 936)),          # budget floored at 1 MiB; fewer queries per block
+])
+def test_block_sizes_follow_the_memory_budget(n_query, n_ref, dim, memory_mb, qc, rc, expected):
+    assert block_sizes(n_query, n_ref, dim, memory_mb, qc, rc) == expected
+
+
+def test_auto_backend_is_exact_and_options_are_checked():
+    assert resolve_backend("auto", "cpu") == "faiss-flat"
+    assert resolve_backend("faiss-ivf", None) == "faiss-ivf"
+    with pytest.raises(BadInputError, match="unknown shift backend 'annoy'"):
+        SearchOptions(backend="annoy")
+    with pytest.raises(BadInputError, match="query_chunk"):
+        SearchOptions(query_chunk=0)
+
+
+def test_prepare_features_reports_to_a_callable_or_stays_silent():
+    x = np.array([[3.0, 4.0], [np.nan, 1.0], [0.0, 1.0]])
+    seen = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, dropped = prepare_features(x, "f", warn=seen.append)
+        prepare_features(x, "f", warn=False)
+    assert dropped.tolist() == [False, True, False]
+    assert len(seen) == 2 and seen[0].startswith("f: 1 of 3 rows contain NaN/inf") and "not L2-normalised" in seen[1]

@@ -117,3 +117,31 @@ def test_levels_order_samples_by_planted_shift(world, shifts):
     assert _rho(cov_lv, world.test_covariate_level) > 0.9
     table = cell_table(cov_lv, sem_lv)
     assert table["n"].sum() == len(world.test_features) and table["na"].sum() < 32
+
+
+@pytest.mark.parametrize("call", [
+    lambda: make_planted_world(dim=5),
+    lambda: make_planted_world(dim=2),
+    lambda: make_planted_world(n_levels=1),
+    lambda: random_orthogonal(1),
+    lambda: subspace_recovery(np.eye(4), np.eye(3)[:, :2]),
+])
+def test_bad_arguments_are_bad_input_errors(call):
+    from isood.errors import BadInputError
+
+    with pytest.raises(BadInputError):
+        call()
+
+
+def test_make_planted_world_is_build_world_of_its_spec():
+    import dataclasses
+    import inspect
+
+    from isood.simulate import WorldSpec, build_world
+
+    params = inspect.signature(make_planted_world).parameters
+    assert {f.name: f.default for f in dataclasses.fields(WorldSpec)} == {k: p.default for k, p in params.items()}
+    small = dict(dim=8, n_levels=3, n_test_per_cell=2, n_text_triplets=20, n_id_images=30, seed=5)
+    a, b = make_planted_world(**small), build_world(WorldSpec(**small))
+    np.testing.assert_array_equal(a.test_features, b.test_features)
+    assert a.config == dataclasses.asdict(WorldSpec(**small))

@@ -1,97 +1,151 @@
-"""Small planted manifests of every kind, written through the dataset-card writer, for the manifests tests."""
+"""Small planted manifests of every kind, each written by the real writer of its kind (the stage's write step),
+for the manifests tests: splits (``isood.stages.splits.write_splits``), syn-is (``generation.syn.
+write_syn_manifest``), class-filter and audit (``wordnet_tools.jobs``), features (``isood.featurestore.
+extract_features`` + ``isood card``), IS-OOD release lists (``isood.stages.interop.import_isood_lists``)."""
 
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before `datasets` is imported anywhere: never try the Hub
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-import numpy as np
-import pandas as pd
-import pytest
+from pathlib import Path  # noqa: E402
 
-from manifests.card import write_with_card
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from isood.grid import bin_with_edges, cell_names, cell_table, edges_table  # noqa: E402
 
 # planted grid: (cov, sem) -> number of images; cells with < 10 images are N/A
 PLANTED_CELLS = {(2, 5): 12, (0, 0): 15, (7, 7): 10, (3, 1): 4, (6, 2): 1}
 NO_LEVEL_ROWS = 3  # images whose shift was NaN (level -1): in `all`, in no cell
+N_LEVELS, NA_THRESHOLD = 8, 10
+EDGES = np.linspace(0.0, 1.0, N_LEVELS + 1)  # both axes: level l holds shifts in [l/8, (l+1)/8)
+# (cov, sem) -> images of the planted Syn-IS world
+SYN_CELLS = {(1, 4): 11, (5, 0): 3}
+# classes of the planted WordNet lists: n02084071 dog (hypernym of ID dog breeds), n02085620 Chihuahua (ID),
+# n00288000 dressage (clean), n00005787 benthos (an organism), n09999999 (no such synset)
+CLASS_FILTER_CANDIDATES = ["n00005787", "n00288000", "n02084071", "n02085620", "n09999999"]
+# (source, (cov, sem)) -> number of list entries of a planted IS-OOD release
+RELEASE = {"in21k-train": {(0, 0): 12, (2, 5): 11, (7, 1): 3}, "in21k-val": {(2, 5): 10, (4, 4): 2},
+           "syn-is": {(1, 6): 14}}
 
 
-def splits_tables(cells=PLANTED_CELLS, seed=0):
+def planted_shifts(cells=PLANTED_CELLS, seed=0) -> pd.DataFrame:
+    """path, wnid, d_sem, d_cov of images planted inside the given cells (plus NO_LEVEL_ROWS with NaN shifts)."""
     rng = np.random.default_rng(seed)
     rows = []
     for (c, s), n in sorted(cells.items()):
+        wnid = f"n{9000000 + 10 * c + s:08d}"
         for i in range(n):
-            wnid = f"n{9000000 + 10 * c + s:08d}"
-            rows.append({"path": f"{wnid}/{wnid}_{i}.JPEG", "wnid": wnid, "d_sem": s / 8 + rng.random() / 8,
-                         "d_cov": c / 8 + rng.random() / 8, "sem_level": s, "cov_level": c})
+            rows.append({"path": f"{wnid}/{wnid}_{i}.JPEG", "wnid": wnid, "d_sem": (s + rng.uniform(0.1, 0.9)) / 8,
+                         "d_cov": (c + rng.uniform(0.1, 0.9)) / 8})
     for i in range(NO_LEVEL_ROWS):
-        rows.append({"path": f"n09999999/n09999999_{i}.JPEG", "wnid": "n09999999", "d_sem": np.nan,
-                     "d_cov": np.nan, "sem_level": -1, "cov_level": -1})
-    images = pd.DataFrame(rows)
-    grid = [(c, s) for c in range(8) for s in range(8)]
-    n = [cells.get(k, 0) for k in grid]
-    cells_df = pd.DataFrame({"cell": [f"cov_{c}_sem_{s}" for c, s in grid], "cov_level": [c for c, _ in grid],
-                             "sem_level": [s for _, s in grid], "n": n, "na": [x < 10 for x in n]})
-    edges = pd.DataFrame({"axis": ["cov"] * 9 + ["sem"] * 9, "index": list(range(9)) * 2,
-                          "edge": list(np.linspace(0, 1, 9)) * 2})
-    return {"images": images, "cells": cells_df, "edges": edges}
+        rows.append({"path": f"n09999999/n09999999_{i}.JPEG", "wnid": "n09999999", "d_sem": np.nan, "d_cov": np.nan})
+    return pd.DataFrame(rows)
+
+
+def binned(shifts: pd.DataFrame) -> pd.DataFrame:
+    """The images table: shifts binned on EDGES (``isood.grid``), with their cell names."""
+    sem, cov = bin_with_edges(shifts["d_sem"], EDGES), bin_with_edges(shifts["d_cov"], EDGES)
+    return shifts.assign(sem_level=sem, cov_level=cov, cell=cell_names(cov, sem))
+
+
+def splits_tables(cells=PLANTED_CELLS, seed=0) -> dict:
+    images = binned(planted_shifts(cells, seed))
+    return {"images": images,
+            "cells": cell_table(images["cov_level"], images["sem_level"], N_LEVELS, NA_THRESHOLD),
+            "edges": edges_table(EDGES, EDGES)}
 
 
 def write_splits(root, cells=PLANTED_CELLS, **kw):
-    args = dict(kind="splits", tables=splits_tables(cells), config={"n_levels": 8, "na_threshold": 10},
-                files={"lists/cov_2_sem_5.txt": "x\n"}, argv=["isood", "build-splits", "--out", str(root)])
+    """A splits manifest written by the build-splits write step (``isood.stages.splits.write_splits``)."""
+    from isood.stages.splits import write_splits as write
+
+    t = splits_tables(cells)
+    args = dict(images=t["images"], cells=t["cells"], edges=t["edges"],
+                config={"n_levels": N_LEVELS, "na_threshold": NA_THRESHOLD},
+                argv=["isood", "build-splits", "--out", str(root)])
     args.update(kw)
-    return write_with_card(root, **args)
+    return write(root, **args)
 
 
 def write_syn_is(root):
-    t = splits_tables({(1, 4): 11, (5, 0): 3})
-    imgs = t["images"]
-    imgs = imgs[imgs["sem_level"] >= 0].reset_index(drop=True)
-    imgs["path"] = [f"images/{i:05d}.png" for i in range(len(imgs))]
-    imgs["prompt"] = [f"a watercolor painting of thing {i}" for i in range(len(imgs))]
-    imgs["style"] = "watercolor"
-    imgs["seed"] = np.arange(len(imgs), dtype=np.int64)
-    blobs = {p: f"PNG-{i}".encode() for i, p in enumerate(imgs["path"])}
-    import hashlib
+    """A syn-is manifest written by the generate-syn write step, with planted images and prompts."""
+    from generation.syn import write_syn_manifest
+    from generation.syn.steps import rejected_rows
+    from isood.runtime import sha256_bytes
 
-    imgs["sha256"] = [hashlib.sha256(blobs[p]).hexdigest() for p in imgs["path"]]
-    t["images"] = imgs
-    t["cells"] = t["cells"].assign(n=lambda d: [11 if c == "cov_1_sem_4" else 3 if c == "cov_5_sem_0" else 0
-                                                for c in d["cell"]]).assign(na=lambda d: d["n"] < 10)
-    return write_with_card(root, kind="syn-is", tables=t, files=blobs, config={"pipeline": "local-dir:/tiny"},
-                           argv=["isood", "generate-syn"])
+    root = Path(root)
+    t = binned(planted_shifts(SYN_CELLS))
+    t = t[t["sem_level"] >= 0].reset_index(drop=True)
+    n = len(t)
+    prompts = pd.DataFrame({"prompt_id": [f"p{i:04d}" for i in range(n)], "style": "watercolor", "wnid": t["wnid"],
+                            "label": [f"thing {i}" for i in range(n)],
+                            "prompt": [f"a watercolor painting of thing {i}" for i in range(n)],
+                            "negative_prompt": "", "d_sem": t["d_sem"], "d_cov": t["d_cov"],
+                            "sem_level": t["sem_level"], "cov_level": t["cov_level"], "cell": t["cell"],
+                            "selected": True})
+    blobs = {f"images/watercolor/p{i:04d}_0.png": f"PNG-{i}".encode() for i in range(n)}
+    for rel, data in blobs.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    images = prompts.drop(columns="selected").assign(
+        path=list(blobs), image_index=0, seed=np.arange(n, dtype=np.int64),
+        sha256=[sha256_bytes(b) for b in blobs.values()])
+    manifest, _ = write_syn_manifest(
+        root, images=images, prompts=prompts, edges=edges_table(EDGES, EDGES),
+        rejected=rejected_rows(prompts.iloc[:0], "prompt"),
+        config={"pipeline": "local-dir:/tiny", "n_levels": N_LEVELS, "na_threshold": NA_THRESHOLD},
+        argv=["isood", "generate-syn"])
+    return manifest
 
 
 def write_class_filter(root):
-    classes = pd.DataFrame({
-        "wnid": ["n00000001", "n00000002", "n00000003", "n00000004", "n00000005"],
-        "name": ["a", "b", "c", "d", "e"],
-        "decision": ["keep", "drop", "keep", "drop", "drop"],
-        "rule": ["", "hypernym", "", "hyponym", "excluded"],
-        "conflict_wnid": ["", "n01440764", "", "n01443537", ""],
-        "conflict_name": ["", "tench", "", "goldfish", ""],
-    })
-    return write_with_card(root, kind="class-filter", tables={"classes": classes}, config={"id": "1k"},
-                           argv=["isood", "wordnet", "filter"])
+    """A class-filter manifest written by `isood wordnet filter`'s job on a planted candidate list."""
+    from wordnet_tools.jobs import run_filter
+
+    cand = Path(root).parent / f"{Path(root).name}-candidates.txt"
+    cand.write_text("\n".join(CLASS_FILTER_CANDIDATES) + "\n")
+    return run_filter(str(cand), "1k", out=root, argv=["isood", "wordnet", "filter"])
 
 
 def write_audit(root):
-    audit = pd.DataFrame({"wnid": ["n00000001", "n00000009"], "decision": ["keep", "drop"], "rule": ["", "id_class"],
-                          "entries": [3, 2]})
-    return write_with_card(root, kind="audit", tables={"audit": audit}, config={}, argv=["isood", "wordnet", "audit"])
+    """An audit manifest written by `isood wordnet audit`'s job on a planted image list."""
+    from wordnet_tools.jobs import run_audit
+
+    lst = Path(root).parent / f"{Path(root).name}-list.txt"
+    lst.write_text("n00288000/a.JPEG\nn00288000/b.JPEG\nn02085620_17.JPEG\nn02084071/c.jpg\n")
+    return run_audit(lst, "1k", out=root, argv=["isood", "wordnet", "audit"]).manifest
 
 
-def write_features(root):
-    root.mkdir(parents=True, exist_ok=True)
-    np.save(root / "features-00000.npy", np.eye(3, dtype=np.float32))
-    index = pd.DataFrame({"path": ["a/1.jpg", "a/2.jpg", "b/3.jpg"], "wnid": [None, None, None]})
-    return write_with_card(root, kind="features", tables={"index": index}, config={"clip": "tiny"},
-                           existing_files=["features-00000.npy"], argv=["isood", "extract"])
+def write_features(root, images, clip):
+    """A features manifest written by `isood extract` (``isood.featurestore.extract_features``) + `isood card`."""
+    from isood.featurestore import extract_features
+    from manifests.card import add_card
+
+    extract_features(images, clip, root, batch_size=8, device="cpu", progress=False,
+                     argv=["isood", "extract"])
+    return add_card(root)
 
 
-WRITERS = {"splits": write_splits, "syn-is": write_syn_is, "class-filter": write_class_filter,
-           "audit": write_audit, "features": write_features}
+def write_release(root: Path, with_labels_in=("in21k-val",), release=RELEASE) -> Path:
+    """An IS-OOD-style release folder of per-cell lists; 'in21k-val' lists carry OpenOOD labels, others bare paths."""
+    for source, cells in release.items():
+        for (c, s), n in cells.items():
+            lines = []
+            for i in range(n):
+                if source == "syn-is":
+                    path = f"syn/style{c}/img_{s}_{i}.png"
+                else:
+                    wnid = f"n{9100000 + 10 * c + s:08d}"
+                    path = f"{wnid}/{wnid}_{i}.JPEG"
+                lines.append(f"{path} -1" if source in with_labels_in else path)
+            f = root / source / f"cov_{c}_sem_{s}.txt"
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text("# IS-OOD list\n" + "\n".join(lines) + "\n\n")
+    (root / "README.txt").write_text("not a list")
+    return root
 
 
 @pytest.fixture
@@ -108,14 +162,36 @@ def load(tmp_path):
 class _Worlds:
     PLANTED_CELLS = PLANTED_CELLS
     NO_LEVEL_ROWS = NO_LEVEL_ROWS
-    WRITERS = WRITERS
+    SYN_CELLS = SYN_CELLS
+    RELEASE = RELEASE
+    CLASS_FILTER_CANDIDATES = CLASS_FILTER_CANDIDATES
+    N_LEVELS = N_LEVELS
+    EDGES = EDGES
+    planted_shifts = staticmethod(planted_shifts)
     splits_tables = staticmethod(splits_tables)
     write_splits = staticmethod(write_splits)
     write_syn_is = staticmethod(write_syn_is)
     write_class_filter = staticmethod(write_class_filter)
+    write_audit = staticmethod(write_audit)
+    write_release = staticmethod(write_release)
 
 
 @pytest.fixture
 def worlds():
     """The planted-manifest writers above (test modules cannot import conftest under --import-mode=importlib)."""
     return _Worlds
+
+
+@pytest.fixture
+def write_kind(worlds, request):
+    """``write_kind(kind, root)``: a manifest of that kind written by its real writer (features need the tiny
+    CLIP model and images of tests/conftest.py, loaded only when asked for)."""
+
+    def _write(kind, root):
+        if kind == "features":
+            return write_features(root, request.getfixturevalue("tiny_images"),
+                                  request.getfixturevalue("tiny_encoder"))
+        return {"splits": write_splits, "syn-is": write_syn_is, "class-filter": write_class_filter,
+                "audit": write_audit}[kind](root)
+
+    return _write

@@ -1,7 +1,6 @@
 import json
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -9,9 +8,11 @@ from typer.testing import CliRunner
 import manifests
 from isood.cli import app
 from isood.errors import ManifestError
-from manifests.card import add_card, config_layout, dataset_card, write_with_card
+from isood.stages.interop import import_isood_lists
+from manifests.card import add_card, config_layout, dataset_card
 
 FIXTURE_V1 = Path(__file__).parent / "fixtures" / "v1_splits"
+MAIN = {"splits": "images", "syn-is": "images", "class-filter": "classes", "audit": "classes", "features": "index"}
 
 
 def _front_matter(root):
@@ -20,31 +21,33 @@ def _front_matter(root):
     return yaml.safe_load(text.split("---\n")[1])
 
 
+def _config_names(root):
+    return [c["config_name"] for c in _front_matter(root)["configs"]]
+
+
 @pytest.mark.parametrize("kind", ["splits", "syn-is", "class-filter", "audit", "features"])
-def test_every_kind_loads_offline_with_all_config_and_verifies(tmp_path, worlds, load, kind):
-    m = worlds.WRITERS[kind](tmp_path / kind)
-    assert manifests.verify(m.root).ok
+def test_every_kind_loads_offline_with_all_config_and_verifies(tmp_path, write_kind, load, kind):
+    m = write_kind(kind, tmp_path / kind)
+    assert m.kind == kind and manifests.verify(m.root).ok
     assert "README.md" in {f["path"] for f in m.meta["files"]}
-    main = {"splits": "images", "syn-is": "images", "class-filter": "classes", "audit": "audit",
-            "features": "index"}[kind]
-    expected = m.frame(main)
+    expected = m.frame(MAIN[kind])
     ds = load(m.root)  # the `all` config is the default
     (split,) = ds.keys()
     assert split == ("test" if kind in ("splits", "syn-is") else "train")
     got = ds[split].to_pandas()
     assert list(got.columns) == list(expected.columns)
-    assert got["path" if "path" in got else "wnid"].tolist() == expected["path" if "path" in expected else "wnid"].tolist()
+    key = "path" if "path" in expected else "wnid"
+    assert got[key].tolist() == expected[key].tolist()
     assert manifests.verify(m.root).ok  # loading wrote nothing into the manifest
 
 
 @pytest.mark.parametrize("kind", ["splits", "syn-is"])
-def test_cell_configs_return_exactly_the_cell_rows_and_na_cells_have_none(tmp_path, worlds, load, kind):
-    m = worlds.WRITERS[kind](tmp_path / kind)
+def test_cell_configs_return_exactly_the_cell_rows_and_na_cells_have_none(tmp_path, write_kind, load, kind):
+    m = write_kind(kind, tmp_path / kind)
     images = m.frame("images")
     cells = m.frame("cells")
     usable = cells[~cells["na"]]
-    configs = {c["config_name"] for c in _front_matter(m.root)["configs"]}
-    assert {c for c in configs if c.startswith("cov_")} == set(usable["cell"])
+    assert {c for c in _config_names(m.root) if c.startswith("cov_")} == set(usable["cell"])
     for rec in usable.itertuples():
         got = load(m.root, rec.cell)["test"].to_pandas()
         want = images[(images.cov_level == rec.cov_level) & (images.sem_level == rec.sem_level)]
@@ -67,11 +70,13 @@ def test_planted_cell_cov_2_sem_5_and_rows_without_level(tmp_path, worlds, load)
 
 def test_class_filter_kept_and_dropped_configs(tmp_path, worlds, load):
     m = worlds.write_class_filter(tmp_path / "cf")
+    classes = m.frame("classes")
     kept = load(m.root, "kept")["train"]
     dropped = load(m.root, "dropped")["train"]
-    assert kept["wnid"] == ["n00000001", "n00000003"]
-    assert dropped["wnid"] == ["n00000002", "n00000004", "n00000005"]
-    assert dropped["conflict_name"] == ["tench", "goldfish", ""]
+    assert kept["wnid"] == ["n00288000"]  # dressage: the only clean candidate
+    assert dropped["wnid"] == sorted(set(worlds.CLASS_FILTER_CANDIDATES) - {"n00288000"})
+    assert dropped["rule"] == classes[classes["decision"] == "drop"]["rule"].tolist()
+    assert _config_names(m.root) == ["all", "dropped", "kept", "summary"]
 
 
 def test_card_states_counts_edges_provenance_and_licence(tmp_path, worlds):
@@ -83,10 +88,10 @@ def test_card_states_counts_edges_provenance_and_licence(tmp_path, worlds):
     row3 = next(line for line in grid.splitlines() if line.startswith("| 3 |"))
     assert row3.split("|")[2 + 1].strip() == "N/A (4)"
     assert "3 cells usable" in grid
-    assert "| sem | 8 | 1 |" in text  # the last semantic edge
+    assert "| sem | 7 | 0.875 | 1 |" in text  # the last semantic level of the edges table
     assert m.meta["content_sha256"] in text
     assert "isood build-splits --out" in text
-    assert "never redistributed" in text and "paths" in text
+    assert "never redistributed" in text
     syn = worlds.write_syn_is(tmp_path / "syn")
     syn_text = (syn.root / "README.md").read_text()
     assert "Syn-IS images under `images/`" in syn_text and "local-dir:/tiny" in syn_text
@@ -94,11 +99,10 @@ def test_card_states_counts_edges_provenance_and_licence(tmp_path, worlds):
 
 
 def test_card_only_points_at_files_the_manifest_has(tmp_path, worlds):
-    tables = worlds.splits_tables()
-    m = manifests.write_manifest(tmp_path / "plain", kind="splits", tables=tables, config={})
+    m = worlds.write_splits(tmp_path / "plain", card=False)  # no per-cell config files
+    tables = {name: m.frame(name) for name in m.tables}
     front = yaml.safe_load(dataset_card(m.meta, tables).split("---\n")[1])
-    names = [c["config_name"] for c in front["configs"]]
-    assert names == ["all", "cells", "edges"]  # no per-cell files were written, so no cell configs
+    assert [c["config_name"] for c in front["configs"]] == ["all", "cells", "edges"]
 
 
 def test_content_change_bumps_version_and_changelog_through_the_card_writer(tmp_path, worlds, load):
@@ -117,7 +121,7 @@ def test_content_change_bumps_version_and_changelog_through_the_card_writer(tmp_
     assert not (root / "data/configs/cov_2_sem_5").exists()
     text = (root / "README.md").read_text()
     assert "(v1.1.0)" in text and "1.1.0 (" in text and "fewer images in cov_2_sem_5" in text
-    assert "cov_2_sem_5" not in {c["config_name"] for c in _front_matter(root)["configs"]}
+    assert "cov_2_sem_5" not in _config_names(root)
     with pytest.raises(ValueError):
         load(root, "cov_2_sem_5")
 
@@ -125,21 +129,21 @@ def test_content_change_bumps_version_and_changelog_through_the_card_writer(tmp_
 def test_card_is_not_content(tmp_path, worlds):
     m = worlds.write_splits(tmp_path / "s")
     assert m.meta["content_sha256"] == manifests.store.content_hash(m.meta["files"])
-    rewritten = worlds.write_splits(tmp_path / "s", title="another title")  # only the card differs
+    rewritten = worlds.write_splits(tmp_path / "s", argv=["isood", "build-splits", "--again"])  # only the card differs
     assert rewritten.dataset_version == "1.0.0"
-    assert "# another title (v1.0.0)" in (tmp_path / "s/README.md").read_text()
+    assert "isood build-splits --again" in (tmp_path / "s/README.md").read_text()
 
 
 def test_add_card_to_a_plain_manifest(tmp_path, worlds, load):
     root = tmp_path / "plain"
-    manifests.write_manifest(root, kind="splits", tables=worlds.splits_tables(), config={"n_levels": 8},
-                             files={"lists/cov_2_sem_5.txt": "a\n"})
+    worlds.write_splits(root, card=False)
+    lists = (root / "lists/cov_2_sem_5.txt").read_text()
     result = CliRunner().invoke(app, ["card", str(root)])
     assert result.exit_code == 0, result.output
     m = manifests.read(root)
     assert m.dataset_version == "1.1.0" and m.meta["changelog"][-1]["note"].startswith("dataset card")
     assert manifests.verify(root).ok
-    assert (root / "lists/cov_2_sem_5.txt").read_text() == "a\n"
+    assert (root / "lists/cov_2_sem_5.txt").read_text() == lists and lists.count("\n") == 12
     assert load(root, "cov_0_sem_0")["test"].num_rows == 15
     add_card(root)  # idempotent
     assert manifests.read(root).dataset_version == "1.1.0"
@@ -150,22 +154,27 @@ def test_writer_refuses_files_it_owns(tmp_path, worlds):
         worlds.write_splits(tmp_path / "s", files={"README.md": "mine"})
 
 
-def test_sources_become_splits_and_never_mix(tmp_path, load):
-    images = pd.DataFrame({
-        "path": [f"{src}/n00000001/x{i}.JPEG" for src in ("a", "b") for i in range(12)],
-        "wnid": "n00000001", "d_sem": 0.1, "d_cov": 0.2, "sem_level": 1, "cov_level": 0,
-        "source": ["in21k-train"] * 12 + ["syn-is"] * 12,
-    })
-    layout = config_layout("splits", {"images": images})
-    assert layout.configs["cov_0_sem_1"] == {"in21k_train": "data/configs/cov_0_sem_1/in21k_train.parquet",
-                                             "syn_is": "data/configs/cov_0_sem_1/syn_is.parquet"}
-    m = write_with_card(tmp_path / "m", kind="splits", tables={"images": images}, config={})
-    ds = load(m.root, "cov_0_sem_1")
-    assert sorted(ds) == ["in21k_train", "syn_is"]
-    assert all(p.startswith("b/") for p in ds["syn_is"]["path"])
-    assert load(m.root)["in21k_train"].num_rows == 12
+def test_sources_become_splits_and_never_mix(tmp_path, worlds, load):
+    m = import_isood_lists(worlds.write_release(tmp_path / "rel"), tmp_path / "m")
+    images = m.frame("images")
+    layout = config_layout("splits", {t: m.frame(t) for t in m.tables})
+    assert layout.configs["cov_2_sem_5"] == {"in21k_train": "data/configs/cov_2_sem_5/in21k_train.parquet",
+                                             "in21k_val": "data/configs/cov_2_sem_5/in21k_val.parquet"}
+    ds = load(m.root, "cov_2_sem_5")
+    assert sorted(ds) == ["in21k_train", "in21k_val"]
+    val = images[(images["source"] == "in21k-val") & (images["cell"] == "cov_2_sem_5")]
+    assert ds["in21k_val"]["path"] == val["path"].tolist()
+    assert load(m.root)["in21k_train"].num_rows == sum(worlds.RELEASE["in21k-train"].values())
     one = config_layout("splits", {"images": images[images["source"] == "syn-is"]})
     assert one.configs["all"] == {"syn_is": "data/images.parquet"}  # a single source is not copied
+
+
+def test_a_cell_na_in_one_source_has_no_split_of_that_source(tmp_path, worlds, load):
+    release = {"a": {(2, 5): 11}, "b": {(2, 5): 3, (0, 0): 10}}
+    m = import_isood_lists(worlds.write_release(tmp_path / "rel", release=release), tmp_path / "m")
+    assert sorted(load(m.root, "cov_2_sem_5")) == ["a"]  # b has 3 images there: N/A for b
+    assert sorted(load(m.root, "cov_0_sem_0")) == ["b"]
+    assert sorted(load(m.root)) == ["a", "b"]
 
 
 def test_frozen_v1_fixture_stays_readable(tmp_path, load):

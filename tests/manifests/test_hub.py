@@ -130,12 +130,11 @@ def test_failing_verification_refuses_before_any_call(tmp_path, worlds):
         hub.publish(m.root, "alice/x", api=api, echo=lambda s: None)
     assert api.calls == []
     result = CliRunner().invoke(app, ["publish", str(m.root), "--repo-id", "alice/x", "--dry-run"])
-    assert result.exit_code == 2 and "refusing to publish" in result.output
-    assert "changed: data/images.parquet" in result.output
+    assert result.exit_code == 2 and "changed: data/images.parquet" in result.output
 
 
 def test_manifest_without_card_and_bad_repo_id_are_refused(tmp_path, worlds):
-    m = manifests.write_manifest(tmp_path / "plain", kind="splits", tables=worlds.splits_tables(), config={})
+    m = worlds.write_splits(tmp_path / "plain", card=False)
     with pytest.raises(hub.PublishError, match="isood card"):
         hub.publish(m.root, "alice/x", api=FakeApi(), echo=lambda s: None)
     good = worlds.write_splits(tmp_path / "s")
@@ -219,7 +218,7 @@ def test_token_from_env_without_hf_token_is_a_clear_error(tmp_path, worlds, monk
     monkeypatch.delenv("HF_TOKEN", raising=False)
     m = worlds.write_splits(tmp_path / "s")
     result = CliRunner().invoke(app, ["publish", str(m.root), "--repo-id", "alice/x", "--token-from-env"])
-    assert result.exit_code == 2 and "HF_TOKEN environment variable is not set" in result.output
+    assert result.exit_code == 2 and "HF_TOKEN" in result.output and "Traceback" not in result.output
 
 
 @pytest.mark.parametrize("large", [False, True])

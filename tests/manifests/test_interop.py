@@ -1,5 +1,5 @@
 import json
-from pathlib import Path
+import re
 
 import pandas as pd
 import pytest
@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 import manifests
 from isood.cli import app
-from manifests.interop import (
+from isood.stages.interop import (
     EXPORT_INFO,
     EXPORT_YAML,
     ListFormatError,
@@ -17,41 +17,13 @@ from manifests.interop import (
     import_isood_lists,
     import_openood_imglist,
     parse_list,
-    wnid_of,
 )
 
-# source -> {(cov, sem): number of images}
-RELEASE = {
-    "in21k-train": {(0, 0): 12, (2, 5): 11, (7, 1): 3},
-    "in21k-val": {(2, 5): 10, (4, 4): 2},
-    "syn-is": {(1, 6): 14},
-}
-
-
-def _release(root: Path, with_labels_in=("in21k-val",)):
-    """An IS-OOD-style release folder; 'in21k-val' lists carry OpenOOD labels, the others bare paths."""
-    for source, cells in RELEASE.items():
-        for (c, s), n in cells.items():
-            lines = []
-            for i in range(n):
-                if source == "syn-is":
-                    path = f"syn/style{c}/img_{s}_{i}.png"
-                else:
-                    wnid = f"n{9100000 + 10 * c + s:08d}"
-                    path = f"{wnid}/{wnid}_{i}.JPEG"
-                lines.append(f"{path} -1" if source in with_labels_in else path)
-            f = root / source / f"cov_{c}_sem_{s}.txt"
-            f.parent.mkdir(parents=True, exist_ok=True)
-            f.write_text("# IS-OOD list\n" + "\n".join(lines) + "\n\n")
-    (root / "README.txt").write_text("not a list")
-    return root
-
-
-def test_import_isood_lists_reads_levels_sources_and_cells(tmp_path, load):
-    m = import_isood_lists(_release(tmp_path / "rel"), tmp_path / "m")
+def test_import_isood_lists_reads_levels_sources_and_cells(tmp_path, worlds, load):
+    m = import_isood_lists(worlds.write_release(tmp_path / "rel"), tmp_path / "m")
     assert m.kind == "splits" and manifests.verify(m.root).ok
     images = m.frame("images")
-    assert len(images) == sum(sum(c.values()) for c in RELEASE.values())
+    assert len(images) == sum(sum(c.values()) for c in worlds.RELEASE.values())
     assert images["d_sem"].isna().all() and images["d_cov"].isna().all()
     val = images[images["source"] == "in21k-val"]
     assert sorted(set(zip(val["cov_level"], val["sem_level"]))) == [(2, 5), (4, 4)]
@@ -73,8 +45,8 @@ def test_import_isood_lists_reads_levels_sources_and_cells(tmp_path, load):
         load(m.root, "cov_7_sem_1")
 
 
-def test_isood_lists_round_trip_through_openood_export_is_identical(tmp_path):
-    first = import_isood_lists(_release(tmp_path / "rel"), tmp_path / "m1")
+def test_isood_lists_round_trip_through_openood_export_is_identical(tmp_path, worlds):
+    first = import_isood_lists(worlds.write_release(tmp_path / "rel"), tmp_path / "m1")
     out = tmp_path / "openood"
     r = export_openood(first.root, out)
     assert r.rows == len(first.frame("images")) and r.skipped == 0
@@ -88,8 +60,8 @@ def test_isood_lists_round_trip_through_openood_export_is_identical(tmp_path):
         assert f.read_bytes() == (out2 / f.relative_to(out)).read_bytes()
 
 
-def test_export_writes_openood_imglists_and_configs(tmp_path):
-    m = import_isood_lists(_release(tmp_path / "rel"), tmp_path / "m")
+def test_export_writes_openood_imglists_and_configs(tmp_path, worlds):
+    m = import_isood_lists(worlds.write_release(tmp_path / "rel"), tmp_path / "m")
     out = tmp_path / "openood"
     r = export_openood(m.root, out, data_dir="images/")
     lines = (out / "benchmark_imglist/isood/in21k-val/test_cov_2_sem_5.txt").read_text().splitlines()
@@ -202,28 +174,27 @@ def test_release_problems_are_named(tmp_path):
         import_isood_lists(tmp_path / "m9" / "data", tmp_path / "m3")
 
 
-def test_cli_import_and_export(tmp_path):
-    rel = _release(tmp_path / "rel")
+def test_cli_import_and_export(tmp_path, worlds):
+    rel = worlds.write_release(tmp_path / "rel")
     runner = CliRunner()
     res = runner.invoke(app, ["import", "isood-lists", str(rel), "--out", str(tmp_path / "m")])
     assert res.exit_code == 0, res.output
-    assert "splits v1.0.0, 52 images" in res.stdout
+    m = manifests.read(tmp_path / "m", kind="splits")
+    assert m.dataset_version == "1.0.0" and len(m.images) == 52 and "52" in res.stdout.split()
     res = runner.invoke(app, ["export", "openood", str(tmp_path / "m"), "--out", str(tmp_path / "o")])
     assert res.exit_code == 0, res.output
-    assert "6 imglists (4 registered for OpenOOD, 2 N/A), 52 rows" in res.stdout
+    info = json.loads((tmp_path / "o" / EXPORT_INFO).read_text())
+    assert len(info["datasets"]) == 6 and sum(not d["na"] for d in info["datasets"]) == 4
+    assert [int(n) for n in re.findall(r"\d+", res.stdout)[:4]] == [6, 4, 2, 52]  # imglists, registered, N/A, rows
     # re-export into the same folder replaces the earlier export; a foreign non-empty folder is refused
     assert runner.invoke(app, ["export", "openood", str(tmp_path / "m"), "--out", str(tmp_path / "o")]).exit_code == 0
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy/file").write_text("x")
     res = runner.invoke(app, ["export", "openood", str(tmp_path / "m"), "--out", str(tmp_path / "busy")])
-    assert res.exit_code == 2 and "not empty" in res.output
+    assert res.exit_code == 2 and "busy" in res.output and not (tmp_path / "busy" / EXPORT_INFO).exists()
 
 
-def test_wnid_of_and_parse_list(tmp_path):
-    assert wnid_of("n01440764/n01440764_10026.JPEG") == "n01440764"
-    assert wnid_of("train/n01440764/img.JPEG") == "n01440764"
-    assert wnid_of("n01440764_10026.JPEG") == "n01440764"
-    assert wnid_of("places/abbey/00001.jpg") is None
+def test_parse_list_reads_crlf_and_names_bad_bytes(tmp_path):
     f = tmp_path / "l.txt"
     f.write_bytes(b"a.jpg 3\r\nb.jpg\r\n")
     assert parse_list(f) == [("a.jpg", 3, 1), ("b.jpg", -1, 2)]

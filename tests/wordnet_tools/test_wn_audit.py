@@ -1,5 +1,6 @@
 import pytest
 
+from isood.errors import BadInputError
 from wordnet_tools.audit import audit_classes, leaks, parse_class_list
 from wordnet_tools.class_filter import filter_classes, summarise
 from wordnet_tools.errors import ClassListError
@@ -70,3 +71,8 @@ def test_audit_agrees_with_filter(in1k, hierarchy):
     assert audit.equals(filter_classes(wnids, in1k, hierarchy))
     counted = audit_classes([BELLOWS, BELLOWS, DRYER], in1k, hierarchy)
     assert counted.set_index("wnid")["entries"].to_dict() == {BELLOWS: 2, DRYER: 1}
+
+
+def test_negative_counts_are_a_bad_input(in1k, hierarchy):
+    with pytest.raises(BadInputError, match=BELLOWS):
+        audit_classes({BELLOWS: -1}, in1k, hierarchy)

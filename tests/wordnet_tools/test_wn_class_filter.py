@@ -3,7 +3,7 @@ import random
 import pytest
 
 from wordnet_tools.class_filter import RULES, filter_classes, summarise
-from wordnet_tools.errors import UnknownWnidError
+from wordnet_tools.errors import ClassListError, UnknownWnidError
 from wordnet_tools.loader import wnid_of
 
 HAND_BLOWER, BLOWER, DRYER, APPLIANCE = "n03483316", "n02855089", "n03251766", "n02729837"
@@ -128,7 +128,7 @@ def test_unknown_candidates_and_bad_inputs(in1k, hierarchy):
     assert (r["decision"], r["rule"], r["name"], r["conflict_wnid"]) == ("drop", "unknown", "mystery", "")
     with pytest.raises(UnknownWnidError, match="n00000001"):
         filter_classes([BELLOWS], ["n00000001"], hierarchy)
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(ClassListError, match="empty"):  # an IsoodError (exit 2), still a ValueError
         filter_classes([BELLOWS], [], hierarchy)
     with pytest.raises(UnknownWnidError, match="organsm"):
         filter_classes([BELLOWS], in1k, hierarchy, exclude=("organsm.n.01",))

@@ -1,5 +1,6 @@
 import pytest
 
+from isood.errors import BadInputError
 from wordnet_tools.errors import UnknownWnidError
 from wordnet_tools.loader import wnid_of
 
@@ -72,7 +73,7 @@ def test_hop_distance_undirected(hierarchy, in1k):
     assert hierarchy.hop_distance(BLOWER, in1k) == 1  # hand blower is its hyponym
     assert hierarchy.nearest_in(LIGER, in1k) == (2, "n02128385")  # nearest: sisters at 2 hops, smallest wnid
     assert hierarchy.hop_distances([LIGER, BLOWER, LION], in1k) == {LIGER: 2, BLOWER: 1, LION: 0}
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(BadInputError, match="empty"):
         hierarchy.hop_distance(LION, [])
 
 

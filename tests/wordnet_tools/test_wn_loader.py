@@ -1,7 +1,7 @@
 import nltk
 import pytest
 
-from isood.errors import IsoodError
+from isood.errors import BadInputError, IsoodError
 from wordnet_tools import loader
 from wordnet_tools.errors import UnknownWnidError, WordNetNotFound
 from wordnet_tools.loader import LEXNAMES, find_wordnet_source, load_wordnet, synset_from_wnid, wnid_of
@@ -26,7 +26,7 @@ def test_bad_wnids_raise_the_specific_error(wordnet):
         synset_from_wnid("n00000001", wordnet)  # offset inside the licence header, starts no synset
     with pytest.raises(UnknownWnidError, match="unknown wnid"):
         synset_from_wnid("n99999999", wordnet)  # past the end of data.noun
-    with pytest.raises(ValueError, match="not a noun"):
+    with pytest.raises(BadInputError, match="run.v.01"):
         wnid_of(wordnet.synset("run.v.01"))
 
 
@@ -87,8 +87,10 @@ def test_raw_dict_folder_is_staged_with_lexnames(monkeypatch, tmp_path, wordnet)
                  "data.adv", "index.adv", "noun.exc", "verb.exc", "adj.exc", "adv.exc"):
         with wordnet.abspath(name).open() as src:
             (raw / name).write_bytes(src.read())
-    monkeypatch.setenv("ISOOD_WORDNET_DIR", str(raw))
-    monkeypatch.setenv("ISOOD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HOME", str(tmp_path))  # both variables expand ~ (isood.defaults)
+    monkeypatch.setenv("ISOOD_WORDNET_DIR", "~/dict")
+    monkeypatch.setenv("ISOOD_CACHE_DIR", "~/cache")
+    assert find_wordnet_source() == loader.WordNetSource("env", str(raw.resolve()))
     wn = load_wordnet()
     assert wn is not wordnet
     staged = tmp_path / "cache" / "nltk_data" / "corpora" / "wordnet"

@@ -1,12 +1,14 @@
-"""Post-hoc OOD detectors: a common interface (``Detector``), one module per method, and a registry.
+"""L2: post-hoc OOD detectors: a common contract (``Detector``), one module per method, and a registry.
 
-Every score is HIGHER = MORE in-distribution. ``get_detector(name, **kwargs)`` builds one by name;
-``available_detectors()`` lists the names; ``register_detector(name)`` adds a user's ``Detector`` subclass.
+Every score is HIGHER = MORE in-distribution. ``get_detector(name, **params)`` builds one by name;
+``available_detectors()`` lists the names; ``@register_detector(name)`` adds a user's ``Detector`` subclass;
+``parse_detectors('msp,knn:k=10')`` reads the CLI's ``--detectors``.
 """
 
-from .base import (CAPTURE_KINDS, KINDS, Detector, DetectorInputError, ForwardOutputs, energy,
-                   global_average_pool, softmax)
-from .registry import UnknownDetectorError, available_detectors, get_detector, register_detector
+from .base import (CAPTURE_KINDS, KINDS, Detector, DetectorInputError, ForwardOutputs, TemperatureDetector,
+                   energy, feature_map_energy, global_average_pool, softmax)
+from .registry import (UnknownDetectorError, available_detectors, detector_class, get_detector, parse_detectors,
+                       register_detector)
 
 # importing the modules registers the built-in detectors
 from .msp import MSP  # noqa: E402
@@ -23,13 +25,15 @@ from .rankfeat import RankFeat, remove_rank1  # noqa: E402
 from .gradnorm import GradNorm  # noqa: E402
 from .klm import KLMatching  # noqa: E402
 
-POST_HOC_DETECTORS = ("msp", "maxlogit", "energy", "mds", "knn", "vim", "react", "dice", "ash", "rankfeat",
-                      "gradnorm", "klm")
-"""The 12 built-in detectors that score captured outputs (all but ODIN)."""
+BUILTIN_DETECTORS = tuple(available_detectors())
+"""The 13 built-in detector names (sorted)."""
+POST_HOC_DETECTORS = tuple(n for n in BUILTIN_DETECTORS if "input" not in detector_class(n).requires)
+"""The built-in detectors that score captured outputs (all but ODIN, which perturbs the input)."""
 
 __all__ = [
-    "CAPTURE_KINDS", "KINDS", "POST_HOC_DETECTORS", "Detector", "DetectorInputError", "ForwardOutputs",
-    "UnknownDetectorError", "available_detectors", "get_detector", "register_detector", "energy",
-    "global_average_pool", "softmax", "MSP", "MaxLogit", "Energy", "ODIN", "MDS", "KNN", "ViM", "ReAct", "DICE",
-    "ASHB", "RankFeat", "GradNorm", "KLMatching", "ash_b", "remove_rank1", "default_vim_dim",
+    "CAPTURE_KINDS", "KINDS", "BUILTIN_DETECTORS", "POST_HOC_DETECTORS", "Detector", "TemperatureDetector",
+    "DetectorInputError", "ForwardOutputs", "UnknownDetectorError", "available_detectors", "detector_class",
+    "get_detector", "parse_detectors", "register_detector", "energy", "feature_map_energy", "global_average_pool",
+    "softmax", "MSP", "MaxLogit", "Energy", "ODIN", "MDS", "KNN", "ViM", "ReAct", "DICE", "ASHB", "RankFeat",
+    "GradNorm", "KLMatching", "ash_b", "remove_rank1", "default_vim_dim",
 ]

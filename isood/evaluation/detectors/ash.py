@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .base import Detector, ForwardOutputs, feature_map_energy
+from .base import Detector, DetectorInputError, ForwardOutputs, feature_map_energy
 from .registry import register_detector
 
 
@@ -21,7 +21,7 @@ def ash_b(feature_maps: torch.Tensor, percentile: float) -> torch.Tensor:
     n = flat.shape[1]
     k = n - int(round(n * percentile / 100.0))
     if k < 1:
-        raise ValueError(f"ash: percentile {percentile} keeps no activation of {n}: pass a smaller percentile")
+        raise DetectorInputError(f"ash: percentile {percentile} keeps no activation of {n}: pass a smaller percentile")
     total = flat.sum(dim=1, keepdim=True)
     idx = flat.topk(k, dim=1).indices
     out = torch.zeros_like(flat).scatter_(1, idx, (total / k).expand(-1, k))
@@ -32,19 +32,11 @@ def ash_b(feature_maps: torch.Tensor, percentile: float) -> torch.Tensor:
 class ASHB(Detector):
     """Energy of the logits of binarised-shaped feature maps."""
 
-    name = "ash"
     requires = frozenset({"feature_maps", "fc"})
 
-    def __init__(self, percentile: float = 90.0, chunk: int = 256) -> None:
-        super().__init__()
-        if not 0.0 <= float(percentile) < 100.0:
-            raise ValueError(f"ash: percentile must be in [0, 100), got {percentile}")
-        self.percentile = float(percentile)
-        self.chunk = int(chunk)
+    def __init__(self, percentile: float = 90.0, *, chunk: int = 256) -> None:
+        self.percentile = self._param("percentile", percentile, float, lambda v: 0.0 <= v < 100.0, "in [0, 100)")
+        self.chunk = self._param("chunk", chunk, int, lambda v: v >= 1, ">= 1")
 
-    def params(self) -> dict:
-        return {"percentile": self.percentile}
-
-    def score(self, outputs: ForwardOutputs) -> np.ndarray:
-        self._check(outputs)
+    def _score(self, outputs: ForwardOutputs) -> np.ndarray:
         return feature_map_energy(outputs, lambda fm: ash_b(fm, self.percentile), chunk=self.chunk)

@@ -1,4 +1,4 @@
-"""Common interface of post-hoc OOD detectors and the container of what one forward pass captured.
+"""The contract of post-hoc OOD detectors and the container of what one forward pass captured.
 
 A detector declares in ``requires`` what it needs from the classifier's forward pass:
 
@@ -8,41 +8,42 @@ A detector declares in ``requires`` what it needs from the classifier's forward 
 - ``'fc'``           the final linear layer ``logits = features @ W.T + b`` (``fc_weight`` (C, D), ``fc_bias`` (C,));
 - ``'input'``        the model itself on the input batch (gradient-based input perturbation; only ODIN).
 
-``fit(id_train, labels)`` sees the captured outputs of the ID training set (``labels`` are the real class labels,
-used by MDS), ``score(outputs)`` returns one score per image, HIGHER = MORE in-distribution (OpenOOD's
-convention). Detectors are pure: arrays in, arrays out; they never touch files or the backbone. Detectors that
-re-compute the head (ReAct, DICE, ASH, RankFeat) use the captured tensors, ``fc_weight``/``fc_bias`` and the
-model's own pooling (``ForwardOutputs.pool``).
+``Detector`` is an abstract base with template methods: ``fit(outputs, labels=None)`` checks the requirements
+once, then calls the subclass's ``_fit`` and marks the detector fitted; ``score(outputs)`` (also ``detector(outputs)``)
+checks, then calls ``_score``: one score per image, HIGHER = MORE in-distribution (OpenOOD's convention).
+A subclass writes only ``_score`` (and ``_fit`` when ``needs_fit``), validates its hyper-parameters in
+``__init__`` with ``self._param(...)`` (a one-line ``DetectorParamError``) and keeps each as an attribute of the
+same name: ``params()`` is derived from the constructor's signature (keyword-only parameters after ``*`` are
+execution settings such as a chunk size, accepted but not hyper-parameters). The name is given once, by
+``@register_detector("name")``. Detectors are pure: arrays in, arrays out.
 """
 
 from __future__ import annotations
 
+import abc
+import inspect
 from dataclasses import dataclass, field, fields, replace
-from typing import Callable, ClassVar, Iterable
+from typing import Any, Callable, ClassVar, Iterable
 
 import numpy as np
 import torch
 from scipy.special import logsumexp
 
-from isood.errors import IsoodError
+from isood.arrays import as_array
+from isood.errors import BadInputError, DetectorParamError, IsoodError
 
 __all__ = [
-    "KINDS",
-    "CAPTURE_KINDS",
-    "DetectorInputError",
-    "ForwardOutputs",
-    "Detector",
-    "global_average_pool",
-    "energy",
-    "softmax",
+    "KINDS", "CAPTURE_KINDS", "DetectorInputError", "ForwardOutputs", "Detector", "TemperatureDetector",
+    "global_average_pool", "energy", "softmax", "feature_map_energy",
 ]
 
 CAPTURE_KINDS = ("logits", "features", "feature_maps")
 KINDS = CAPTURE_KINDS + ("fc", "input")
+_PER_IMAGE = ("logits", "features", "feature_maps", "labels")
 
 
 class DetectorInputError(IsoodError):
-    """A detector was given outputs that lack what it needs (or were never fitted)."""
+    """A detector was given outputs that lack what it needs (or was never fitted)."""
 
 
 def global_average_pool(feature_maps: torch.Tensor) -> torch.Tensor:
@@ -56,6 +57,7 @@ class ForwardOutputs:
 
     ``pool`` maps captured feature maps (a torch tensor) to penultimate features with the model's own head
     (defaults to global average pooling); ``labels`` are the dataset's labels when it yields them.
+    Users with their own arrays build one with ``ForwardOutputs.from_arrays(logits=..., features=...)``.
     """
 
     logits: np.ndarray | None = None
@@ -66,8 +68,25 @@ class ForwardOutputs:
     labels: np.ndarray | None = None
     pool: Callable[[torch.Tensor], torch.Tensor] = field(default=global_average_pool, repr=False, compare=False)
 
+    @classmethod
+    def from_arrays(cls, *, logits=None, features=None, feature_maps=None, fc_weight=None, fc_bias=None,
+                    labels=None, pool: Callable[[torch.Tensor], torch.Tensor] | None = None) -> "ForwardOutputs":
+        """Outputs from arrays (numpy, torch tensors or lists): logits (N, C), features (N, D), feature_maps
+        (N, C', H, W), fc_weight (C, D), fc_bias (C,), labels (N,); per-image arrays must agree on N."""
+        ranks = {"logits": 2, "features": 2, "feature_maps": 4, "fc_weight": 2, "fc_bias": 1, "labels": 1}
+        given = {"logits": logits, "features": features, "feature_maps": feature_maps, "fc_weight": fc_weight,
+                 "fc_bias": fc_bias, "labels": labels}
+        arrays = {k: None if v is None else as_array(v, k, ndim=ranks[k]) for k, v in given.items()}
+        sizes = {k: arrays[k].shape[0] for k in _PER_IMAGE if arrays[k] is not None}
+        if len(set(sizes.values())) > 1:
+            raise BadInputError(f"per-image arrays disagree on the number of images ({sizes}): pass one row each")
+        w, b = arrays["fc_weight"], arrays["fc_bias"]
+        if b is not None and (w is None or b.shape[0] != w.shape[0]):
+            raise BadInputError("fc_bias needs fc_weight with one row per bias entry: pass both (C, D) and (C,)")
+        return cls(**arrays, pool=pool or global_average_pool)
+
     def __len__(self) -> int:
-        for k in ("logits", "features", "feature_maps", "labels"):
+        for k in _PER_IMAGE:
             v = getattr(self, k)
             if v is not None:
                 return int(v.shape[0])
@@ -83,24 +102,22 @@ class ForwardOutputs:
 
     def subset(self, index) -> "ForwardOutputs":
         """Rows ``index`` (slice, integer or boolean array) of every per-image array; fc and pool are shared."""
-        per_image = {k: (getattr(self, k)[index] if getattr(self, k) is not None else None)
-                     for k in ("logits", "features", "feature_maps", "labels")}
-        return replace(self, **per_image)
+        return replace(self, **{k: (getattr(self, k)[index] if getattr(self, k) is not None else None)
+                                for k in _PER_IMAGE})
 
     @staticmethod
     def concatenate(parts: Iterable["ForwardOutputs"]) -> "ForwardOutputs":
         """Stack the per-image arrays of several parts (fc and pool are taken from the first)."""
         parts = list(parts)
         if not parts:
-            raise ValueError("nothing to concatenate: pass at least one ForwardOutputs")
+            raise BadInputError("nothing to concatenate: pass at least one ForwardOutputs")
         out = {}
         for f in fields(ForwardOutputs):
-            k = f.name
-            if k in ("logits", "features", "feature_maps", "labels"):
-                vals = [getattr(p, k) for p in parts]
-                out[k] = None if any(v is None for v in vals) else np.concatenate(vals, axis=0)
+            vals = [getattr(p, f.name) for p in parts]
+            if f.name in _PER_IMAGE:
+                out[f.name] = None if any(v is None for v in vals) else np.concatenate(vals, axis=0)
             else:
-                out[k] = getattr(parts[0], k)
+                out[f.name] = vals[0]
         return ForwardOutputs(**out)
 
     def fc(self) -> tuple[np.ndarray, np.ndarray]:
@@ -130,7 +147,7 @@ def energy(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     return temperature * logsumexp(z / temperature, axis=1)
 
 
-def feature_map_energy(outputs: "ForwardOutputs", transform: Callable[[torch.Tensor], torch.Tensor],
+def feature_map_energy(outputs: ForwardOutputs, transform: Callable[[torch.Tensor], torch.Tensor],
                        temperature: float = 1.0, chunk: int = 256) -> np.ndarray:
     """Energy of the head applied to ``pool(transform(feature_maps))``, in chunks of ``chunk`` images: the
     common tail of feature-map detectors (ASH, RankFeat), run on captured maps without a new backbone pass."""
@@ -143,53 +160,115 @@ def feature_map_energy(outputs: "ForwardOutputs", transform: Callable[[torch.Ten
     return np.concatenate(scores)
 
 
-class Detector:
-    """Base class: subclasses set ``name``, ``requires``, ``needs_fit`` and implement ``score`` (and ``fit``).
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
-    Keyword arguments of ``__init__`` are the detector's hyper-parameters (``params()`` lists them).
-    """
+
+def _cast(value: Any, kind: type) -> Any:
+    """``value`` as ``kind`` (int: integers or integral floats only; float: numbers, not bools); else ValueError."""
+    if isinstance(value, bool) or isinstance(value, str) and kind in (int, float):
+        raise ValueError(value)
+    if kind is int:
+        if _is_int(value):
+            return int(value)
+        if isinstance(value, (float, np.floating)) and float(value).is_integer():
+            return int(value)
+        raise ValueError(value)
+    return kind(value)
+
+
+class Detector(abc.ABC):
+    """Base class of every detector (see the module docstring). Class attributes: ``name`` (set by
+    ``@register_detector``), ``requires``, ``needs_fit``, ``needs_labels``."""
 
     name: ClassVar[str] = ""
     requires: ClassVar[frozenset[str]] = frozenset()
     needs_fit: ClassVar[bool] = False
     needs_labels: ClassVar[bool] = False
 
-    def __init__(self) -> None:
-        self._fitted = not self.needs_fit
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:  # an unregistered subclass is known by its class name
+            cls.name = cls.__name__.lower()
 
-    # -- API --------------------------------------------------------------------------------------------
-    def fit(self, id_train: ForwardOutputs, labels: np.ndarray | None = None) -> "Detector":
-        """Estimate statistics on the ID training outputs (no-op for detectors that need none)."""
+    @property
+    def fitted(self) -> bool:
+        """True once ``fit`` ran (always for detectors that need no fitting)."""
+        return not self.needs_fit or self.__dict__.get("_fitted", False)
+
+    # -- the template ---------------------------------------------------------------------------------------
+    def fit(self, outputs: ForwardOutputs, labels: np.ndarray | None = None) -> "Detector":
+        """Check the requirements, estimate statistics on the ID training ``outputs`` (``_fit``); returns self."""
+        self.check(outputs, fitting=True)
+        self._fit(outputs, labels)
         self._fitted = True
         return self
 
-    def score(self, outputs: ForwardOutputs) -> np.ndarray:  # pragma: no cover - abstract
-        """One score per image, higher = more in-distribution."""
-        raise NotImplementedError
+    def score(self, outputs: ForwardOutputs) -> np.ndarray:
+        """Check the requirements and that the detector is fitted; one score per image, higher = more ID."""
+        self.check(outputs)
+        return self._score(outputs)
 
-    def params(self) -> dict:
-        """The hyper-parameters (for reports and cache keys)."""
-        return {}
+    __call__ = score
 
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
-        return f"{type(self).__name__}({args})"
+    def _fit(self, outputs: ForwardOutputs, labels: np.ndarray | None) -> None:
+        """Estimate statistics on the ID training outputs (nothing by default)."""
 
-    # -- helpers for subclasses ----------------------------------------------------------------------------
-    def _check(self, outputs: ForwardOutputs, *, fitting: bool = False) -> None:
-        missing = set(self.requires) - {"input"} - set(outputs.available)
-        if missing:
+    @abc.abstractmethod
+    def _score(self, outputs: ForwardOutputs) -> np.ndarray:
+        """One score per image of checked outputs."""
+
+    # -- requirements -------------------------------------------------------------------------------------
+    @classmethod
+    def missing(cls, available: Iterable[str]) -> frozenset[str]:
+        """The captured kinds this detector needs that ``available`` lacks (``'input'`` is never captured)."""
+        return frozenset(cls.requires) - {"input"} - set(available)
+
+    def check(self, outputs: ForwardOutputs, *, fitting: bool = False) -> None:
+        """``DetectorInputError`` when ``outputs`` lack a required kind or images, or the detector is unfitted."""
+        lack = self.missing(outputs.available)
+        if lack:
             raise DetectorInputError(
-                f"detector '{self.name}' needs {', '.join(sorted(missing))} from the forward pass, which these "
+                f"detector '{self.name}' needs {', '.join(sorted(lack))} from the forward pass, which these "
                 f"outputs lack: capture {sorted(self.requires - {'input'})} (a model exposing them)")
-        if not fitting and not self._fitted:
+        if not fitting and not self.fitted:
             raise DetectorInputError(f"detector '{self.name}' is not fitted: call fit(id_train_outputs) first")
         if len(outputs) == 0:
             raise DetectorInputError(f"detector '{self.name}' got outputs with no image")
 
-    @staticmethod
-    def _as_float(x: np.ndarray) -> np.ndarray:
-        return np.asarray(x, dtype=np.float64)
+    # -- hyper-parameters ---------------------------------------------------------------------------------
+    @classmethod
+    def parameters(cls, *, settings: bool = True) -> dict[str, Any]:
+        """The constructor's parameters and their defaults: the hyper-parameters (positional-or-keyword) and,
+        with ``settings``, the keyword-only execution settings (e.g. ``chunk``) that never change a score."""
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD,) + ((inspect.Parameter.KEYWORD_ONLY,) if settings else ())
+        sig = inspect.signature(cls.__init__)
+        return {p.name: p.default for p in list(sig.parameters.values())[1:] if p.kind in kinds}
+
+    def params(self) -> dict[str, Any]:
+        """The hyper-parameters of this instance (for reports and cache keys): the positional-or-keyword
+        parameters of the constructor, each read from the attribute of the same name."""
+        return {name: getattr(self, name) for name in self.parameters(settings=False)}
+
+    def _param(self, key: str, value: Any, kind: type, ok: Callable[[Any], bool] | None = None,
+               rule: str = "") -> Any:
+        """A validated hyper-parameter: ``value`` cast to ``kind`` and satisfying ``ok`` (described by ``rule``,
+        e.g. ``'>= 1'``), else a one-line ``DetectorParamError`` naming the detector, the parameter and the
+        default to pass instead."""
+        default = self.parameters().get(key)
+        hint = f"; pass {key}={default}" if default is not None and default is not inspect.Parameter.empty else ""
+        try:
+            v = _cast(value, kind)
+        except (TypeError, ValueError):
+            word = "an integer" if kind is int else "a number" if kind is float else kind.__name__
+            raise DetectorParamError(f"{self.name}: {key} must be {word}, got {value!r}{hint}") from None
+        if ok is not None and not ok(v):
+            raise DetectorParamError(f"{self.name}: {key} must be {rule}, got {value!r}{hint}")
+        return v
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}({args})"
 
 
 class TemperatureDetector(Detector):
@@ -197,8 +276,4 @@ class TemperatureDetector(Detector):
     MSP, Energy and GradNorm papers and OpenOOD v1.5)."""
 
     def __init__(self, temperature: float = 1.0) -> None:
-        super().__init__()
-        self.temperature = float(temperature)
-
-    def params(self) -> dict:
-        return {"temperature": self.temperature}
+        self.temperature = self._param("temperature", temperature, float, lambda t: t > 0, "> 0")

@@ -13,9 +13,7 @@ from .registry import register_detector
 class Energy(TemperatureDetector):
     """Negative energy with temperature ``T`` (default 1, as in the paper and OpenOOD v1.5)."""
 
-    name = "energy"
     requires = frozenset({"logits"})
 
-    def score(self, outputs: ForwardOutputs) -> np.ndarray:
-        self._check(outputs)
+    def _score(self, outputs: ForwardOutputs) -> np.ndarray:
         return energy(outputs.logits, self.temperature)

@@ -19,11 +19,9 @@ from .registry import register_detector
 class GradNorm(TemperatureDetector):
     """Analytic L1 norm of the fc-weight gradient of KL(uniform || softmax)."""
 
-    name = "gradnorm"
     requires = frozenset({"features", "logits"})
 
-    def score(self, outputs: ForwardOutputs) -> np.ndarray:
-        self._check(outputs)
+    def _score(self, outputs: ForwardOutputs) -> np.ndarray:
         p = softmax(outputs.logits, self.temperature)
         c = p.shape[1]
         h1 = np.abs(np.asarray(outputs.features, np.float64)).sum(axis=1)

@@ -17,26 +17,21 @@ _TINY = np.finfo(np.float64).tiny
 class KLMatching(Detector):
     """Negative smallest KL divergence to a class-conditional mean-softmax template."""
 
-    name = "klm"
     requires = frozenset({"logits"})
     needs_fit = True
 
-    def fit(self, id_train: ForwardOutputs, labels: np.ndarray | None = None) -> "KLMatching":
-        self._check(id_train, fitting=True)
-        p = softmax(id_train.logits)
+    def _fit(self, outputs: ForwardOutputs, labels: np.ndarray | None) -> None:
+        p = softmax(outputs.logits)
         pred = p.argmax(axis=1)
         self.classes_ = np.unique(pred)
         self.templates_ = np.stack([p[pred == c].mean(axis=0) for c in self.classes_])
-        self._log_templates = np.log(np.maximum(self.templates_, _TINY))
-        self._fitted = True
-        return self
+        self.log_templates_ = np.log(np.maximum(self.templates_, _TINY))
 
-    def score(self, outputs: ForwardOutputs) -> np.ndarray:
-        self._check(outputs)
+    def _score(self, outputs: ForwardOutputs) -> np.ndarray:
         p = softmax(outputs.logits)
         if p.shape[1] != self.templates_.shape[1]:
             raise DetectorInputError(
                 f"klm: fitted on {self.templates_.shape[1]} classes, got logits with {p.shape[1]}: same model please")
         plogp = np.where(p > 0, p * np.log(np.maximum(p, _TINY)), 0.0).sum(axis=1)
-        kl = plogp[:, None] - p @ self._log_templates.T
+        kl = plogp[:, None] - p @ self.log_templates_.T
         return -kl.min(axis=1)

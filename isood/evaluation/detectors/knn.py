@@ -5,7 +5,6 @@ full ImageNet training set)."""
 
 from __future__ import annotations
 
-import faiss
 import numpy as np
 
 from .base import Detector, DetectorInputError, ForwardOutputs
@@ -13,6 +12,7 @@ from .registry import register_detector
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:
+    """Rows divided by max(norm, 1e-12), float32 C-contiguous (faiss' input)."""
     x = np.asarray(x, dtype=np.float32)
     n = np.linalg.norm(x, axis=1, keepdims=True)
     return np.ascontiguousarray(x / np.maximum(n, 1e-12), dtype=np.float32)
@@ -22,31 +22,22 @@ def _normalise(x: np.ndarray) -> np.ndarray:
 class KNN(Detector):
     """Distance to the k-th nearest normalised training feature (negated)."""
 
-    name = "knn"
     requires = frozenset({"features"})
     needs_fit = True
 
     def __init__(self, k: int = 50) -> None:
-        super().__init__()
-        if int(k) < 1:
-            raise ValueError(f"knn: k must be >= 1, got {k}")
-        self.k = int(k)
+        self.k = self._param("k", k, int, lambda v: v >= 1, ">= 1")
 
-    def params(self) -> dict:
-        return {"k": self.k}
+    def _fit(self, outputs: ForwardOutputs, labels: np.ndarray | None) -> None:
+        import faiss
 
-    def fit(self, id_train: ForwardOutputs, labels: np.ndarray | None = None) -> "KNN":
-        self._check(id_train, fitting=True)
-        bank = _normalise(id_train.features)
+        bank = _normalise(outputs.features)
         if bank.shape[0] < self.k:
             raise DetectorInputError(
                 f"knn: k={self.k} but only {bank.shape[0]} ID training images: pass k <= {bank.shape[0]} or more data")
         self.index_ = faiss.IndexFlatL2(bank.shape[1])
         self.index_.add(bank)
-        self._fitted = True
-        return self
 
-    def score(self, outputs: ForwardOutputs) -> np.ndarray:
-        self._check(outputs)
+    def _score(self, outputs: ForwardOutputs) -> np.ndarray:
         dist2, _ = self.index_.search(_normalise(outputs.features), self.k)
         return -np.sqrt(np.maximum(dist2[:, -1].astype(np.float64), 0.0))

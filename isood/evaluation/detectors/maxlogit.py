@@ -13,9 +13,7 @@ from .registry import register_detector
 class MaxLogit(Detector):
     """Maximum logit."""
 
-    name = "maxlogit"
     requires = frozenset({"logits"})
 
-    def score(self, outputs: ForwardOutputs) -> np.ndarray:
-        self._check(outputs)
+    def _score(self, outputs: ForwardOutputs) -> np.ndarray:
         return np.asarray(outputs.logits, dtype=np.float64).max(axis=1)

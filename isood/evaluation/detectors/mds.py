@@ -19,32 +19,27 @@ from .registry import register_detector
 class MDS(Detector):
     """Class means + shared (tied) covariance from labelled ID training features."""
 
-    name = "mds"
     requires = frozenset({"features"})
     needs_fit = True
     needs_labels = True
 
-    def fit(self, id_train: ForwardOutputs, labels: np.ndarray | None = None) -> "MDS":
-        self._check(id_train, fitting=True)
+    def _fit(self, outputs: ForwardOutputs, labels: np.ndarray | None) -> None:
         if labels is None:
-            labels = id_train.labels
+            labels = outputs.labels
         if labels is None:
             raise DetectorInputError(
                 "detector 'mds' needs the real class labels of the ID training images: pass labels")
         y = np.asarray(labels).ravel()
-        x = self._as_float(id_train.features)
+        x = np.asarray(outputs.features, dtype=np.float64)
         if y.shape[0] != x.shape[0]:
             raise DetectorInputError(f"mds: {y.shape[0]} labels for {x.shape[0]} training images: pass one per image")
         self.classes_ = np.unique(y)
         self.means_ = np.stack([x[y == c].mean(axis=0) for c in self.classes_])
         centered = x - self.means_[np.searchsorted(self.classes_, y)]
         self.precision_ = EmpiricalCovariance(assume_centered=True).fit(centered).precision_
-        self._fitted = True
-        return self
 
-    def score(self, outputs: ForwardOutputs) -> np.ndarray:
-        self._check(outputs)
-        x = self._as_float(outputs.features)
+    def _score(self, outputs: ForwardOutputs) -> np.ndarray:
+        x = np.asarray(outputs.features, dtype=np.float64)
         # (x - mu)^T P (x - mu) = x^T P x - 2 x^T P mu + mu^T P mu, for all classes at once
         xp = x @ self.precision_
         quad_x = np.einsum("nd,nd->n", xp, x)

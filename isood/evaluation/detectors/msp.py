@@ -12,9 +12,7 @@ from .registry import register_detector
 class MSP(TemperatureDetector):
     """Maximum softmax probability (temperature 1, as in the paper and OpenOOD v1.5)."""
 
-    name = "msp"
     requires = frozenset({"logits"})
 
-    def score(self, outputs: ForwardOutputs) -> np.ndarray:
-        self._check(outputs)
+    def _score(self, outputs: ForwardOutputs) -> np.ndarray:
         return softmax(outputs.logits, self.temperature).max(axis=1)

@@ -5,7 +5,7 @@ ICLR 2018): temperature scaling plus an input perturbation against the gradient 
 [0, 1] pixel units as in the original code), ``S(x) = max_c softmax(f(x~) / T)_c``. Defaults from the paper /
 OpenOOD v1.5: ``T = 1000``, ``eps = 0.0014``.
 
-This is the only detector that needs the model on the input: the runner calls ``score_inputs`` on each batch
+This is the only detector that needs the model on the input: ``run_detectors`` calls ``score_inputs`` on each batch
 (one forward + backward + forward), every other detector scores captured tensors.
 """
 
@@ -25,27 +25,22 @@ from .registry import register_detector
 class ODIN(Detector):
     """ODIN with temperature ``temperature`` and perturbation magnitude ``eps``.
 
-    ``input_std``: per-channel std of the model's input normalisation (the runner passes the model's own; None
+    ``input_std``: per-channel std of the model's input normalisation (``run_detectors`` passes the model's own; None
     means no rescaling, i.e. the input is in [0, 1] pixel units).
     """
 
-    name = "odin"
     requires = frozenset({"input"})
 
-    def __init__(self, temperature: float = 1000.0, eps: float = 0.0014,
+    def __init__(self, temperature: float = 1000.0, eps: float = 0.0014, *,
                  input_std: Sequence[float] | None = None) -> None:
-        super().__init__()
-        self.temperature = float(temperature)
-        self.eps = float(eps)
+        self.temperature = self._param("temperature", temperature, float, lambda t: t > 0, "> 0")
+        self.eps = self._param("eps", eps, float, lambda e: e >= 0, ">= 0")
         self.input_std = None if input_std is None else tuple(float(s) for s in input_std)
 
-    def params(self) -> dict:
-        return {"temperature": self.temperature, "eps": self.eps}
-
-    def score(self, outputs: ForwardOutputs) -> np.ndarray:
+    def _score(self, outputs: ForwardOutputs) -> np.ndarray:
         raise DetectorInputError(
             "detector 'odin' perturbs the input: it cannot score captured outputs; run it through "
-            "isood.evaluation.runner (or call score_inputs(logits_fn, images))")
+            "isood.evaluation.scoring.run_detectors (or call score_inputs(logits_fn, images))")
 
     def score_inputs(self, logits_fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
                      input_std: Sequence[float] | None = None) -> np.ndarray:

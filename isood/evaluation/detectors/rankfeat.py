@@ -27,17 +27,11 @@ def remove_rank1(feature_maps: torch.Tensor) -> torch.Tensor:
 class RankFeat(Detector):
     """Energy of the logits after removing the rank-1 component of the feature map."""
 
-    name = "rankfeat"
     requires = frozenset({"feature_maps", "fc"})
 
-    def __init__(self, temperature: float = 1.0, chunk: int = 256) -> None:
-        super().__init__()
-        self.temperature = float(temperature)
-        self.chunk = int(chunk)
+    def __init__(self, temperature: float = 1.0, *, chunk: int = 256) -> None:
+        self.temperature = self._param("temperature", temperature, float, lambda t: t > 0, "> 0")
+        self.chunk = self._param("chunk", chunk, int, lambda v: v >= 1, ">= 1")
 
-    def params(self) -> dict:
-        return {"temperature": self.temperature}
-
-    def score(self, outputs: ForwardOutputs) -> np.ndarray:
-        self._check(outputs)
+    def _score(self, outputs: ForwardOutputs) -> np.ndarray:
         return feature_map_energy(outputs, remove_rank1, self.temperature, chunk=self.chunk)

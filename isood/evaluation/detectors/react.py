@@ -14,26 +14,15 @@ from .registry import register_detector
 class ReAct(Detector):
     """Energy of the logits of features clipped at the ID ``percentile``-th activation percentile."""
 
-    name = "react"
     requires = frozenset({"features", "fc"})
     needs_fit = True
 
     def __init__(self, percentile: float = 90.0) -> None:
-        super().__init__()
-        if not 0.0 <= float(percentile) <= 100.0:
-            raise ValueError(f"react: percentile must be in [0, 100], got {percentile}")
-        self.percentile = float(percentile)
+        self.percentile = self._param("percentile", percentile, float, lambda v: 0.0 <= v <= 100.0, "in [0, 100]")
 
-    def params(self) -> dict:
-        return {"percentile": self.percentile}
+    def _fit(self, outputs: ForwardOutputs, labels: np.ndarray | None) -> None:
+        self.threshold_ = float(np.percentile(np.asarray(outputs.features, np.float64).ravel(), self.percentile))
 
-    def fit(self, id_train: ForwardOutputs, labels: np.ndarray | None = None) -> "ReAct":
-        self._check(id_train, fitting=True)
-        self.threshold_ = float(np.percentile(np.asarray(id_train.features, np.float64).ravel(), self.percentile))
-        self._fitted = True
-        return self
-
-    def score(self, outputs: ForwardOutputs) -> np.ndarray:
-        self._check(outputs)
+    def _score(self, outputs: ForwardOutputs) -> np.ndarray:
         clipped = np.minimum(np.asarray(outputs.features, np.float64), self.threshold_)
         return energy(outputs.head(clipped))

@@ -1,22 +1,27 @@
-"""Registry of OOD detectors by name, so users can add their own.
+"""Registry of OOD detectors by name, so users can add their own, and the ``--detectors`` spec parser.
 
 >>> from isood.evaluation.detectors import register_detector, Detector
 >>> @register_detector("my-score")
 ... class MyScore(Detector):
 ...     requires = frozenset({"logits"})
-...     def score(self, outputs):
+...     def _score(self, outputs):
 ...         return outputs.logits.std(axis=1)
+
+Registering the same class again (a re-run notebook cell defines it anew: same module and qualified name) replaces
+the entry; a different class under a taken name is an error unless ``overwrite=True``.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import inspect
+from typing import Callable, Sequence
 
-from isood.errors import IsoodError
+from isood.errors import BadInputError, DetectorParamError, IsoodError
 
 from .base import KINDS, Detector
 
-__all__ = ["UnknownDetectorError", "register_detector", "get_detector", "available_detectors"]
+__all__ = ["UnknownDetectorError", "register_detector", "get_detector", "detector_class", "available_detectors",
+           "parse_detectors"]
 
 _REGISTRY: dict[str, type[Detector]] = {}
 _ALIASES: dict[str, str] = {}
@@ -30,44 +35,113 @@ def _norm(name: str) -> str:
     return name.strip().lower().replace("_", "-")
 
 
+def _same_class(a: type | None, b: type) -> bool:
+    """The same class, or its re-definition (same module and qualified name, e.g. a re-run notebook cell)."""
+    return a is not None and (a is b or (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__))
+
+
 def register_detector(name: str, cls: type[Detector] | None = None, *, aliases: tuple[str, ...] = (),
                       overwrite: bool = False) -> Callable[[type[Detector]], type[Detector]] | type[Detector]:
-    """Register ``cls`` under ``name`` (and ``aliases``); usable as a decorator ``@register_detector('x')``.
+    """Register ``cls`` under ``name`` (and ``aliases``) and set ``cls.name``; usable as a decorator
+    ``@register_detector('x')``. The class must subclass ``Detector`` and declare ``requires`` within
+    ``{'logits', 'features', 'feature_maps', 'fc', 'input'}``."""
 
-    The class must subclass ``Detector`` and declare ``requires`` within
-    ``{'logits', 'features', 'feature_maps', 'fc', 'input'}``. Re-using a name raises unless ``overwrite=True``.
-    """
-
-    def _add(c: type[Detector]) -> type[Detector]:
+    def add(c: type[Detector]) -> type[Detector]:
         if not (isinstance(c, type) and issubclass(c, Detector)):
-            raise TypeError(f"register_detector('{name}') expects a Detector subclass, got {c!r}")
+            raise BadInputError(f"register_detector('{name}') expects a Detector subclass, got {c!r}")
         bad = set(c.requires) - set(KINDS)
         if bad:
-            raise ValueError(f"detector '{name}' requires unknown kind(s) {sorted(bad)}: use among {list(KINDS)}")
+            raise BadInputError(f"detector '{name}' requires unknown kind(s) {sorted(bad)}: use among {list(KINDS)}")
         key = _norm(name)
         for k in (key, *map(_norm, aliases)):
-            if not overwrite and (k in _REGISTRY or k in _ALIASES) and _REGISTRY.get(_ALIASES.get(k, k)) is not c:
-                raise ValueError(f"a detector named '{k}' is already registered: pick another name or overwrite=True")
+            taken = _REGISTRY.get(_ALIASES.get(k, k))
+            if taken is not None and not overwrite and not _same_class(taken, c):
+                raise BadInputError(f"a detector named '{k}' is already registered ({taken.__qualname__}): pick "
+                                    "another name or pass overwrite=True")
         _REGISTRY[key] = c
         for a in aliases:
             _ALIASES[_norm(a)] = key
-        if not c.name:
-            c.name = key
+        c.name = key
         return c
 
-    return _add(cls) if cls is not None else _add
+    return add(cls) if cls is not None else add
 
 
-def get_detector(name: str, **kwargs) -> Detector:
-    """A new instance of the detector registered as ``name`` (case-insensitive; ``_`` == ``-``)."""
+def detector_class(name: str) -> type[Detector]:
+    """The class registered as ``name`` (case-insensitive; ``_`` == ``-``; aliases accepted)."""
     key = _norm(name)
     key = _ALIASES.get(key, key)
     if key not in _REGISTRY:
         raise UnknownDetectorError(
             f"unknown detector '{name}': pass one of {', '.join(available_detectors())} or register_detector() yours")
-    return _REGISTRY[key](**kwargs)
+    return _REGISTRY[key]
+
+
+def get_detector(name: str, **params) -> Detector:
+    """A new instance of the detector registered as ``name`` with hyper-parameters ``params``; an unknown or
+    out-of-range parameter is a one-line ``DetectorParamError``."""
+    cls = detector_class(name)
+    known = cls.parameters()
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        allowed = ", ".join(known) or "none"
+        raise DetectorParamError(f"{cls.name}: unknown parameter {unknown[0]!r}; pass one of: {allowed}")
+    try:
+        inspect.signature(cls).bind(**params)
+    except TypeError as e:
+        raise DetectorParamError(f"{cls.name}: {e}; see its documentation") from None
+    return cls(**params)
 
 
 def available_detectors() -> list[str]:
     """Registered detector names, sorted."""
     return sorted(_REGISTRY)
+
+
+def _value(text: str):
+    """A ``--detectors`` parameter value: int, float, true/false, else the text."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    return text
+
+
+def _tokens(spec: str | Sequence[str]) -> list[tuple[str, dict]]:
+    """``'msp,knn:k=10,foo=1'`` -> ``[('msp', {}), ('knn', {'k': 10, 'foo': 1})]`` (no registry lookup)."""
+    tokens = [t.strip() for t in (spec.split(",") if isinstance(spec, str) else spec) if t and t.strip()]
+    if not tokens:
+        raise BadInputError("--detectors is empty: pass names such as msp,energy,knn")
+    order: list[tuple[str, dict]] = []
+    for tok in tokens:
+        if ":" in tok:
+            name, tok = tok.split(":", 1)
+            order.append((name.strip(), {}))
+        elif "=" not in tok:
+            order.append((tok, {}))
+            continue
+        if not order:
+            raise DetectorParamError(f"--detectors: {tok!r} has no detector before it: write name:key=value")
+        key, sep, val = tok.partition("=")
+        if not sep or not key.strip():
+            raise DetectorParamError(f"--detectors: cannot read {tok!r}: write name:key=value")
+        order[-1][1][key.strip()] = _value(val.strip())
+    return order
+
+
+def parse_detectors(spec: str | Sequence[str]) -> dict[str, Detector]:
+    """``'msp,energy,knn:k=10,react:percentile=95'`` -> ``{'msp': MSP(), ..., 'knn': KNN(k=10), ...}``.
+
+    Comma-separated registry names (``available_detectors()``); ``name:key=value`` passes a hyper-parameter and a
+    following bare ``key=value`` adds another to the same detector (``ash:percentile=85,chunk=64``). Unknown
+    names raise ``UnknownDetectorError``, bad parameters ``DetectorParamError`` (one line each)."""
+    out: dict[str, Detector] = {}
+    for name, params in _tokens(spec):
+        if name in out:
+            raise BadInputError(f"--detectors names '{name}' twice: list each detector once")
+        out[name] = get_detector(name, **params)
+    return out

@@ -31,21 +31,15 @@ def default_vim_dim(feature_dim: int) -> int:
 class ViM(Detector):
     """Energy minus an alpha-scaled residual norm outside the principal subspace."""
 
-    name = "vim"
     requires = frozenset({"features", "fc"})
     needs_fit = True
 
     def __init__(self, dim: int | None = None) -> None:
-        super().__init__()
-        self.dim = None if dim is None else int(dim)
+        self.dim = None if dim is None else self._param("dim", dim, int, lambda v: v >= 1, ">= 1 (or unset)")
 
-    def params(self) -> dict:
-        return {"dim": self.dim}
-
-    def fit(self, id_train: ForwardOutputs, labels: np.ndarray | None = None) -> "ViM":
-        self._check(id_train, fitting=True)
-        w, b = (np.asarray(a, dtype=np.float64) for a in id_train.fc())
-        x = self._as_float(id_train.features)
+    def _fit(self, outputs: ForwardOutputs, labels: np.ndarray | None) -> None:
+        w, b = (np.asarray(a, dtype=np.float64) for a in outputs.fc())
+        x = np.asarray(outputs.features, dtype=np.float64)
         d = x.shape[1]
         dim = default_vim_dim(d) if self.dim is None else self.dim
         if not 0 < dim < d:
@@ -59,12 +53,9 @@ class ViM(Detector):
         vlogit = np.linalg.norm((x - self.u_) @ self.residual_basis_, axis=1)
         max_logit = (x @ w.T + b).max(axis=1)
         self.alpha_ = float(max_logit.mean() / vlogit.mean())
-        self._fitted = True
-        return self
 
-    def score(self, outputs: ForwardOutputs) -> np.ndarray:
-        self._check(outputs)
-        x = self._as_float(outputs.features)
+    def _score(self, outputs: ForwardOutputs) -> np.ndarray:
+        x = np.asarray(outputs.features, dtype=np.float64)
         logits = x @ np.asarray(outputs.fc()[0], np.float64).T + np.asarray(outputs.fc()[1], np.float64)
         vlogit = np.linalg.norm((x - self.u_) @ self.residual_basis_, axis=1) * self.alpha_
         return logsumexp(logits, axis=1) - vlogit

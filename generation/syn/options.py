@@ -1,0 +1,98 @@
+"""The options and result of the generate-syn stage, and the checks of the options against each other and the
+output folder (pure: they run before anything is loaded or written)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from generation.sdxl import GeneratorSettings
+from isood.defaults import DEFAULT_PIPELINE, LAID_TRIPLETS, N_LEVELS, NA_THRESHOLD
+from isood.errors import BadInputError
+from isood.kinds import SYN_IS, SYN_IS_PART, SYN_IS_PROMPTS
+from isood.runtime import check_shard_args
+from manifests.store import Manifest
+
+__all__ = ["KIND", "KIND_PROMPTS", "KIND_PART", "SynOptions", "SynResult", "check_options"]
+
+KIND, KIND_PROMPTS, KIND_PART = SYN_IS, SYN_IS_PROMPTS, SYN_IS_PART
+
+
+@dataclass(frozen=True, kw_only=True)
+class SynOptions:
+    """Everything `isood generate-syn` takes (CLI flags map 1:1; the engine options build the engine the CLI
+    passes to :func:`generation.syn.run_generate_syn`)."""
+
+    out: Path
+    styles: str = "sdxl"
+    labels: str = "21k"
+    clip: str | None = None
+    laid: str | None = None
+    id_features: str | None = None
+    splits: str | None = None
+    per_cell: int = 10
+    images_per_prompt: int = 1
+    pipeline: str = DEFAULT_PIPELINE
+    size: int = 512
+    steps: int = 1
+    guidance_scale: float = 0.0
+    batch_size: int = 4
+    seed: int = 0
+    prompts_only: bool = False
+    device: str | None = None
+    n_levels: int = N_LEVELS  # without --splits (with it: the splits' levels)
+    na_threshold: int = NA_THRESHOLD
+    blocklist: str | None = None
+    default_blocklist: bool = True
+    safety_checker: str | None = None
+    laid_triplets: int = LAID_TRIPLETS
+    progress: bool = True
+    num_shards: int = 1  # job arrays: this task generates pipeline batches b % num_shards == shard_index
+    shard_index: int = 0
+
+    @property
+    def partial(self) -> bool:
+        """A job-array task (writes a part)."""
+        return int(self.num_shards) > 1
+
+    def settings(self) -> GeneratorSettings:
+        """The generator settings (checked: steps, size, batch size)."""
+        return GeneratorSettings(pipeline=self.pipeline, steps=self.steps, guidance_scale=self.guidance_scale,
+                                 size=self.size, batch_size=self.batch_size, device=self.device)
+
+
+@dataclass
+class SynResult:
+    """The manifest written, the run's summary counts, and the cells table (None for a part)."""
+
+    manifest: Manifest
+    summary: dict[str, Any] = field(default_factory=dict)
+    cells: pd.DataFrame | None = None
+
+
+def check_options(opts: SynOptions, *, previous_kind: str | None, engine: str = "local",
+                  custom_generator: bool = False) -> None:
+    """One-line errors for options that contradict each other, the engine (by name), or the manifest already in
+    ``opts.out`` (of kind ``previous_kind``, or None): a Syn-IS run never overwrites another kind."""
+    check_shard_args(opts.num_shards, opts.shard_index)
+    if custom_generator and engine != "local":
+        raise BadInputError(f"a custom generator runs only with the local engine, not {engine!r}")
+    out = opts.out
+    if opts.partial and opts.prompts_only:
+        raise BadInputError("--num-shards splits image generation; --prompts-only runs once (drop --num-shards)")
+    if opts.partial and previous_kind not in (None, KIND_PART):
+        raise BadInputError(f"--out {out} holds a {previous_kind!r} manifest; pass a new directory for each array "
+                            "task")
+    if not opts.partial and previous_kind not in (None, KIND, KIND_PROMPTS):
+        raise BadInputError(f"--out {out} holds a {previous_kind!r} manifest; pass another --out (Syn-IS never "
+                            "overwrites other kinds)")
+    if opts.prompts_only and previous_kind == KIND:
+        raise BadInputError(f"{out} holds a generated Syn-IS set; pass another --out for --prompts-only")
+    if opts.per_cell < 1:
+        raise BadInputError(f"--per-cell must be >= 1, got {opts.per_cell}")
+    if opts.images_per_prompt < 1:
+        raise BadInputError(f"--images-per-prompt must be >= 1, got {opts.images_per_prompt}")
+    opts.settings()

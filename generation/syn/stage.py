@@ -1,0 +1,149 @@
+"""The generate-syn stage, step by step: check -> load -> prompts (pure) -> measure -> plan (pure) -> generate
+(through an engine) -> write. See ``generation.syn`` for the output layout."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+import manifests
+from generation.outputs import prune_images
+from generation.prompts import apply_blocklist, build_prompts
+from generation.safety import load_image_checker
+from generation.sdxl import generate_images, plan_fingerprint
+from generation.syn.load import SynInputs, load_inputs, measure_prompts
+from generation.syn.options import SynOptions, SynResult, check_options
+from generation.syn.steps import PromptPlan, n_batches, plan_prompts, rejected_rows, split_generated, task_rows
+from generation.syn.write import write_part, write_syn_manifest
+from isood.errors import BadInputError
+from isood.grid import edges_table
+from isood.runtime import BatchEngine, LocalEngine, part_info
+
+__all__ = ["run_generate_syn", "candidate_prompts", "generate_step", "syn_config", "input_records"]
+
+
+def candidate_prompts(inputs: SynInputs) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every style x label prompt, split into (kept, blocklisted) by the prompt blocklist."""
+    kept, blocked = apply_blocklist(build_prompts(inputs.labels.frame, inputs.styles), inputs.blocklist)
+    if kept.empty:
+        raise BadInputError("every prompt was blocklisted; pass other --labels or a smaller --blocklist")
+    return kept, blocked
+
+
+def generate_step(plan: pd.DataFrame, opts: SynOptions, *, engine: BatchEngine, generator: Callable | None,
+                  image_checker: Callable | None,
+                  on_image: Callable[[dict], None] | None) -> tuple[pd.DataFrame, pd.DataFrame, dict, dict]:
+    """Generate this task's share of the image plan into ``opts.out``; returns ``(images, image rejections,
+    generation counts, generator config)``."""
+    settings = opts.settings()
+    mine = (task_rows(plan, batch_size=opts.batch_size, num_shards=opts.num_shards, shard_index=opts.shard_index)
+            if opts.partial else plan)
+    checker: Callable | str | None = image_checker or opts.safety_checker
+    if isinstance(checker, str):
+        load_image_checker(checker)  # a bad name fails here, in one line; each worker imports it itself
+    fingerprint = plan_fingerprint(settings, generator=generator, engine=engine)
+    result = generate_images(mine, opts.out, settings=settings, fingerprint=fingerprint, generator=generator,
+                             engine=engine, image_checker=checker, on_image=on_image, progress=opts.progress)
+    prune_images(opts.out, set(mine["path"]))
+    images, rejected = split_generated(mine, sha256=result.sha256, rejected=result.rejected)
+    counts = {**result.as_dict(), "images": len(images)}
+    return images, rejected, counts, {"settings": asdict(settings), "fingerprint": fingerprint}
+
+
+def syn_config(opts: SynOptions, inputs: SynInputs, plan: PromptPlan, *, generator_config: dict,
+               engine: BatchEngine, image_checker: Callable | None) -> dict[str, Any]:
+    """The manifest's ``command.config``: every option that shapes the content, and where the inputs came from."""
+    laid = inputs.laid
+    config = {
+        "styles": opts.styles, "style_names": [s.name for s in inputs.styles], "labels": str(opts.labels),
+        "clip": inputs.clip_spec, "clip_identity": inputs.encoder.identity, "laid": laid.origin,
+        "laid_config": laid.laid.config, "id_features": inputs.id_features,
+        "splits": str(opts.splits) if opts.splits else None, "per_cell": opts.per_cell,
+        "images_per_prompt": opts.images_per_prompt, "seed": opts.seed, "n_levels": plan.n_levels,
+        "na_threshold": opts.na_threshold, "edges_from": "splits" if inputs.splits is not None else "prompts",
+        "blocklist": {"default": opts.default_blocklist, "file": opts.blocklist, "terms": len(inputs.blocklist)},
+        "safety_checker": opts.safety_checker or (getattr(image_checker, "__name__", "custom")
+                                                  if image_checker else None),
+        "generator": generator_config or {"settings": asdict(opts.settings()), "generated": False},
+        "engine": engine.name,
+    }
+    if engine.name != "local":
+        config[engine.name] = engine.as_config()
+    return config
+
+
+def input_records(opts: SynOptions, inputs: SynInputs) -> list[dict]:
+    """The manifest's inputs: the ID features and every input given as an existing file or folder."""
+    records = [manifests.input_record("id_features", inputs.id_features)]
+    for name, value in (("styles", opts.styles), ("labels", opts.labels), ("laid", inputs.laid.source),
+                        ("splits", opts.splits), ("blocklist", opts.blocklist)):
+        if value and Path(str(value)).exists():
+            records.append(manifests.input_record(name, value))
+    return records
+
+
+def _summary(inputs: SynInputs, plan: PromptPlan, blocked: pd.DataFrame, notes: list[str]) -> dict[str, Any]:
+    return {"labels": len(inputs.labels), "styles": len(inputs.styles),
+            "prompts": int(len(plan.prompts) + len(blocked)), "prompts_blocklisted": len(blocked),
+            "prompts_sampled": len(plan.sampled), "images_planned": len(plan.images),
+            "laid_fit_seconds": inputs.laid.fit_seconds, "warnings": notes}
+
+
+def run_generate_syn(opts: SynOptions, *, engine: BatchEngine | None = None, generator: Callable | None = None,
+                     image_checker: Callable | None = None, on_image: Callable[[dict], None] | None = None,
+                     warn: Callable[[str], None] | None = None, argv: list[str] | None = None) -> SynResult:
+    """Run the Syn-IS stage (``generation.syn``). ``engine``: where the images are generated (default
+    ``LocalEngine()``; the CLI builds ``isood.engines.ray.RayEngine`` for ``--engine ray``). ``generator``
+    replaces the SDXL pipeline (local engine; tests); ``image_checker`` is a safety checker callable (else
+    ``opts.safety_checker`` is imported); ``on_image(row)`` runs after each image is written (local engine);
+    ``warn(message)`` reports a warning (also kept in the summary)."""
+    engine = engine or LocalEngine()
+    out = Path(opts.out)
+    check_options(opts, previous_kind=manifests.existing_kind(out), engine=engine.name,
+                  custom_generator=generator is not None)
+    notes: list[str] = []
+
+    def note(message: str) -> None:
+        notes.append(message)
+        if warn is not None:
+            warn(message)
+
+    inputs = load_inputs(opts, warn=note)
+    kept, blocked = candidate_prompts(inputs)
+    d_sem, d_cov = measure_prompts(inputs, kept["prompt"], device=opts.device, progress=opts.progress)
+    splits = inputs.splits
+    plan = plan_prompts(kept, d_sem, d_cov, n_levels=splits.n_levels if splits is not None else opts.n_levels,
+                        sem_edges=splits.axis_edges("sem") if splits is not None else None,
+                        cov_edges=splits.axis_edges("cov") if splits is not None else None,
+                        per_cell=opts.per_cell, images_per_prompt=opts.images_per_prompt, seed=opts.seed)
+    out.mkdir(parents=True, exist_ok=True)
+    manifests.park(out)
+    summary = _summary(inputs, plan, blocked, notes)
+    rejected = [rejected_rows(blocked, "prompt")]
+    if opts.prompts_only:
+        images, gen_config = plan.images.assign(sha256=""), {}
+    else:
+        images, img_rejected, counts, gen_config = generate_step(plan.images, opts, engine=engine,
+                                                                 generator=generator, image_checker=image_checker,
+                                                                 on_image=on_image)
+        rejected.append(img_rejected)
+        summary.update(counts)
+    config = syn_config(opts, inputs, plan, generator_config=gen_config, engine=engine, image_checker=image_checker)
+    tables = dict(images=images, prompts=plan.prompts, edges=edges_table(plan.sem_edges, plan.cov_edges),
+                  rejected=pd.concat(rejected, ignore_index=True))
+    laid_files = inputs.laid.laid.files()
+    manifests.unpark(out)
+    if opts.partial:
+        config["part"] = part_info(opts.num_shards, opts.shard_index, n_batches(len(plan.images), opts.batch_size),
+                                   "generation batch")
+        manifest = write_part(out, **tables, plan=plan.images, config=config, inputs=input_records(opts, inputs),
+                              laid_files=laid_files, summary=summary, argv=argv)
+        return SynResult(manifest=manifest, summary=summary, cells=None)
+    manifest, cells = write_syn_manifest(out, **tables, config=config, inputs=input_records(opts, inputs),
+                                         laid_files=laid_files, summary=summary, prompts_only=opts.prompts_only,
+                                         argv=argv)
+    summary["cells_not_na"] = manifest.meta["summary"]["cells_not_na"]
+    return SynResult(manifest=manifest, summary=summary, cells=cells)

@@ -1,0 +1,84 @@
+"""L6: ``isood evaluate``: parse the options, run the evaluation stage, render its summary table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+import typer
+from rich.table import Table
+
+from isood.cli._app import app, out_console
+from isood.defaults import DEFAULT_DETECTORS, NA_THRESHOLD
+
+if TYPE_CHECKING:  # the stage pulls in torch: imported when the command runs
+    from isood.evaluation.job import EvaluateResult
+
+__all__ = ["evaluate", "summary_console_table"]
+
+def summary_console_table(result: EvaluateResult) -> Table:
+    """A rich table of an ``isood.evaluation.job.EvaluateResult``: per detector and dataset the mean AUROC /
+    FPR@95 (and AUROC_M) over measured cells and the AUROC correlation with each axis' level (Table 1)."""
+    ev = result.evaluation
+    t = Table(title="isood evaluate: mean over measured cells; Table 1 correlation of AUROC with the level")
+    cols = ["detector", "dataset", "AUROC", "FPR@95", "corr sem", "corr cov"]
+    with_m = "auroc_m" in ev.means.columns
+    if with_m:
+        cols.insert(4, "AUROC_M")
+    if result.sanity is not None:
+        cols += ["AUROC random", "AUROC_M random"]
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("detector", "dataset") else "right")
+    corr = ev.summary[ev.summary["metric"] == "auroc"].set_index(["detector", "dataset", "axis"])["correlation"]
+    san = result.sanity.set_index(["detector", "dataset"]) if result.sanity is not None else None
+    for rec in ev.means.itertuples(index=False):
+        row = [rec.detector, rec.dataset, f"{rec.auroc:.3f}", f"{rec.fpr95:.3f}"]
+        if with_m:
+            row.append(f"{rec.auroc_m:.3f}")
+        row += [f"{corr.get((rec.detector, rec.dataset, ax), float('nan')):+.2f}" for ax in ("sem", "cov")]
+        if san is not None:
+            r = san.loc[(rec.detector, rec.dataset)]
+            row += [f"{r['auroc_random']:.3f}", f"{r['auroc_m_random']:.3f}"]
+        t.add_row(*row)
+    return t
+
+
+@app.command()
+def evaluate(
+    splits: Path = typer.Option(..., help="A splits manifest (isood build-splits); must pass `isood verify`."),
+    id_test: str = typer.Option(..., "--id-test", help="ID test set: image folder with wnid sub-folders (or file list), or a precomputed-outputs folder."),
+    id_train: str = typer.Option(..., "--id-train", help="ID training set (fits MDS/KNN/ViM..., DER threshold): same forms as --id-test."),
+    model: Optional[str] = typer.Option(None, help="Classifier: a timm name, 'torchvision/<name>' or py:MODULE:FUNCTION (not needed with precomputed outputs)."),
+    out: Path = typer.Option(..., help="Output directory (evaluation manifest, plots, report.html, summary.md)."),
+    detectors: str = typer.Option(DEFAULT_DETECTORS, help="Comma-separated detectors, with parameters as name:key=value (e.g. knn:k=10)."),
+    syn: Optional[Path] = typer.Option(None, help="A Syn-IS manifest to evaluate as well (paths relative to it)."),
+    test_root: Optional[str] = typer.Option(None, help="Folder the --splits image paths are relative to (default: the manifest's test_root), or a precomputed-outputs folder."),
+    checkpoint: Optional[Path] = typer.Option(None, help="Local weights for --model (.safetensors / .pth); no download."),
+    num_classes: Optional[int] = typer.Option(None, help="Classifier head size with --checkpoint (default: the number of --id-train classes)."),
+    classes: Optional[Path] = typer.Option(None, help="The model's class wnids in logit order, one per line (default: sorted --id-train wnids, or ImageNet-1K order for 1000-class models)."),
+    batch_size: int = typer.Option(64, help="Images per batch."),
+    device: Optional[str] = typer.Option(None, help="cpu, cuda or cuda:N (default: cuda when available)."),
+    workers: int = typer.Option(0, help="DataLoader workers."),
+    cache_dir: Optional[str] = typer.Option(None, help="Model-output cache (default $ISOOD_CACHE_DIR/outputs)."),
+    sanity_random_model: bool = typer.Option(False, "--sanity-random-model", help="Also run the detectors on a randomly initialised copy of the model (AUROC vs AUROC_M)."),
+    na_threshold: int = typer.Option(NA_THRESHOLD, help="A cell with fewer images (or marked N/A in the manifest) is N/A."),
+    der: bool = typer.Option(True, "--der/--no-der", help="Score the ID training set for DER95/DER99 (--no-der skips it)."),
+    plot_metrics: Optional[str] = typer.Option(None, help="Metrics to draw (heatmaps and level curves), comma-separated (default: all computed)."),
+    seed: int = typer.Option(0, help="Seed of the random re-initialisation (--sanity-random-model)."),
+) -> None:
+    """Score OOD detectors per shift cell; every metric, level curves, Table 1, heatmaps and a report."""
+    # the stage pulls in torch, timm and matplotlib: loaded only when the command runs, not for `isood --help`
+    from isood.evaluation.job import EvaluateOptions, run_evaluate
+
+    opts = EvaluateOptions(
+        splits=str(splits), out=str(out), id_test=id_test, id_train=id_train, model=model,
+        detectors=detectors,
+        syn=str(syn) if syn else None, test_root=test_root, checkpoint=str(checkpoint) if checkpoint else None,
+        num_classes=num_classes, classes=str(classes) if classes else None, batch_size=batch_size, device=device,
+        workers=workers, cache_dir=cache_dir, sanity_random_model=sanity_random_model, na_threshold=na_threshold,
+        der=der, plot_metrics=plot_metrics, seed=seed,
+    )
+    r = run_evaluate(opts)
+    out_console.print(summary_console_table(r))
+    out_console.print(f"report: {out}/report.html; manifest: {out} ({r.manifest.kind} v{r.manifest.dataset_version}, "
+                      f"{r.seconds:.1f} s)", highlight=False, soft_wrap=True)

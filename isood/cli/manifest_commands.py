@@ -1,0 +1,134 @@
+"""L6: the manifest commands: `isood verify`, `isood publish`, `isood card`, `isood import isood-lists /
+imagenet-ood / openood-imglist` and `isood export openood` (``manifests``, ``isood.stages.interop``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+import manifests
+from isood.cli._app import app, export_app, import_app, out_console
+from isood.defaults import N_LEVELS, NA_THRESHOLD
+from isood.stages import interop
+from manifests import hub
+from manifests.card import add_card
+
+__all__ = ["verify", "publish", "card", "import_isood_lists", "import_imagenet_ood", "import_openood_imglist",
+           "export_openood"]
+
+
+def _say(text: str) -> None:
+    out_console.print(text, highlight=False, soft_wrap=True)
+
+
+@app.command()
+def verify(manifest_dir: Path = typer.Argument(..., help="A manifest directory.")) -> None:
+    """Recompute every hash of a manifest; name each missing, extra or changed file (exit 1 if any)."""
+    report = manifests.verify(manifest_dir)
+    if report.ok:
+        m = manifests.read(manifest_dir)
+        out_console.print(f"OK {manifest_dir}: {m.kind} v{m.dataset_version}, {len(m.meta['files'])} files verified")
+        return
+    for line in report.lines():
+        out_console.print(line, highlight=False)
+    out_console.print(f"FAILED {manifest_dir}: {len(report.lines())} problem(s)")
+    raise typer.Exit(1)
+
+
+def _write_receipt(out: Path, result: hub.PublishResult, repo_id: str) -> None:
+    p = result.plan
+    out.mkdir(parents=True, exist_ok=True)
+    receipt = {"repo_id": repo_id, "tag": p.tag, "dataset_version": p.dataset_version, "kind": p.kind,
+               "commit": result.commit_oid, "commit_url": result.commit_url,
+               "files": [{"path": f, "bytes": b} for f, b in p.files]}
+    (out / "publish.json").write_text(json.dumps(receipt, indent=2) + "\n")
+
+
+@app.command()
+def publish(
+    manifest_dir: Path = typer.Argument(..., help="A manifest directory (must pass `isood verify` and have a README.md card)."),
+    repo_id: str = typer.Option(..., "--repo-id", help="Hub dataset repository, USER/NAME (created if missing)."),
+    private: bool = typer.Option(False, "--private", help="Create the repository as private."),
+    revision: Optional[str] = typer.Option(None, "--revision", help="Tag to create (default: v<dataset version>, e.g. v1.2.0)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List exactly the files and sizes that would be uploaded; no network."),
+    token_from_env: bool = typer.Option(
+        False, "--token-from-env", help="Take the token only from $HF_TOKEN (default: huggingface_hub's usual sources)."
+    ),
+    out: Optional[Path] = typer.Option(
+        None, help="With --dry-run: copy the exact upload folder here. Otherwise: write publish.json (repo, tag, commit) here."
+    ),
+) -> None:
+    """Publish a verified manifest to the Hugging Face Hub as a dataset, tagged with its dataset version."""
+    result = hub.publish(manifest_dir, repo_id, private=private, tag=revision, dry_run=dry_run,
+                         token_from_env=token_from_env, echo=_say)
+    if dry_run:
+        for line in result.lines():
+            _say(line)
+        if out is not None:
+            hub.copy_plan(result, out)
+            _say(f"dry run: copied the upload folder to {out}")
+    elif out is not None:
+        _write_receipt(out, result, repo_id)
+
+
+@app.command()
+def card(
+    manifest_dir: Path = typer.Argument(..., help="A manifest directory written without a dataset card."),
+) -> None:
+    """(Re)write a manifest's dataset card (README.md) and its per-config Parquet files, so `datasets` can load it."""
+    m = add_card(manifest_dir)
+    _say(f"card: {manifest_dir}/README.md ({m.kind} v{m.dataset_version})")
+
+
+def _imported(m: manifests.Manifest) -> None:
+    _say(f"manifest: {m.root} ({m.kind} v{m.dataset_version}, {m.meta['summary'].get('images')} images)")
+
+
+@import_app.command("isood-lists")
+def import_isood_lists(
+    directory: Path = typer.Argument(..., help="Folder of cov_{c}_sem_{s}.txt lists, optionally in one sub-folder per source."),
+    out: Path = typer.Option(..., help="Output manifest directory."),
+    levels: int = typer.Option(N_LEVELS, help="Levels per axis of the grid the lists come from."),
+    na_threshold: int = typer.Option(NA_THRESHOLD, help="A cell with fewer images is N/A."),
+) -> None:
+    """IS-OOD release lists -> a splits manifest (levels from the file names; shift values unknown, NaN)."""
+    _imported(interop.import_isood_lists(directory, out, n_levels=levels, na_threshold=na_threshold))
+
+
+@import_app.command("imagenet-ood")
+def import_imagenet_ood(
+    list_file: Path = typer.Argument(..., help="ImageNet-OOD list: one relative image path per line."),
+    out: Path = typer.Option(..., help="Output manifest directory."),
+) -> None:
+    """ImageNet-OOD image list -> an image-list manifest (label -1)."""
+    _imported(interop.import_imagenet_ood(list_file, out))
+
+
+@import_app.command("openood-imglist")
+def import_openood_imglist(
+    list_file: Path = typer.Argument(..., help="OpenOOD imglist: '<path> <label>' per line."),
+    out: Path = typer.Option(..., help="Output manifest directory."),
+) -> None:
+    """OpenOOD imglist -> an image-list manifest (labels kept)."""
+    _imported(interop.import_openood_imglist(list_file, out))
+
+
+@export_app.command("openood")
+def export_openood(
+    manifest_dir: Path = typer.Argument(..., help="A splits, syn-is or image-list manifest."),
+    out: Path = typer.Option(..., help="Output folder (new, or an earlier export to overwrite)."),
+    name: str = typer.Option("isood", help="Benchmark name: benchmark_imglist/<name>/."),
+    data_root: str = typer.Option("./data/", help="OpenOOD data root used in the YAML config."),
+    data_dir: str = typer.Option("images_largescale/", help="Image folder under the data root (+ <source>/ per source)."),
+    num_classes: int = typer.Option(1000, help="Number of ID classes (ImageNet-1K: 1000)."),
+) -> None:
+    """OpenOOD v1.5 benchmark imglists, one per cell, plus a DATA_INFO entry and an ood_dataset YAML config."""
+    r = interop.export_openood(manifest_dir, out, name=name, data_root=data_root, data_dir=data_dir,
+                               num_classes=num_classes)
+    _say(f"{len(r.imglists)} imglists ({len(r.registered)} registered for OpenOOD, "
+         f"{len(r.imglists) - len(r.registered)} N/A), {r.rows - r.skipped} rows -> {out}")
+    if r.skipped:
+        _say(f"{r.skipped} rows without a cell (no shift level) were not exported")

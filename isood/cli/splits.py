@@ -1,0 +1,58 @@
+"""isood CLI: `isood build-splits` (the stage is ``isood.stages.splits``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from isood.cli._app import app, console, out_console
+from isood.stages.splits import build_splits as run_build_splits, load_build_config
+
+__all__ = ["build_splits", "print_warning"]
+
+
+def print_warning(message: str) -> None:
+    """A stage warning as one yellow line on stderr."""
+    console.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)
+
+
+@app.command("build-splits")
+def build_splits(
+    id_source: Optional[str] = typer.Option(None, "--id", help="ID set: image folder / file list, or a feature set (isood extract output, or features.npy + index.parquet)."),
+    test: Optional[str] = typer.Option(None, help="Test images (same forms as --id)."),
+    clip: Optional[str] = typer.Option(None, help="CLIP encoder (MODEL:PRETRAINED, local-dir:PATH, hf-hub:...); needed to extract images or train LAID."),
+    laid: Optional[str] = typer.Option(None, help="A trained LAID W (.safetensors); default: train it on label x template texts."),
+    labels: Optional[str] = typer.Option(None, help="LAID labels: 21k (default), 1k, 21k-p, ..., a class-filter manifest, or a file (wnids or labels)."),
+    class_filter: Optional[str] = typer.Option(None, help="Keep only test images whose wnid this class-filter manifest keeps."),
+    exclude_id_classes: Optional[bool] = typer.Option(None, "--exclude-id-classes/--keep-id-classes", help="Drop test images of ID wnids."),
+    levels: Optional[int] = typer.Option(None, help="Levels per axis (default 8)."),
+    na_threshold: Optional[int] = typer.Option(None, help="A cell with fewer images is N/A (default 10)."),
+    clip_quantile: Optional[str] = typer.Option(None, help="Quantiles bounding the level range: LO,HI or LO (default 0.01,0.99)."),
+    triplets: Optional[int] = typer.Option(None, help="LAID training triplets (default 10000)."),
+    laid_steps: Optional[int] = typer.Option(None, help="LAID optimisation steps (default: isood.laid's)."),
+    seed: Optional[int] = typer.Option(None, help="Seed of triplet sampling and LAID training (default 0)."),
+    backend: Optional[str] = typer.Option(None, help="Nearest-neighbour backend: auto (exact), torch, faiss-flat, faiss-ivf."),
+    batch_size: Optional[int] = typer.Option(None, help="Images per batch when extracting (default 64)."),
+    workers: Optional[int] = typer.Option(None, help="Image-decoding threads when extracting (default: min(8, CPUs - 1))."),
+    shard_size: Optional[int] = typer.Option(None, help="Images per feature shard when extracting (default 10000)."),
+    device: Optional[str] = typer.Option(None, help="cpu, cuda or cuda:N (default: cuda when available)."),
+    cache_dir: Optional[str] = typer.Option(None, help="Text-feature cache (default $ISOOD_CACHE_DIR/text-features)."),
+    out: Optional[Path] = typer.Option(None, help="Output directory (splits manifest)."),
+    config: Optional[Path] = typer.Option(None, help="TOML file with any of these options (command-line values win)."),
+) -> None:
+    """Measure each test image's semantic and covariate shift to the ID set and bin them into an 8x8 grid."""
+    cfg = load_build_config(config, dict(
+        id=id_source, test=test, clip=clip, laid=laid, labels=labels, class_filter=class_filter,
+        exclude_id_classes=exclude_id_classes, levels=levels, na_threshold=na_threshold, clip_quantile=clip_quantile,
+        triplets=triplets, laid_steps=laid_steps, seed=seed, backend=backend, batch_size=batch_size, workers=workers,
+        shard_size=shard_size, device=device, cache_dir=cache_dir, out=str(out) if out is not None else None,
+    ))
+    r = run_build_splits(cfg, warn=print_warning)
+    n_ok = int((~r.cells["na"]).sum())
+    out_console.print(
+        f"{r.n_test} test images vs {r.n_id} ID images -> {n_ok}/{len(r.cells)} cells with >= {cfg.na_threshold} "
+        f"images; {r.n_dropped} dropped; manifest: {cfg.out}",
+        highlight=False,
+    )

@@ -1,0 +1,301 @@
+"""L3: CLIP encoders (open_clip): names, loading, text and image features, and the batch worker of extraction.
+
+IS-OOD measures shift in CLIP space: image features of test and ID images and text features of label x template
+prompts (the LAID training texts) all come from one CLIP model, L2-normalised (cosine geometry).
+
+Encoders are named as open_clip names them:
+
+* ``MODEL:PRETRAINED`` -- a built-in architecture and a pretrained tag or checkpoint file
+  (``ViT-B-32:openai``, ``ViT-L-14:laion2b_s32b_b82k``, ``ViT-B-32:/path/to/weights.pt``);
+* ``local-dir:PATH`` -- a folder with ``open_clip_config.json`` and the weights (open_clip's own schema);
+* ``hf-hub:ORG/REPO`` -- an open_clip model on the Hugging Face Hub.
+
+``ClipEncodeWorker`` is the worker class every ``isood.runtime.BatchEngine`` runs for extraction (one model per
+process or Ray actor): the local and the Ray engine decode, preprocess and encode a batch with the same code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import os
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+from isood.errors import BadInputError, IsoodError, MissingWeightsError
+from isood.images import collate, decode_images
+from isood.runtime import atomic_write_bytes, one_line, progress_bar, sha256_file, torch_device
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "ClipSpec", "ClipEncoder", "parse_clip_spec", "load_clip", "text_cache_key", "encode_texts",
+    "encode_image_batch", "ClipEncodeWorker", "LOCAL_HINT",
+]
+
+LOCAL_HINT = "pass --clip local-dir:PATH (a folder with open_clip_config.json and the weights)"
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt")
+
+
+class ClipSpec(NamedTuple):
+    """A validated ``--clip`` name: the open_clip ``model`` name (``local-dir:PATH`` / ``hf-hub:...`` as is), the
+    ``pretrained`` tag or checkpoint file (None for folders and the Hub), and ``identity``: a stable string naming
+    the weights (tag, or content hash of local files) that keys caches and shards."""
+
+    model: str
+    pretrained: str | None
+    identity: str
+
+
+@dataclass
+class ClipEncoder:
+    """A loaded open_clip model: ``model`` (eval mode, on ``device``), ``preprocess`` (PIL -> tensor),
+    ``tokenizer`` (strings -> token ids), ``identity`` (see ``ClipSpec``), ``spec`` (what the user passed) and
+    ``embed_dim``."""
+
+    model: "torch.nn.Module"
+    preprocess: Callable
+    tokenizer: Callable
+    identity: str
+    spec: str
+    device: "torch.device"
+    embed_dim: int
+
+
+@contextlib.contextmanager
+def _quiet_libraries():
+    """open_clip and huggingface_hub log errors/retries on the root logger before raising; the user sees our line."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(previous)
+
+
+def _local_dir_identity(folder: Path) -> str:
+    """local-dir identity: hash of the config and of every checkpoint file (content, not location)."""
+    h = hashlib.sha256()
+    for p in sorted(folder.iterdir()):
+        if p.name == "open_clip_config.json" or p.suffix in _WEIGHT_SUFFIXES:
+            h.update(p.name.encode() + b"\0" + sha256_file(p).encode() + b"\n")
+    return f"local-dir:sha256={h.hexdigest()[:32]}"
+
+
+def _parse_local_dir(spec: str) -> ClipSpec:
+    folder = Path(spec[len("local-dir:"):]).expanduser()
+    if not folder.is_dir():
+        raise BadInputError(f"--clip {spec}: folder {folder} does not exist; {LOCAL_HINT}")
+    if not (folder / "open_clip_config.json").is_file():
+        raise BadInputError(f"--clip {spec}: {folder} has no open_clip_config.json; {LOCAL_HINT}")
+    if not any(p.suffix in _WEIGHT_SUFFIXES for p in folder.iterdir()):
+        raise MissingWeightsError(f"--clip {spec}: {folder} holds no weights (*.safetensors, *.bin, *.pth)")
+    return ClipSpec(f"local-dir:{folder}", None, _local_dir_identity(folder))
+
+
+def _parse_builtin(spec: str) -> ClipSpec:
+    import open_clip
+
+    name, sep, pretrained = spec.partition(":")
+    name = name.replace("/", "-")
+    if name not in open_clip.list_models():
+        raise BadInputError(
+            f"unknown CLIP model {name!r}; list valid MODEL:PRETRAINED names with "
+            "`python -c \"import open_clip; print(open_clip.list_pretrained())\"`, or pass --clip local-dir:PATH")
+    tags = open_clip.list_pretrained_tags_by_model(name)
+    if not sep or not pretrained:
+        raise BadInputError(f"--clip {spec!r} names no weights; pass MODEL:PRETRAINED, e.g. "
+                            f"{name}:{tags[0] if tags else 'TAG'}")
+    if pretrained in tags:
+        return ClipSpec(name, pretrained, f"open_clip:{name}:{pretrained}")
+    if Path(pretrained).expanduser().is_file():
+        pretrained = str(Path(pretrained).expanduser())
+        return ClipSpec(name, pretrained, f"open_clip:{name}:sha256={sha256_file(pretrained)[:32]}")
+    shown = ", ".join(tags[:8]) + (", ..." if len(tags) > 8 else "")
+    raise BadInputError(f"unknown pretrained tag {pretrained!r} for {name} (known: {shown or 'none'}); "
+                        "pass a tag, a checkpoint file, or --clip local-dir:PATH")
+
+
+def parse_clip_spec(spec: str) -> ClipSpec:
+    """Validate a ``--clip`` name without loading weights.
+
+    Raises ``BadInputError`` (unknown model, unknown tag, bad folder) or ``MissingWeightsError`` (folder without
+    weights) with one line.
+    """
+    spec = str(spec).strip()
+    if spec.startswith("local-dir:"):
+        return _parse_local_dir(spec)
+    if spec.startswith("hf-hub:"):
+        if not spec[len("hf-hub:"):]:
+            raise BadInputError("--clip hf-hub: needs a repository, e.g. hf-hub:laion/CLIP-ViT-B-32-laion2B-s34B-b79K")
+        return ClipSpec(spec, None, f"open_clip:{spec}")
+    return _parse_builtin(spec)
+
+
+def _quick_gelu(parsed: ClipSpec) -> bool:
+    """Weights trained with QuickGELU (e.g. ViT-B-32:openai) need it in the architecture too, or every feature is
+    slightly off (open_clip only warns): use the tag's setting, as ``ViT-B-32-quickgelu:openai`` would."""
+    import open_clip
+
+    if parsed.model.startswith(("local-dir:", "hf-hub:")):
+        return False
+    tag_cfg = open_clip.get_pretrained_cfg(parsed.model, parsed.pretrained) \
+        if parsed.pretrained and not Path(parsed.pretrained).is_file() else {}
+    model_cfg = open_clip.get_model_config(parsed.model) or {}
+    return bool(tag_cfg.get("quick_gelu")) and not model_cfg.get("quick_gelu", False)
+
+
+def load_clip(spec: str, device: str | None = None) -> ClipEncoder:
+    """Load an open_clip encoder named ``MODEL:PRETRAINED``, ``local-dir:PATH`` or ``hf-hub:ORG/REPO``.
+
+    Raises ``MissingWeightsError`` (one line, suggesting ``--clip local-dir:PATH``) when the weights cannot be had
+    (offline, not cached, folder without a checkpoint) and ``IsoodError`` for an unknown model, tag or device.
+    """
+    import open_clip
+    import torch
+
+    spec = str(spec).strip()
+    dev = torch_device(device)
+    parsed = parse_clip_spec(spec)
+    try:
+        with _quiet_libraries():
+            model, _, preprocess = open_clip.create_model_and_transforms(
+                parsed.model, pretrained=parsed.pretrained, device=dev, require_pretrained=True,
+                force_quick_gelu=_quick_gelu(parsed))
+            tokenizer = open_clip.get_tokenizer(parsed.model)
+    except (IsoodError, KeyboardInterrupt):
+        raise
+    except Exception as e:
+        if spec.startswith("local-dir:"):
+            raise IsoodError(f"--clip {spec}: could not load the model ({one_line(e, 160)})") from None
+        raise MissingWeightsError(f"CLIP weights for {spec} could not be loaded (offline or not in the cache); "
+                                  f"download them where there is internet, or {LOCAL_HINT}") from None
+    model.eval()
+    with torch.inference_mode():
+        embed_dim = int(model.encode_text(tokenizer(["a photo."]).to(dev)).shape[-1])
+    return ClipEncoder(model, preprocess, tokenizer, parsed.identity, spec, dev, embed_dim)
+
+
+def _autocast(device):
+    """AMP on CUDA only (fp16 autocast); CPU runs in float32."""
+    import torch
+
+    if getattr(device, "type", str(device)) == "cuda":
+        return torch.autocast("cuda", dtype=torch.float16)
+    return contextlib.nullcontext()
+
+
+def _normalise(x: "torch.Tensor") -> np.ndarray:
+    import torch
+
+    x = torch.nn.functional.normalize(x.float(), dim=-1)
+    return x.cpu().numpy().astype(np.float32, copy=False)
+
+
+# ----------------------------------------------------------------------------------------------- text
+def text_cache_key(identity: str, texts: Sequence[str]) -> str:
+    """Content hash of a text-feature request: model identity + the exact strings in order."""
+    h = hashlib.sha256(identity.encode() + b"\0")
+    h.update(json.dumps(list(texts), ensure_ascii=False).encode())
+    return h.hexdigest()
+
+
+def _cached(cache_file: Path, shape: tuple[int, int]) -> np.ndarray | None:
+    if not cache_file.is_file():
+        return None
+    try:
+        cached = np.load(cache_file)
+    except (OSError, ValueError):
+        return None  # unreadable cache entry: recompute and overwrite
+    return cached if cached.shape == shape and cached.dtype == np.float32 else None
+
+
+def encode_texts(encoder: ClipEncoder, texts: Sequence[str], *, batch_size: int = 256,
+                 cache_dir: str | os.PathLike | None = None, progress: bool = False,
+                 description: str = "encoding texts") -> np.ndarray:
+    """L2-normalised float32 text features (len(texts), D), in order.
+
+    With ``cache_dir`` the result is stored as ``text-<sha256>.npy`` keyed by the model identity and the texts,
+    and a later call with the same model and texts returns the stored array without running the model. Without
+    it nothing is cached (callers pass ``isood.defaults.cache_dir("text-features")`` for the shared cache).
+    """
+    import torch
+
+    texts = [str(t) for t in texts]
+    cache_file = None
+    if cache_dir is not None:
+        cache_file = Path(cache_dir) / f"text-{text_cache_key(encoder.identity, texts)}.npy"
+        hit = _cached(cache_file, (len(texts), encoder.embed_dim))
+        if hit is not None:
+            return hit
+    out = np.empty((len(texts), encoder.embed_dim), dtype=np.float32)
+    step = max(1, int(batch_size))
+    with progress_bar(progress) as bar, torch.inference_mode():
+        task = bar.add_task(description, total=len(texts))
+        for s in range(0, len(texts), step):
+            tokens = encoder.tokenizer(texts[s: s + step]).to(encoder.device)
+            with _autocast(encoder.device):
+                feats = encoder.model.encode_text(tokens)
+            out[s: s + len(tokens)] = _normalise(feats)
+            bar.advance(task, len(tokens))
+    if cache_file is not None:
+        buf = io.BytesIO()
+        np.save(buf, out)
+        atomic_write_bytes(cache_file, buf.getvalue())
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- images
+def encode_image_batch(encoder: ClipEncoder, batch: "torch.Tensor | None") -> np.ndarray:
+    """L2-normalised features (n, D) of one preprocessed image batch (a tensor, or None for an empty batch)."""
+    import torch
+
+    if batch is None:
+        return np.empty((0, encoder.embed_dim), np.float32)
+    with torch.inference_mode(), _autocast(encoder.device):
+        f = encoder.model.encode_image(batch.to(encoder.device, non_blocking=True))
+    return _normalise(f)
+
+
+class ClipEncodeWorker:
+    """The extraction worker of a ``BatchEngine``: one CLIP encoder per process or actor.
+
+    ``ClipEncodeWorker(clip, device, decode_threads)``: ``clip`` a ``--clip`` name (loaded here, on ``device``)
+    or an already loaded ``ClipEncoder`` (used as is). A call takes a batch ``{'path': files, 'name': relative
+    paths (for error messages), 'i': row ids (echoed)}`` and returns ``{'i', 'feature' (n, D) float32, zeros
+    where unreadable, 'ok' (n,) bool, 'error' (n,) str ('' when ok)}``: images decoded by ``decode_threads``
+    threads, the readable ones encoded in ONE forward pass (so the batch composition fixes the numerics).
+    """
+
+    def __init__(self, clip: str | ClipEncoder, device: str | None = None, decode_threads: int = 1):
+        self.encoder = clip if isinstance(clip, ClipEncoder) else load_clip(clip, device)
+        threads = int(decode_threads)
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="isood-decode") if threads > 1 else None
+
+    def __call__(self, batch: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        paths = [str(p) for p in batch["path"]]
+        n = len(paths)
+        names = [str(x) for x in batch["name"]] if "name" in batch else paths
+        items = decode_images(paths, self.encoder.preprocess, names, self.pool)
+        ok_pos, tensor, bad = collate(items)
+        feats = np.zeros((n, self.encoder.embed_dim), np.float32)
+        ok = np.zeros(n, dtype=bool)
+        errors = np.array([""] * n, dtype=object)
+        if ok_pos:
+            feats[ok_pos] = encode_image_batch(self.encoder, tensor)
+            ok[ok_pos] = True
+        for j, err in bad:
+            errors[j] = err
+        ids = np.asarray(batch["i"], dtype=np.int64) if "i" in batch else np.arange(n, dtype=np.int64)
+        return {"i": ids, "feature": feats, "ok": ok, "error": errors}

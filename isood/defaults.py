@@ -1,0 +1,53 @@
+"""L0: the one home of isood's constants (the papers' defaults) and of every environment variable it reads.
+
+Constants come from IS-OOD ("A Sorites Paradox", grid of 8 levels per axis, a cell with fewer than 10 images is
+N/A, level range between the 1st and 99th percentile), OpenOOD (label -1 for OOD) and the model cards
+(CLIP ViT-B-32 openai, SDXL-Turbo). Nothing else in isood hard-codes them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = [
+    "N_LEVELS", "NA_THRESHOLD", "QUANTILE_CLIP", "OOD_LABEL", "WORDNET_EXCLUDE", "DEFAULT_DETECTORS", "DEFAULT_CLIP",
+    "DEFAULT_PIPELINE", "LAID_TRIPLETS",
+    "ENV_CACHE_DIR", "ENV_WORDNET_DIR", "cache_dir", "wordnet_dir_override",
+]
+
+#: Shift levels per axis of the IS-OOD grid (cells ``cov_{c}_sem_{s}``, 0-based).
+N_LEVELS = 8
+#: A cell with fewer images than this is N/A (IS-OOD).
+NA_THRESHOLD = 10
+#: Quantiles of the shift values that bound the level range (outliers fold into the end levels).
+QUANTILE_CLIP = (0.01, 0.99)
+#: OpenOOD's label of an OOD image in an imglist.
+OOD_LABEL = -1
+#: WordNet subtrees the ImageNet-OOD class filter drops by default (the paper's rule: organisms are excluded).
+WORDNET_EXCLUDE = ("organism.n.01",)
+#: Detectors `isood evaluate` scores when --detectors is not given.
+DEFAULT_DETECTORS = "msp,maxlogit,energy,mds,knn"
+#: The CLIP IS-OOD measures shift with (open_clip ``MODEL:PRETRAINED``).
+DEFAULT_CLIP = "ViT-B-32:openai"
+#: The text-to-image model of Syn-IS.
+DEFAULT_PIPELINE = "stabilityai/sdxl-turbo"
+#: LAID training triplets sampled from labels x CLIP templates.
+LAID_TRIPLETS = 10_000
+
+#: Folder of isood's caches (text features, model outputs, WordNet staging); default ``~/.cache/isood``.
+ENV_CACHE_DIR = "ISOOD_CACHE_DIR"
+#: A WordNet 3.0 ``dict`` folder to use instead of nltk's data or Debian's ``/usr/share/wordnet``.
+ENV_WORDNET_DIR = "ISOOD_WORDNET_DIR"
+
+
+def cache_dir(*parts: str) -> Path:
+    """``$ISOOD_CACHE_DIR`` (``~`` expanded; default ``~/.cache/isood``), joined with ``parts``."""
+    base = os.environ.get(ENV_CACHE_DIR) or str(Path.home() / ".cache" / "isood")
+    return Path(base).expanduser().joinpath(*parts)
+
+
+def wordnet_dir_override() -> Path | None:
+    """The folder named by ``$ISOOD_WORDNET_DIR`` (``~`` expanded), or None when unset."""
+    value = os.environ.get(ENV_WORDNET_DIR)
+    return Path(value).expanduser() if value else None

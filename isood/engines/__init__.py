@@ -1,0 +1,1 @@
+"""L5: scale-out backends of the ``isood.runtime.BatchEngine`` protocol."""

@@ -1,0 +1,165 @@
+"""L3: the datasets ``isood evaluate`` scores and what is assembled from their scores.
+
+An ``EvalSet`` is one dataset to score: the ID training set, the ID test set, or a grid manifest's images
+(``splits``, ``syn-is``) with the rows of its ``images`` table and its ``cells`` table. From the detectors'
+scores (``scoring.DetectorScores``) come the per-cell evaluation of every detector on every grid dataset
+(``evaluate_sets``), the per-image ``scores`` table and the trained-vs-random ``sanity`` table. Pure functions
+over frames and arrays (``check_files`` only stats files).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from isood.defaults import OOD_LABEL
+from isood.errors import BadInputError
+from isood.grid import cell_names
+
+from .cells import CellEvaluation, evaluate_cells
+from .detectors import Detector
+from .scoring import TRAIN_NAME, DetectorScores
+
+__all__ = ["ID_TRAIN", "ID_TEST", "EvalSet", "grid_rows", "files_id", "check_files", "precomputed_rows",
+           "evaluate_sets", "scores_table", "sanity_table"]
+
+ID_TRAIN, ID_TEST = TRAIN_NAME, "id_test"
+
+
+@dataclass
+class EvalSet:
+    """One dataset to score. ``files`` (image paths) or ``outputs`` (precomputed, see ``scoring``) feed it;
+    ``labels`` are class indices (``OOD_LABEL`` for semantic OOD); ``data_id`` keys the output cache; a grid
+    dataset has its manifest's ``images`` rows (aligned with ``files``) and ``cells`` table; ``paths`` are shown
+    in the scores table for the others."""
+
+    name: str
+    labels: np.ndarray
+    data_id: str = ""
+    files: list[Path] | None = None
+    images: pd.DataFrame | None = None
+    cells: pd.DataFrame | None = None
+    paths: list[str] | None = None
+
+    @property
+    def is_grid(self) -> bool:
+        return self.images is not None
+
+
+def grid_rows(images: pd.DataFrame, cells: pd.DataFrame, *, where: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The images of a grid manifest that are in a cell (rows with both levels >= 0), and its cells table; a
+    one-line error (prefixed by ``where``) for a manifest mixing sources or with no image in any cell."""
+    need = {"path", "cov_level", "sem_level"}
+    if not need <= set(images.columns):
+        raise BadInputError(f"{where}: images table lacks {', '.join(sorted(need - set(images.columns)))}")
+    if "source" in images.columns and images["source"].fillna("").astype(str).nunique() > 1:
+        raise BadInputError(f"{where} mixes several sources ({', '.join(images['source'].astype(str).unique())}): "
+                            "evaluate one source at a time")
+    lv = images[["cov_level", "sem_level"]]
+    keep = lv.notna().all(axis=1) & (lv["cov_level"].fillna(-1) >= 0) & (lv["sem_level"].fillna(-1) >= 0)
+    images = images[keep].reset_index(drop=True)
+    if images.empty:
+        raise BadInputError(f"{where}: no image has a grid cell: nothing to evaluate")
+    return images, cells
+
+
+def files_id(files: Sequence[Path]) -> str:
+    """Identity of a list of files for the output cache: their paths and sizes (-1 when missing)."""
+    h = hashlib.sha256()
+    for f in files:
+        try:
+            size = f.stat().st_size
+        except OSError:
+            size = -1
+        h.update(f"{f}\t{size}\n".encode())
+    return h.hexdigest()
+
+
+def check_files(files: Sequence[Path], what: str) -> None:
+    """A one-line error when any of ``files`` is missing."""
+    missing = [f for f in files if not f.is_file()]
+    if missing:
+        raise BadInputError(f"{what}: {len(missing)} of {len(files)} images are missing (first: {missing[0]}): "
+                            "pass the folder they are relative to (--test-root)")
+
+
+def precomputed_rows(index: pd.DataFrame, paths: Sequence[str], *, where: str) -> np.ndarray:
+    """Row of each of ``paths`` in a precomputed-outputs ``index`` (its first row for a duplicated path); a
+    one-line error naming the first path without outputs."""
+    pos = pd.Series(np.arange(len(index)), index=index["path"].astype(str))
+    pos = pos[~pos.index.duplicated()]
+    rows = pos.reindex([str(p) for p in paths])
+    if rows.isna().any():
+        miss = rows.index[rows.isna()]
+        raise BadInputError(f"{where}: {len(miss)} manifest images have no precomputed outputs (first: {miss[0]}): "
+                            "compute outputs for every image of the manifest")
+    return rows.to_numpy(dtype=np.int64)
+
+
+def evaluate_sets(scores: DetectorScores, sets: Mapping[str, EvalSet],
+                  detectors: Sequence[str] | Mapping[str, Detector], *, na_threshold: int, der: bool) -> CellEvaluation:
+    """Every detector on every grid dataset, per cell (``cells.evaluate_cells``): ID test vs each cell, with the
+    correctness metrics when the ID test set has labels and DER when ``der`` and the ID training set was scored
+    with labels."""
+    parts = []
+    id_correct = scores.correct(ID_TEST) if scores.has_labels(ID_TEST) else None
+    train_correct = scores.correct(ID_TRAIN) if der and scores.has_labels(ID_TRAIN) else None
+    for ds, s in sets.items():
+        if not s.is_grid:
+            continue
+        ood_correct = scores.predictions[ds] == s.labels if id_correct is not None else None
+        for det in detectors:
+            train = scores.scores[det].get(ID_TRAIN) if train_correct is not None else None
+            try:
+                parts.append(evaluate_cells(
+                    scores.scores[det][ID_TEST], scores.scores[det][ds], s.images, detector=det, dataset=ds,
+                    id_correct=id_correct, ood_correct=ood_correct, train_scores=train,
+                    train_correct=train_correct if train is not None else None, cells=s.cells,
+                    na_threshold=na_threshold))
+            except BadInputError as e:  # e.g. non-finite scores of a detector, a cells table of another manifest
+                if f"'{det}'" in str(e):
+                    raise
+                raise type(e)(f"detector '{det}' on {ds}: {e}") from None
+    return CellEvaluation(pd.concat(parts, ignore_index=True))
+
+
+def scores_table(scores: DetectorScores, sets: Mapping[str, EvalSet]) -> pd.DataFrame:
+    """One row per scored image of the ID test set and the grid datasets (dataset, path, cell, label,
+    prediction, correct), one column per detector."""
+    frames = []
+    for ds, s in sets.items():
+        if ds == ID_TRAIN:
+            continue
+        if s.is_grid:
+            base = pd.DataFrame({"dataset": ds, "path": s.images["path"].astype(str).to_numpy(),
+                                 "cell": cell_names(s.images["cov_level"], s.images["sem_level"])})
+        else:
+            base = pd.DataFrame({"dataset": ds, "path": s.paths, "cell": ""})
+        labels = scores.labels.get(ds)
+        base["label"] = labels if labels is not None else OOD_LABEL
+        base["prediction"] = scores.predictions[ds]
+        base["correct"] = base["label"].to_numpy() == base["prediction"].to_numpy()
+        for det, per_ds in scores.scores.items():
+            base[det] = per_ds[ds]
+        frames.append(base)
+    return pd.concat(frames, ignore_index=True)
+
+
+def sanity_table(trained: pd.DataFrame, random: pd.DataFrame) -> pd.DataFrame:
+    """Per detector and dataset: mean AUROC and AUROC_M over measured cells, trained vs random-init model."""
+    rows = []
+    for (det, ds), g in trained.groupby(["detector", "dataset"], sort=False):
+        r = random[(random["detector"] == det) & (random["dataset"] == ds)]
+        g, r = g[~g["na"]], r[~r["na"]]
+        rows.append({
+            "detector": det, "dataset": ds,
+            "auroc": float(g["auroc"].mean()), "auroc_random": float(r["auroc"].mean()),
+            "auroc_m": float(g["auroc_m"].mean()) if "auroc_m" in g else np.nan,
+            "auroc_m_random": float(r["auroc_m"].mean()) if "auroc_m" in r else np.nan,
+        })
+    return pd.DataFrame(rows)

@@ -1,0 +1,218 @@
+"""L3: capture what detectors need from a classifier over a dataset, in ONE forward pass per batch, with an
+on-disk cache.
+
+``extract_outputs`` captures exactly the requested kinds (logits / features / feature_maps) over a dataset (batch
+size, device, DataLoader workers, optional progress bar) and scores the detectors that need the model on the
+input (ODIN) on the same batches. With a cache folder the outputs are stored as one safetensors file per kind
+and dataset under a key hashing model identity + data identity + preprocessing (``OutputCache``): a second
+evaluation with other detectors does no forward pass. ``ImageList`` is the torch dataset of image files the
+``isood evaluate`` job feeds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from isood.errors import BadInputError
+from isood.runtime import atomic_write_bytes, track
+
+from .detectors import CAPTURE_KINDS, Detector, ForwardOutputs
+from .models import ModelAdapter
+
+__all__ = ["CACHE_VERSION", "OutputCache", "cache_key", "score_kind", "as_loader", "split_batch", "ImageList",
+           "default_transform", "extract_outputs"]
+
+CACHE_VERSION = 1
+
+
+# ================================================================================================== data
+def as_loader(data, batch_size: int, num_workers: int) -> torch.utils.data.DataLoader:
+    """A DataLoader over ``data`` (a Dataset, a DataLoader as is, or an (N, C, H, W) tensor / array)."""
+    if isinstance(data, torch.utils.data.DataLoader):
+        return data
+    if isinstance(data, np.ndarray):
+        data = torch.from_numpy(data)
+    if isinstance(data, torch.Tensor):
+        data = torch.utils.data.TensorDataset(data)
+    return torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=False, num_workers=num_workers)
+
+
+def split_batch(batch) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(images, labels or None) from a batch that is a tensor, a (image, label, ...) sequence or a dict."""
+    if isinstance(batch, torch.Tensor):
+        return batch, None
+    if isinstance(batch, Mapping):
+        for k in ("image", "pixel_values", "img", "input"):
+            if k in batch:
+                y = batch.get("label", batch.get("labels"))
+                return batch[k], (torch.as_tensor(y) if y is not None else None)
+        raise BadInputError(f"batch dict has no image key (image / pixel_values): got {sorted(batch)}")
+    if isinstance(batch, (list, tuple)) and batch:
+        y = batch[1] if len(batch) > 1 and isinstance(batch[1], torch.Tensor) else None
+        return batch[0], y
+    raise BadInputError(f"cannot read images from a batch of type {type(batch).__name__}: yield tensors or "
+                        "(image, label) pairs")
+
+
+class ImageList(torch.utils.data.Dataset):
+    """A torch dataset of image files: ``(transform(RGB image), label)``; an unreadable file is a one-line error."""
+
+    def __init__(self, files: Sequence[Path], labels: Sequence[int], transform: Callable) -> None:
+        self.files = [Path(f) for f in files]
+        self.labels = np.asarray(labels, dtype=np.int64)
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int):
+        from PIL import Image, UnidentifiedImageError
+
+        try:
+            with Image.open(self.files[i]) as im:
+                img = im.convert("RGB")
+        except (OSError, UnidentifiedImageError) as e:
+            raise BadInputError(f"cannot read image {self.files[i]}: {type(e).__name__}: remove or replace it") \
+                from None
+        return self.transform(img), int(self.labels[i])
+
+
+def default_transform() -> Callable:
+    """ImageNet preprocessing (resize 256, centre crop 224, normalise) for models without their own."""
+    from torchvision import transforms as T
+
+    return T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(),
+                      T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
+
+
+# ================================================================================================= cache
+def cache_key(model_id: str, data_id: str, preprocess_id: str = "") -> str:
+    """Hex key of (model identity, data identity, preprocessing) for the on-disk output cache."""
+    h = hashlib.sha256(json.dumps([CACHE_VERSION, model_id, data_id, preprocess_id]).encode())
+    return h.hexdigest()[:32]
+
+
+class OutputCache:
+    """``<root>/<key>/<kind>.safetensors`` + ``meta.json``; every file is written atomically."""
+
+    def __init__(self, root: str | os.PathLike, key: str, meta: dict) -> None:
+        self.dir = Path(root) / key
+        self.meta = meta
+
+    def path(self, kind: str) -> Path:
+        return self.dir / f"{kind}.safetensors"
+
+    def has(self, kind: str) -> bool:
+        return self.path(kind).is_file()
+
+    def load(self, kind: str) -> np.ndarray:
+        from safetensors.numpy import load_file
+
+        return load_file(str(self.path(kind)))[kind]
+
+    def save(self, kind: str, array: np.ndarray) -> None:
+        from safetensors.numpy import save
+
+        atomic_write_bytes(self.path(kind), save({kind: np.ascontiguousarray(array)}))
+        atomic_write_bytes(self.dir / "meta.json", json.dumps(self.meta, indent=1).encode())
+
+
+def score_kind(detector: Detector, input_std) -> str:
+    """Cache name of an input detector's scores: its name + a hash of its parameters and the input std used."""
+    std = getattr(detector, "input_std", None) or input_std
+    h = hashlib.blake2b(json.dumps([sorted(detector.params().items()), std], default=str).encode(), digest_size=6)
+    return f"score.{detector.name}.{h.hexdigest()}"
+
+
+def _open_cache(adapter: ModelAdapter, data, cache_dir, data_id: str | None, preprocess_id: str) -> OutputCache:
+    """The cache entry of (model, data, preprocessing); tensors / arrays are hashed when no ``data_id`` is given."""
+    if data_id is None:
+        if not isinstance(data, (torch.Tensor, np.ndarray)):
+            raise BadInputError("caching needs data_id= a string naming this dataset (e.g. manifest hash + split)")
+        arr = data.detach().cpu().numpy() if isinstance(data, torch.Tensor) else np.asarray(data)
+        data_id = "array:" + hashlib.blake2b(np.ascontiguousarray(arr).tobytes(), digest_size=16).hexdigest()
+    meta = {"model": adapter.identity, "data": data_id, "preprocess": preprocess_id, "version": CACHE_VERSION}
+    return OutputCache(cache_dir, cache_key(adapter.identity, data_id, preprocess_id), meta)
+
+
+# ================================================================================================ extract
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    if not parts:
+        raise BadInputError("the dataset yielded no image: an empty dataset cannot be evaluated")
+    return np.concatenate(parts, axis=0)
+
+
+def _forward_passes(adapter: ModelAdapter, loader, kinds: frozenset[str], inputs: Mapping[str, Detector], *,
+                    desc: str, progress: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """One pass over ``loader``: the captured ``kinds`` (+ ``labels`` when the data has them) and the scores of
+    the input detectors, concatenated over batches."""
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in kinds}
+    labels: list[np.ndarray] = []
+    scored: dict[str, list[np.ndarray]] = {n: [] for n in inputs}
+    total = len(loader) if hasattr(loader, "__len__") else None
+    for batch in track(loader, total, desc, progress):
+        x, y = split_batch(batch)
+        x = x.to(adapter.device)
+        if kinds:
+            out = adapter.forward(x, kinds)
+            for k in kinds:
+                parts[k].append(out[k].detach().float().cpu().numpy())
+        if y is not None:
+            labels.append(y.cpu().numpy())
+        for n, d in inputs.items():
+            scored[n].append(d.score_inputs(adapter.logits, x, adapter.input_std))
+    got = {k: _cat(v) for k, v in parts.items()}
+    if labels:
+        got["labels"] = np.concatenate(labels)
+    return got, {n: _cat(v) for n, v in scored.items()}
+
+
+def extract_outputs(adapter: ModelAdapter, data, kinds: Iterable[str] = ("logits",), *, batch_size: int = 64,
+                    device: str | torch.device = "cpu", num_workers: int = 0, progress: bool = False,
+                    cache_dir: str | os.PathLike | None = None, data_id: str | None = None,
+                    preprocess_id: str = "", input_detectors: Mapping[str, Detector] | Sequence[Detector] = (),
+                    desc: str = "forward") -> tuple[ForwardOutputs, dict[str, np.ndarray]]:
+    """Capture ``kinds`` (among logits / features / feature_maps) for every image of ``data`` in ONE forward
+    pass per batch, and score the ``input_detectors`` (ODIN) on the same batches.
+
+    ``data``: a torch Dataset (items: image tensor, ``(image, label, ...)``, or a dict with ``image``/``label``), a
+    DataLoader, or an (N, C, H, W) tensor / array. Labels are kept when the data yields them. With ``cache_dir``
+    (and ``data_id``, a string naming the data; tensors are hashed when none is given) outputs are read from /
+    written to the cache; only missing kinds cost a pass. Returns ``(outputs, input_scores)``.
+    """
+    if not isinstance(input_detectors, Mapping):
+        input_detectors = {d.name: d for d in input_detectors}
+    kinds = frozenset(kinds) & set(CAPTURE_KINDS)
+    missing = kinds - adapter.provides
+    if missing:
+        raise BadInputError(f"model '{adapter.name}' does not expose {', '.join(sorted(missing))}")
+    adapter.to(device)
+    cache = None if cache_dir is None else _open_cache(adapter, data, cache_dir, data_id, preprocess_id)
+    score_kinds = {n: score_kind(d, adapter.input_std) for n, d in input_detectors.items()}
+    got: dict[str, np.ndarray] = {}
+    if cache is not None:
+        got = {k: cache.load(k) for k in [*kinds, "labels", *score_kinds.values()] if cache.has(k)}
+    todo_kinds = kinds - set(got)
+    todo_input = {n: d for n, d in input_detectors.items() if score_kinds[n] not in got}
+    # labels are saved whenever a pass sees them, so a cache hit without a labels file means "no labels"
+    if todo_kinds or todo_input:
+        loader = as_loader(data, batch_size, num_workers)
+        captured, scored = _forward_passes(adapter, loader, todo_kinds, todo_input, desc=desc, progress=progress)
+        new = {k: v for k, v in captured.items() if k not in got}
+        new.update({score_kinds[n]: s for n, s in scored.items()})
+        got.update(new)
+        if cache is not None:
+            for k, v in new.items():
+                cache.save(k, v)
+    outputs = adapter.empty_outputs()
+    for k in kinds:
+        setattr(outputs, k, got[k])
+    outputs.labels = got.get("labels")
+    return outputs, {name: got[sk] for name, sk in score_kinds.items()}

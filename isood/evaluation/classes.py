@@ -1,0 +1,98 @@
+"""L3: what a classifier's logit ``k`` means (its class list) and the class label of each image.
+
+The model's class wnids in logit order (``class_list``), in this order of precedence: ``--classes FILE`` (one
+wnid per line); else the sorted wnids of ``--id-train`` when the model has that many classes; else, for a
+1000-class model whose ID wnids are all ImageNet-1K classes, the ImageNet-1K order (= sorted ImageNet-1K wnids,
+the order of every standard ImageNet model). Anything else is a class-count mismatch (an error naming both
+counts). A test image whose wnid is an ID class keeps its class index (the model may still classify a
+covariate-shifted image correctly); other test images are semantic OOD (label ``OOD_LABEL``, never correct).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from isood.defaults import OOD_LABEL
+from isood.errors import BadInputError
+from wordnet_tools.synsets import load_synset_list
+from wordnet_tools.wnids import wnid_from_path
+
+__all__ = ["imagenet_1k", "read_class_file", "class_list", "labels_for", "wnids_of", "outputs_labels"]
+
+
+def imagenet_1k() -> list[str]:
+    """The ImageNet-1K wnids in the standard (sorted) logit order."""
+    return list(load_synset_list("1k"))
+
+
+def read_class_file(path: str | Path) -> list[str]:
+    """The first word of every non-empty, non-comment line of a ``--classes`` file."""
+    p = Path(path)
+    if not p.is_file():
+        raise BadInputError(f"--classes {p}: file not found; pass a file with one wnid per line")
+    return [ln.split()[0] for ln in p.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def class_list(id_wnids: Sequence[str], n_model_classes: int | None, *, listed: Sequence[str] | None = None,
+               model_name: str = "model") -> list[str]:
+    """The model's class wnids in logit order (see the module docstring), or a one-line error.
+
+    ``id_wnids``: the wnids of the ID training images; ``listed``: the ``--classes`` file's wnids, if given.
+    """
+    wnids = sorted(set(w for w in id_wnids if w))
+    if not wnids:
+        raise BadInputError("--id-train has no class folders: pass a folder with one wnid sub-folder per class")
+    if listed is not None:
+        listed = list(listed)
+        if n_model_classes is not None and len(listed) != n_model_classes:
+            raise BadInputError(f"class-count mismatch: --classes lists {len(listed)} classes but model "
+                                f"'{model_name}' has {n_model_classes} outputs: list one wnid per model output")
+        missing = sorted(set(wnids) - set(listed))
+        if missing:
+            raise BadInputError(f"--id-train classes {', '.join(missing[:5])} are not in --classes: use the model "
+                                "trained on the ID classes")
+        return listed
+    if n_model_classes is None or len(wnids) == n_model_classes:
+        return wnids
+    if n_model_classes == 1000:
+        in1k = imagenet_1k()
+        if set(wnids) <= set(in1k):
+            return in1k
+    shown = ", ".join(wnids[:3]) + (", ..." if len(wnids) > 3 else "")
+    raise BadInputError(f"class-count mismatch: model '{model_name}' has {n_model_classes} classes but --id-train "
+                        f"has {len(wnids)} class folders ({shown}): pass the model trained on these classes, "
+                        "--num-classes with --checkpoint, or --classes FILE listing the model's classes in order")
+
+
+def labels_for(wnids: Sequence[str], classes: Sequence[str], *, strict: bool, what: str) -> np.ndarray:
+    """Class index of each wnid in ``classes``; ``OOD_LABEL`` for the others, or (``strict``) an error naming
+    them (``what``: the option the wnids came from)."""
+    index = {w: i for i, w in enumerate(classes)}
+    if strict:
+        missing = sorted(set(wnids) - set(index))
+        if missing:
+            raise BadInputError(f"{what}: classes {', '.join(missing[:5])} are not ID classes of the model "
+                                "(not in --id-train / --classes): remove them or fix the class list")
+    return np.array([index.get(w, OOD_LABEL) for w in wnids], dtype=np.int64)
+
+
+def wnids_of(table: pd.DataFrame) -> list[str]:
+    """The wnid of each row: its ``wnid`` column, else ``wordnet_tools.wnids.wnid_from_path`` of its ``path``
+    ('' when the path names no class)."""
+    if "wnid" in table.columns:
+        return table["wnid"].fillna("").astype(str).tolist()
+    return [wnid_from_path(p) or "" for p in table["path"].astype(str)]
+
+
+def outputs_labels(index: pd.DataFrame, classes: Sequence[str] | None, *, strict: bool, what: str) -> np.ndarray:
+    """Labels of a precomputed-outputs index: its ``label`` column (when there is no class list to map wnids
+    with), else its wnids mapped by ``labels_for``."""
+    if "label" in index.columns and ("wnid" not in index.columns or classes is None):
+        return index["label"].fillna(OOD_LABEL).astype(np.int64).to_numpy()
+    if classes is None:
+        raise BadInputError(f"{what}: index.parquet needs a 'label' column (or wnids plus --classes)")
+    return labels_for(wnids_of(index), classes, strict=strict, what=what)

@@ -1,0 +1,135 @@
+"""L3: image classifiers by name, wrapped as ``ModelAdapter``: timm names, ``torchvision/<name>``, local checkpoints
+(no download), and the CLI's ``--model`` option (also ``py:MODULE:FUNCTION``, a function returning the model).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+
+import torch
+
+from isood.errors import BadInputError, MissingWeightsError
+
+from .models import ModelAdapter, TimmAdapter, wrap_model
+
+__all__ = ["load_classifier", "adapter_from_option", "read_state_dict"]
+
+_TV_PREFIXES = ("torchvision/", "tv/", "torchvision:")
+
+
+def load_classifier(name: str, *, pretrained: bool = True, checkpoint: str | os.PathLike | None = None,
+                    num_classes: int | None = None) -> ModelAdapter:
+    """Load an image classifier by name and wrap it (``ModelAdapter``, in eval mode, with its own preprocessing as
+    ``.transform``).
+
+    - a timm name (``'resnet50'``, ``'resnet50.a1_in1k'``): ``timm.create_model(name, pretrained=True)``;
+    - ``'torchvision/<name>'``: ``torchvision.models.get_model(name, weights='DEFAULT')``;
+    - ``checkpoint=PATH``: the architecture with the weights of a local file (timm: ``checkpoint_path``);
+    - ``pretrained=False``: random initialisation (seed torch first for a reproducible model).
+
+    Offline without the weights in the local cache -> ``MissingWeightsError`` saying what to pass instead.
+    """
+    extra = {} if num_classes is None else {"num_classes": int(num_classes)}
+    if checkpoint is not None and not Path(checkpoint).is_file():
+        raise BadInputError(f"checkpoint '{checkpoint}' does not exist: pass the path of a local weights file")
+    if name.startswith(_TV_PREFIXES):
+        return _load_torchvision(name.split("/", 1)[-1].split(":", 1)[-1], pretrained, checkpoint, extra)
+    import timm
+    import timm.data
+
+    try:
+        if checkpoint is not None:
+            model = timm.create_model(name, pretrained=False, checkpoint_path=str(checkpoint), **extra)
+        else:
+            model = timm.create_model(name, pretrained=pretrained, **extra)
+    except RuntimeError as e:
+        if "Unknown model" in str(e):
+            raise BadInputError(f"unknown model '{name}': pass a timm model name (timm.list_models()) or "
+                                "'torchvision/<name>'") from None
+        raise
+    except (OSError, ValueError, ImportError) as e:  # hub unreachable / file not cached (LocalEntryNotFoundError)
+        if checkpoint is None and pretrained:
+            raise MissingWeightsError(
+                f"no pretrained weights for '{name}' (offline or not in the local cache): pass checkpoint=PATH of a "
+                f"local weights file, or pretrained=False for a randomly initialised model") from None
+        raise BadInputError(f"cannot load '{name}' from '{checkpoint}': {type(e).__name__}: {e}".splitlines()[0]) \
+            from None
+    cfg = timm.data.resolve_data_config(model=model)
+    return TimmAdapter(model, name=name, transform=timm.data.create_transform(**cfg))
+
+
+def _load_torchvision(arch: str, pretrained: bool, checkpoint, extra) -> ModelAdapter:
+    import torchvision
+
+    try:
+        weights = torchvision.models.get_model_weights(arch).DEFAULT
+    except (ValueError, KeyError):
+        raise BadInputError(f"unknown torchvision model '{arch}': pass a name from "
+                            "torchvision.models.list_models()") from None
+    use = weights if (pretrained and checkpoint is None) else None
+    try:
+        model = torchvision.models.get_model(arch, weights=use, **extra)
+    except (OSError, RuntimeError):  # download impossible (URLError is an OSError)
+        if use is None:
+            raise
+        raise MissingWeightsError(
+            f"no pretrained weights for 'torchvision/{arch}' (offline or not in the torch hub cache): pass "
+            f"checkpoint=PATH of a local weights file, or pretrained=False for a randomly initialised model") \
+            from None
+    if checkpoint is not None:
+        model.load_state_dict(read_state_dict(checkpoint))
+    fc, pool = ("fc", "avgpool") if hasattr(model, "fc") else ("classifier.1", "avgpool")
+    return wrap_model(model, fc=fc, pool=pool, name=f"torchvision/{arch}", transform=weights.transforms())
+
+
+def read_state_dict(path) -> dict:
+    path = str(path)
+    if path.endswith(".safetensors"):
+        from safetensors.torch import load_file
+
+        return load_file(path)
+    sd = torch.load(path, map_location="cpu", weights_only=True)
+    return sd.get("state_dict", sd) if isinstance(sd, dict) else sd
+
+
+def _from_function(option: str) -> ModelAdapter:
+    """``py:package.module:function`` -> the wrapped model the function returns (timm preprocessing if timm)."""
+    spec = option[3:]
+    mod, _, attr = spec.partition(":")
+    if not mod or not attr:
+        raise BadInputError(f"--model {option}: write py:package.module:function (a function returning the model)")
+    try:
+        obj = getattr(importlib.import_module(mod), attr)
+    except (ImportError, AttributeError) as e:
+        raise BadInputError(f"--model {option}: cannot import ({type(e).__name__}: {e})") from None
+    model = obj() if callable(obj) and not hasattr(obj, "forward") else obj
+    adapter = wrap_model(model, name=spec)
+    if adapter.transform is None and getattr(adapter.model, "pretrained_cfg", None):
+        import timm.data  # a timm model built by the user's function: its own preprocessing
+
+        adapter.transform = timm.data.create_transform(**timm.data.resolve_data_config(model=adapter.model))
+    return adapter
+
+
+def adapter_from_option(model: str | None, *, checkpoint: str | None = None, num_classes: int | None = None,
+                        n_id_classes: int | None = None) -> ModelAdapter:
+    """The classifier of the CLI's ``--model`` (a timm name, ``torchvision/<name>`` or ``py:MODULE:FUNCTION``)
+    with ``--checkpoint`` / ``--num-classes`` (default with a checkpoint: ``n_id_classes``)."""
+    if model is None:
+        raise BadInputError("--model is required with image folders: pass a timm name (e.g. resnet50), "
+                            "'torchvision/<name>' or py:MODULE:FUNCTION")
+    if model.startswith("py:"):
+        return _from_function(model)
+    n = num_classes or (n_id_classes if checkpoint else None)
+    try:
+        return load_classifier(model, checkpoint=checkpoint, num_classes=n)
+    except MissingWeightsError:
+        raise MissingWeightsError(f"no pretrained weights for '{model}' (offline or not in the local cache): pass "
+                                  "--checkpoint PATH of a local weights file (or set HF_HUB_OFFLINE=1 to fail "
+                                  "fast)") from None
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise BadInputError(f"cannot load model '{model}' from --checkpoint {checkpoint}: {first}: pass "
+                            "--num-classes N matching the checkpoint's classifier head") from None

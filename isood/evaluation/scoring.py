@@ -1,0 +1,174 @@
+"""L3: fit detectors on the ID training outputs and score datasets: from a model (``run_detectors``: one forward
+pass per batch serves every post-hoc detector; ReAct, DICE, ASH and RankFeat re-compute the head from the
+captured tensors; only ODIN re-runs forward + backward on the input) or from precomputed outputs
+(``score_precomputed``).
+
+Both paths share one requirements check (``check_requirements``), one fitting step (``fit_detectors``) and one
+scoring step (``score_dataset``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+import numpy as np
+import torch
+
+from isood.errors import BadInputError
+
+from .capture import extract_outputs
+from .detectors import CAPTURE_KINDS, Detector, ForwardOutputs, get_detector
+from .models import ModelAdapter
+
+__all__ = ["TRAIN_NAME", "DetectorScores", "resolve_detectors", "check_requirements", "fit_detectors",
+           "score_dataset", "run_detectors", "score_precomputed"]
+
+TRAIN_NAME = "id_train"
+
+
+@dataclass
+class DetectorScores:
+    """Scores per detector and dataset, plus what the metrics need from the classifier.
+
+    ``scores[detector][dataset]`` (N,) higher = more ID; ``predictions[dataset]`` argmax of the logits;
+    ``labels[dataset]`` the data's labels or None; the ID training set appears under ``train_name`` when it
+    was scored (DER needs its scores and correctness).
+    """
+
+    scores: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    predictions: dict[str, np.ndarray] = field(default_factory=dict)
+    labels: dict[str, np.ndarray | None] = field(default_factory=dict)
+    train_name: str = TRAIN_NAME
+
+    def correct(self, dataset: str) -> np.ndarray:
+        """Boolean: prediction == label (raises when the dataset has no labels)."""
+        y = self.labels.get(dataset)
+        if y is None:
+            raise BadInputError(f"dataset '{dataset}' has no labels: correctness (DER, AUROC_M) needs them")
+        return self.predictions[dataset] == y
+
+    def has_labels(self, dataset: str) -> bool:
+        return self.labels.get(dataset) is not None
+
+
+def resolve_detectors(detectors) -> dict[str, Detector]:
+    """``detectors`` (a name, a Detector, a sequence of either, or a dict name -> Detector) as a dict."""
+    if isinstance(detectors, (str, Detector)):
+        detectors = [detectors]
+    if isinstance(detectors, Mapping):
+        out = dict(detectors)
+    else:
+        out = {}
+        for d in detectors:
+            det = get_detector(d) if isinstance(d, str) else d
+            out[d if isinstance(d, str) else det.name] = det
+    if not out:
+        raise BadInputError("no detector given: pass names such as 'msp', 'energy'")
+    return out
+
+
+def check_requirements(detectors: Mapping[str, Detector], available: Iterable[str], *, source: str,
+                       hint: str) -> None:
+    """One-line error naming the first detector that needs a kind ``source`` (a model, precomputed outputs)
+    does not provide, and what it provides; ``hint`` says what to do instead."""
+    available = frozenset(available)
+    for name, d in detectors.items():
+        lack = d.missing(available)
+        if lack:
+            raise BadInputError(f"detector '{name}' needs {', '.join(sorted(lack))}, which {source} does not "
+                                f"expose (it provides {', '.join(sorted(available)) or 'nothing'}): {hint}")
+
+
+def _check_train_labels(train: ForwardOutputs, source: str) -> None:
+    n_classes = train.logits.shape[1]
+    y = train.labels
+    if y is not None and len(y) != len(train):
+        raise BadInputError(f"{len(y)} training labels for {len(train)} training images")
+    if y is not None and len(y) and (y.min() < 0 or y.max() >= n_classes):
+        raise BadInputError(f"ID training labels span [{y.min()}, {y.max()}] but {source} has {n_classes} "
+                            "classes: use the model trained on these classes")
+
+
+def fit_detectors(detectors: Mapping[str, Detector], train: ForwardOutputs, *, source: str = "the model") -> None:
+    """Fit every detector that needs fitting on the ID training outputs (with their labels)."""
+    _check_train_labels(train, source)
+    for d in detectors.values():
+        if d.needs_fit:
+            d.fit(train, train.labels)
+
+
+def score_dataset(result: DetectorScores, name: str, detectors: Mapping[str, Detector], outputs: ForwardOutputs,
+                  input_scores: Mapping[str, np.ndarray] | None = None) -> None:
+    """Predictions, labels and every detector's scores of one dataset into ``result`` (input detectors such as
+    ODIN take theirs from ``input_scores``)."""
+    result.predictions[name] = outputs.logits.argmax(axis=1)
+    result.labels[name] = outputs.labels
+    for det, d in detectors.items():
+        s = input_scores[det] if "input" in d.requires else d.score(outputs)
+        result.scores.setdefault(det, {})[name] = np.asarray(s, dtype=np.float64)
+
+
+def _union(detectors: Iterable[Detector]) -> set[str]:
+    return set().union(*(d.requires for d in detectors)) & set(CAPTURE_KINDS)
+
+
+def run_detectors(adapter: ModelAdapter, detectors, datasets: Mapping[str, object], *, id_train=None,
+                  train_labels: np.ndarray | None = None, score_train: bool = False, batch_size: int = 64,
+                  device: str | torch.device = "cpu", num_workers: int = 0, progress: bool = False,
+                  cache_dir: str | os.PathLike | None = None, data_ids: Mapping[str, str] | None = None,
+                  preprocess_id: str = "") -> DetectorScores:
+    """Fit ``detectors`` on ``id_train`` and score every dataset of ``datasets`` (name -> data).
+
+    ``detectors``: names, ``Detector`` instances, or a dict name -> instance. One forward pass per batch captures
+    the union of what they need (plus logits, for predictions); the ID training set is passed only if a detector
+    needs fitting (or ``score_train``). ``train_labels`` override the labels the training data yields (MDS needs
+    real labels). ``data_ids`` (dataset name -> identity string; the training set under ``'id_train'``) enable
+    the on-disk cache in ``cache_dir``.
+    """
+    dets = resolve_detectors(detectors)
+    check_requirements(dets, adapter.provides, source=f"model '{adapter.name}'",
+                       hint="drop the detector or use a model that has them")
+    post = {n: d for n, d in dets.items() if "input" not in d.requires}
+    inputs = {n: d for n, d in dets.items() if "input" in d.requires}
+    kinds = _union(post.values()) | {"logits"}
+    data_ids = dict(data_ids or {})
+    common = dict(batch_size=batch_size, device=device, num_workers=num_workers, progress=progress,
+                  cache_dir=cache_dir if data_ids else None, preprocess_id=preprocess_id)
+    result = DetectorScores()
+    fit_needed = [d for d in post.values() if d.needs_fit]
+    if fit_needed or score_train:
+        if id_train is None:
+            names = ", ".join(d.name for d in fit_needed) or "score_train"
+            raise BadInputError(f"{names} need the ID training data: pass id_train=")
+        train_kinds = (_union(fit_needed) | {"logits"}) | (kinds if score_train else set())
+        tr, tr_inputs = extract_outputs(adapter, id_train, train_kinds, data_id=data_ids.get(TRAIN_NAME),
+                                        input_detectors=inputs if score_train else {}, desc="ID train", **common)
+        if train_labels is not None:
+            tr.labels = np.asarray(train_labels)
+        fit_detectors(post, tr, source=f"model '{adapter.name}'")
+        if score_train:
+            score_dataset(result, TRAIN_NAME, dets, tr, tr_inputs)
+    for name, data in datasets.items():
+        outs, in_scores = extract_outputs(adapter, data, kinds, data_id=data_ids.get(name), input_detectors=inputs,
+                                          desc=name, **common)
+        score_dataset(result, name, dets, outs, in_scores)
+    return result
+
+
+def score_precomputed(detectors: Mapping[str, Detector], train: ForwardOutputs,
+                      datasets: Mapping[str, ForwardOutputs], *, score_train: bool) -> DetectorScores:
+    """``DetectorScores`` from precomputed outputs (no model): fit on ``train``, score every dataset (and the
+    training set itself with ``score_train``)."""
+    check_requirements(detectors, train.available, source="the precomputed outputs",
+                       hint="add them to the outputs folders or pass image folders and --model")
+    for name, d in detectors.items():
+        if "input" in d.requires:
+            raise BadInputError(f"detector '{name}' perturbs the input images, which precomputed outputs do not "
+                                "hold: drop it or pass image folders and --model")
+    fit_detectors(detectors, train, source="the logits")
+    result = DetectorScores()
+    for name, outs in {**({TRAIN_NAME: train} if score_train else {}), **datasets}.items():
+        score_dataset(result, name, detectors, outs)
+    return result

@@ -1,0 +1,70 @@
+"""L3: an evaluation as an ``evaluation`` manifest: Parquet tables (``cell_metrics``, ``level_curves``, ``table1``,
+``detector_means``; with them ``scores``, ``sanity``, ``cell_metrics_random``), ``results/*.csv`` copies,
+``plots/*.png``, ``report.html``, ``summary.md`` and the dataset card; ``manifest.json`` last.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+import manifests
+from isood.errors import BadInputError
+from isood.kinds import EVALUATION
+
+from .cells import CellEvaluation
+from .plots import render_plots
+from .report import render_html, render_markdown, table1_frame
+
+__all__ = ["evaluation_tables", "evaluation_files", "write_evaluation"]
+
+
+def evaluation_tables(result: CellEvaluation, *, scores: pd.DataFrame | None = None,
+                      sanity: pd.DataFrame | None = None,
+                      random_per_cell: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
+    """The manifest's tables by name (optional ones only when given)."""
+    tables = {"cell_metrics": result.per_cell, "level_curves": result.levels, "table1": result.summary,
+              "detector_means": result.means}
+    optional = {"scores": scores, "sanity": sanity, "cell_metrics_random": random_per_cell}
+    return {**tables, **{k: v for k, v in optional.items() if v is not None}}
+
+
+def evaluation_files(result: CellEvaluation, tables: Mapping[str, pd.DataFrame], images: Mapping[str, bytes], *,
+                     title: str, meta: Mapping[str, Any] | None, sanity: pd.DataFrame | None) -> dict[str, bytes | str]:
+    """The manifest's other files: the plots, CSV copies of the tables (not ``scores``), Table 1 laid out wide,
+    the HTML report and the markdown summary."""
+    files: dict[str, bytes | str] = dict(images)
+    for name, t in tables.items():
+        if name != "scores":
+            files[f"results/{name}.csv"] = t.to_csv(index=False, float_format="%.6g")
+    files["results/table1_wide.csv"] = table1_frame(result).to_csv(index=False, float_format="%.6g")
+    files["report.html"] = render_html(result, images, title=title, meta=meta, sanity=sanity)
+    files["summary.md"] = render_markdown(result, title=title, meta=meta, sanity=sanity)
+    return files
+
+
+def write_evaluation(result: CellEvaluation, out: str | os.PathLike, *, config: Mapping[str, Any] | None = None,
+                     inputs: Sequence[dict] = (), scores: pd.DataFrame | None = None,
+                     sanity: pd.DataFrame | None = None, random_per_cell: pd.DataFrame | None = None,
+                     metrics: Sequence[str] | None = None, heatmap_metrics: Sequence[str] | None = None,
+                     meta: Mapping[str, Any] | None = None, title: str = "isood evaluation",
+                     summary: Mapping[str, Any] | None = None, argv: list[str] | None = None) -> manifests.Manifest:
+    """Write a ``CellEvaluation`` (plus optional per-image ``scores`` and the sanity tables) as an ``evaluation``
+    manifest in ``out``. ``metrics`` / ``heatmap_metrics``: what to draw (default: every computed metric).
+    Returns the ``manifests.Manifest``."""
+    for chosen in (metrics, heatmap_metrics):
+        unknown = set(chosen or ()) - set(result.metrics)
+        if unknown:
+            raise BadInputError(f"--plot-metrics {', '.join(sorted(unknown))} were not computed: pass among "
+                                f"{', '.join(result.metrics)}")
+    images = render_plots(result, metrics=metrics, heatmap_metrics=heatmap_metrics)
+    tables = evaluation_tables(result, scores=scores, sanity=sanity, random_per_cell=random_per_cell)
+    files = evaluation_files(result, tables, images, title=title, meta=meta, sanity=sanity)
+    n_na = int(result.per_cell["na"].sum())
+    summ = {"cells": int(len(result.per_cell)), "cells_na": n_na, "plots": len(images), **(summary or {})}
+    return manifests.write_with_card(
+        out, kind=EVALUATION, tables=tables, config=dict(config or {}), inputs=list(inputs), files=files,
+        summary=summ, note=f"{len(result.detectors)} detectors on {', '.join(result.datasets)}", argv=argv,
+        title=title)

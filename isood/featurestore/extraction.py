@@ -1,0 +1,205 @@
+"""Resumable sharded extraction on any ``BatchEngine``, and the ``features`` manifest."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import pandas as pd
+
+from isood.clip import ClipEncoder, ClipEncodeWorker, load_clip, parse_clip_spec
+from isood.errors import BadInputError, IsoodError
+from isood.images import ImageSource, list_images
+from isood.kinds import FEATURES
+from isood.runtime import BatchEngine, LocalEngine, default_workers
+from isood.featurestore.shards import (
+    SHARD_NAME, ShardAssembler, complete_shard, image_batches, index_tables, remove_stale_shards, shard_bounds, shard_count,
+    shard_dim, shard_files, shard_key, write_shard,
+)
+from manifests.store import Manifest, check_output_kind, input_record, park, unpark, write_manifest
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE", "DEFAULT_SHARD_SIZE", "ExtractResult", "ShardRun",
+    "check_sizes", "extract_shards", "write_features_manifest", "extract_features",
+]
+
+DEFAULT_BATCH_SIZE = 64
+DEFAULT_SHARD_SIZE = 10_000
+
+
+@dataclass
+class ExtractResult:
+    """What an extraction did: the manifest, images encoded / rejected, shards written now / reused."""
+
+    manifest: Manifest
+    n_images: int
+    n_rejected: int
+    shards_written: list[int]
+    shards_reused: list[int]
+    embed_dim: int | None
+
+
+@dataclass
+class ShardRun:
+    """The shards an extraction made complete in ``out``: ``rows`` (shard -> its rows table), their ``keys``,
+    which were ``written`` now, the feature dimension, and the manifest ``config`` / ``inputs`` of the run."""
+
+    out: Path
+    shards: list[int]
+    n_shards: int
+    keys: dict[int, str]
+    rows: dict[int, pd.DataFrame]
+    written: list[int]
+    embed_dim: int | None
+    config: dict = field(default_factory=dict)
+    inputs: list = field(default_factory=list)
+
+    def result(self, manifest: Manifest) -> ExtractResult:
+        n_ok = sum(int((self.rows[k]["row"] >= 0).sum()) for k in self.shards)
+        n_bad = sum(int((self.rows[k]["row"] < 0).sum()) for k in self.shards)
+        reused = sorted(set(self.rows) - set(self.written))
+        return ExtractResult(manifest, n_ok, n_bad, sorted(self.written), reused, self.embed_dim)
+
+
+def check_sizes(*, batch_size: int, shard_size: int) -> None:
+    """One-line error unless both sizes are >= 1."""
+    if int(shard_size) < 1 or int(batch_size) < 1:
+        raise BadInputError("--shard-size and --batch-size must be >= 1")
+
+
+@dataclass
+class _Model:
+    """The model as the run needs it: the encoder when loaded here, else the name the engine's workers load."""
+
+    spec: str
+    identity: str
+    encoder: ClipEncoder | None
+    device: str
+
+
+def _model(clip: str | ClipEncoder, engine: BatchEngine, device: str | None) -> _Model:
+    """In-process engine: the loaded encoder (loaded once, here). Other engines: the driver never loads the model
+    (the workers do); its name is validated and its identity computed without the weights."""
+    if engine.name == "local":
+        encoder = clip if isinstance(clip, ClipEncoder) else load_clip(clip, device)
+        return _Model(encoder.spec, encoder.identity, encoder, str(encoder.device))
+    spec = clip.spec if isinstance(clip, ClipEncoder) else str(clip).strip()
+    return _Model(spec, parse_clip_spec(spec).identity, None, engine.device_name(device))
+
+
+def _encode(source: ImageSource, model: _Model, out: Path, todo: Sequence[int], keys: Mapping[int, str], *,
+            shard_size: int, batch_size: int, threads: int, engine: BatchEngine, progress: bool,
+            on_shard: Callable[[int], None] | None) -> dict[int, pd.DataFrame]:
+    """Encode the files of shards ``todo`` on ``engine``; write each shard as soon as it is complete."""
+    rels = source.table["path"].tolist()
+    batches = image_batches(source.files, rels, todo, shard_size=shard_size, batch_size=batch_size)
+    assembler = ShardAssembler(source.table, todo, shard_size=shard_size)
+    args = (model.encoder if model.encoder is not None else model.spec, model.device, threads)
+    written: dict[int, pd.DataFrame] = {}
+    total = sum(len(b["i"]) for b in batches)
+    for result in engine.map(ClipEncodeWorker, args, batches, total=total,
+                             description=f"extracting {source.source.name}", progress=progress):
+        for shard in assembler.add(result):
+            write_shard(out, shard.shard, keys[shard.shard], shard.rows, shard.features)
+            written[shard.shard] = shard.rows
+            if on_shard is not None:
+                on_shard(shard.shard)
+    if assembler.pending:
+        raise IsoodError(f"{out}: shard(s) {assembler.pending} did not receive every image; rerun to resume")
+    return written
+
+
+def _run_config(source: ImageSource, model: _Model, engine: BatchEngine, *, embed_dim: int | None,
+               shard_size: int, batch_size: int, threads: int) -> dict:
+    """The manifest config of an extraction. ``workers``: the decoding threads of the in-process engine, or
+    the workers another engine names in its config (Ray: the actors asked for); other engines add their own
+    entry (``ray``)."""
+    engine_config = engine.as_config() if engine.name != "local" else {}
+    config = {"images": str(source.source), "source_kind": source.kind, "clip": model.spec,
+              "clip_identity": model.identity, "embed_dim": embed_dim, "shard_size": int(shard_size),
+              "batch_size": int(batch_size), "workers": engine_config.get("workers", threads),
+              "device": model.device, "engine": engine.name}
+    if engine_config:
+        config[engine.name] = engine_config
+    return config
+
+
+def extract_shards(source: ImageSource, clip: str | ClipEncoder, out: str | os.PathLike, *,
+                   shards: Sequence[int] | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
+                   workers: int | None = None, shard_size: int = DEFAULT_SHARD_SIZE, device: str | None = None,
+                   progress: bool = True, engine: BatchEngine | None = None,
+                   on_shard: Callable[[int], None] | None = None) -> ShardRun:
+    """Make ``shards`` (default: all) of ``source`` complete in ``out``: complete shards (same model, same member
+    files and sizes) are kept, the others (re)computed on ``engine`` (default: this process). ``workers``:
+    image-decoding threads of each model worker (default ``isood.runtime.default_workers()``). The directory
+    is parked (reads as unfinished) until the caller writes its manifest."""
+    check_sizes(batch_size=batch_size, shard_size=shard_size)
+    engine = engine if engine is not None else LocalEngine()
+    out = Path(out)
+    model = _model(clip, engine, device)
+    threads = default_workers() if workers is None else int(workers)
+    n = len(source.files)
+    n_shards = shard_count(n, shard_size)
+    shards = list(range(n_shards)) if shards is None else list(shards)
+    out.mkdir(parents=True, exist_ok=True)
+    rels = source.table["path"].tolist()
+    keys = {k: shard_key(model.identity, rels[slice(*shard_bounds(k, shard_size, n))],
+                         source.sizes[slice(*shard_bounds(k, shard_size, n))]) for k in shards}
+    rows = {k: r for k in shards if (r := complete_shard(out, k, keys[k])) is not None}
+    todo = [k for k in shards if k not in rows]
+    if todo or not (out / "manifest.json").is_file():
+        park(out)
+    written: dict[int, pd.DataFrame] = {}
+    if todo:
+        for k in todo:  # an old complete-looking shard must not survive beside a new rows file
+            (out / SHARD_NAME.format(k)).unlink(missing_ok=True)
+        written = _encode(source, model, out, todo, keys, shard_size=shard_size, batch_size=batch_size,
+                          threads=threads, engine=engine, progress=progress, on_shard=on_shard)
+        rows.update(written)
+    embed_dim = model.encoder.embed_dim if model.encoder is not None else shard_dim(out, shards)
+    remove_stale_shards(out, set(shards))
+    config = _run_config(source, model, engine, embed_dim=embed_dim, shard_size=shard_size, batch_size=batch_size,
+                        threads=threads)
+    inputs = [input_record("images", source.source, sha256=source.listing_sha256)]
+    return ShardRun(out, shards, n_shards, keys, rows, sorted(written), embed_dim, config, inputs)
+
+
+def write_features_manifest(out: str | os.PathLike, shard_rows: Mapping[int, pd.DataFrame], config: Mapping,
+                            inputs: Sequence[dict], *, argv: list[str] | None = None) -> Manifest:
+    """The ``features`` manifest of complete shards 0..n-1 in ``out`` (``shard_rows``: k -> its rows table):
+    ``index``, ``rejected``, every shard registered. Shared by extraction and ``isood merge``, so a merged job
+    array and a single run write the same bytes."""
+    out = Path(out)
+    n_shards = len(shard_rows)
+    if sorted(shard_rows) != list(range(n_shards)):
+        raise IsoodError(f"{out}: shards {sorted(set(range(n_shards)) - set(shard_rows))} are missing")
+    index, rejected = index_tables(shard_rows)
+    unpark(out)
+    return write_manifest(
+        out, kind=FEATURES, tables={"index": index, "rejected": rejected}, config=config, inputs=inputs,
+        existing_files=shard_files(range(n_shards)), note=f"features of {len(index)} images", argv=argv,
+        summary={"images": int(len(index)), "rejected": int(len(rejected)), "embed_dim": config.get("embed_dim"),
+                 "shards": n_shards})
+
+
+def extract_features(images: str | os.PathLike, clip: str | ClipEncoder, out: str | os.PathLike, *,
+                     batch_size: int = DEFAULT_BATCH_SIZE, workers: int | None = None,
+                     shard_size: int = DEFAULT_SHARD_SIZE, device: str | None = None, progress: bool = True,
+                     argv: list[str] | None = None, engine: BatchEngine | None = None,
+                     on_shard: Callable[[int], None] | None = None) -> ExtractResult:
+    """Extract L2-normalised CLIP image features of ``images`` (dataset root or file list) into the ``features``
+    manifest ``out``.
+
+    Resumable: complete shards (same model, same member files and sizes) are kept; others are (re)computed.
+    ``engine``: where the model runs (default ``LocalEngine()``: this process, ``workers`` decoding threads;
+    ``isood.engines.ray.RayEngine``: Ray actors, each holding one model). Every engine writes the same shards
+    and manifest. ``on_shard(k)`` is called after shard k is written (tests use it to interrupt a run).
+    """
+    check_sizes(batch_size=batch_size, shard_size=shard_size)
+    source = list_images(images)
+    check_output_kind(out, FEATURES)
+    run = extract_shards(source, clip, out, batch_size=batch_size, workers=workers, shard_size=shard_size,
+                         device=device, progress=progress, engine=engine, on_shard=on_shard)
+    return run.result(write_features_manifest(out, run.rows, run.config, run.inputs, argv=argv))

@@ -1,0 +1,352 @@
+"""L3: the manifest kinds isood writes, as contracts: their tables (a schema each), the fields other stages may
+read, a typed view per kind and the layout of their dataset cards.
+
+Stages exchange data only through manifests read with ``manifests.read(path, kind=...)``, which checks the kind
+and every table's schema against the spec registered here and returns the typed view (``SplitsView.edges``,
+``.test_root``, ``.clip``...). A stage never reads another stage's ``command.config``: the views do, in one place.
+The specs live here, one module below the stages, so that a stage can read another's output without importing
+that stage; each spec names the command that writes it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from isood.defaults import NA_THRESHOLD
+from isood.errors import BadInputError, ManifestError
+from isood.grid import AXES, axis_edges as grid_axis_edges
+from manifests.card import markdown_table
+from manifests.schema import BOOL, FLOAT, INT, STRING, CardSpec, KindSpec, TableSpec, register_kind
+from manifests.store import ManifestView
+
+__all__ = [
+    "FEATURES", "FEATURES_PART", "SPLITS", "SYN_IS", "SYN_IS_PROMPTS", "SYN_IS_PART", "CLASS_FILTER", "AUDIT",
+    "IMAGE_LIST", "EVALUATION", "GRID_KINDS", "FeaturesView", "SplitsView", "SynView", "ClassFilterView",
+    "AuditView", "ImageListView", "EvaluationView", "IMAGES_COLUMNS", "CELLS_COLUMNS", "EDGES_COLUMNS",
+    "LAID_FILE",
+]
+
+FEATURES, FEATURES_PART = "features", "features-part"
+SPLITS = "splits"
+SYN_IS, SYN_IS_PROMPTS, SYN_IS_PART = "syn-is", "syn-is-prompts", "syn-is-part"
+CLASS_FILTER, AUDIT = "class-filter", "audit"
+IMAGE_LIST = "image-list"
+EVALUATION = "evaluation"
+#: Kinds whose images are binned into the shift grid (an ``images`` table with levels, ``cells``, ``edges``).
+GRID_KINDS = (SPLITS, SYN_IS)
+#: The LAID weights a splits / Syn-IS manifest carries (+ ``laid.json``).
+LAID_FILE = "laid.safetensors"
+
+# ------------------------------------------------------------------------------------------------ schemas
+IMAGES_COLUMNS = {"path": STRING, "wnid": STRING, "d_sem": FLOAT, "d_cov": FLOAT, "sem_level": INT,
+                  "cov_level": INT, "cell": STRING}
+CELLS_COLUMNS = {"cell": STRING, "cov_level": INT, "sem_level": INT, "n": INT, "na": BOOL}
+EDGES_COLUMNS = {"axis": STRING, "level": INT, "lower": FLOAT, "upper": FLOAT}
+_CLASSES_COLUMNS = {"wnid": STRING, "name": STRING, "decision": STRING, "rule": STRING, "conflict_wnid": STRING,
+                    "conflict_name": STRING, "conflict_hops": INT}
+_SUMMARY_COLUMNS = {"decision": STRING, "rule": STRING, "classes": INT}
+_SYN_IMAGES = {**IMAGES_COLUMNS, "prompt": STRING, "negative_prompt": STRING, "style": STRING, "label": STRING,
+               "prompt_id": STRING, "image_index": INT, "seed": INT, "sha256": STRING}
+_SYN_PROMPTS = {"prompt_id": STRING, "style": STRING, "wnid": STRING, "label": STRING, "prompt": STRING,
+                "negative_prompt": STRING, "d_sem": FLOAT, "d_cov": FLOAT, "sem_level": INT, "cov_level": INT,
+                "cell": STRING, "selected": BOOL}
+_SYN_REJECTED = {"stage": STRING, "path": STRING, "prompt_id": STRING, "style": STRING, "wnid": STRING,
+                 "label": STRING, "prompt": STRING, "reason": STRING}
+
+
+# ------------------------------------------------------------------------------------------------ views
+class ClipProvenance(ManifestView):
+    """A manifest whose numbers come from one CLIP: the ``--clip`` name and the identity of its weights."""
+
+    @property
+    def clip(self) -> str | None:
+        """The ``--clip`` name (None when unknown, e.g. an import)."""
+        return self.field("clip")
+
+    @property
+    def clip_identity(self) -> str | None:
+        return self.field("clip_identity")
+
+
+class GridView(ClipProvenance):
+    """A manifest whose images are binned into the shift grid: ``images``, ``cells``, ``edges``."""
+
+    @property
+    def images(self) -> pd.DataFrame:
+        return self.frame("images")
+
+    @property
+    def cells(self) -> pd.DataFrame:
+        return self.frame("cells")
+
+    @property
+    def edges(self) -> pd.DataFrame:
+        """The edges table: axis ('sem' | 'cov'), level, lower, upper."""
+        return self.frame("edges")
+
+    def axis_edges(self, axis: str) -> np.ndarray:
+        """The n_levels + 1 edges of one axis ('sem' or 'cov'), from the edges table (``isood.grid.axis_edges``)."""
+        if axis not in AXES:
+            raise BadInputError(f"unknown axis {axis!r}; pass one of {', '.join(AXES)}")
+        try:
+            return grid_axis_edges(self.edges, axis)
+        except BadInputError as e:
+            raise ManifestError(f"{self.root}: {e}; rebuild the manifest") from None
+
+    @property
+    def n_levels(self) -> int:
+        """Levels per axis (rows of one axis in the edges table)."""
+        return int((self.edges["axis"] == "sem").sum())
+
+    @property
+    def na_threshold(self) -> int:
+        return int(self.field("na_threshold", NA_THRESHOLD))
+
+    @property
+    def laid_path(self) -> Path | None:
+        """The LAID weights the manifest carries, or None."""
+        listed = {r["path"] for r in self.meta.get("files", [])}
+        return self.path(LAID_FILE) if LAID_FILE in listed else None
+
+class SplitsView(GridView):
+    """``isood build-splits`` / ``isood import isood-lists`` output."""
+
+    @property
+    def test_root(self) -> str | None:
+        """The folder the images' paths are relative to (None when unknown, e.g. an import)."""
+        return self.field("test_root")
+
+    @property
+    def id_root(self) -> str | None:
+        return self.field("id_root")
+
+    @property
+    def id_features(self) -> str | None:
+        """The ID feature set the shifts were measured against: ``features-id/`` inside the manifest when
+        build-splits extracted it, else the precomputed feature set it was given (when it still exists)."""
+        inside = self.root / "features-id"
+        if (inside / "manifest.json").is_file():
+            return str(inside)
+        given = self.field("id")
+        return str(given) if given and Path(given).exists() else None
+
+
+class SynView(GridView):
+    """``isood generate-syn`` output (images relative to the manifest folder)."""
+
+
+class FeaturesView(ClipProvenance):
+    """``isood extract`` output: shards ``features-NNNNN.npy`` + ``index`` (path, wnid, shard, row)."""
+
+    @property
+    def index(self) -> pd.DataFrame:
+        return self.frame("index")
+
+    @property
+    def rejected(self) -> pd.DataFrame:
+        return self.frame("rejected") if "rejected" in self.tables else pd.DataFrame(columns=["path", "wnid", "error"])
+
+    @property
+    def embed_dim(self) -> int | None:
+        v = self.field("embed_dim")
+        return None if v is None else int(v)
+
+    @property
+    def image_root(self) -> str | None:
+        """The folder the index paths are relative to (the image folder, or the folder of the file list)."""
+        images = self.field("images")
+        if not images:
+            return None
+        return str(Path(images).parent) if self.field("source_kind") == "list" else str(images)
+
+
+class ClassFilterView(ManifestView):
+    """``isood wordnet filter`` output."""
+
+    @property
+    def classes(self) -> pd.DataFrame:
+        return self.frame("classes")
+
+    def kept(self) -> tuple[list[str], dict[str, str]]:
+        """Kept wnids (sorted) and their names."""
+        df = self.classes
+        kept = df[df["decision"] == "keep"]
+        names = {str(w): str(n) for w, n in zip(kept["wnid"], kept["name"]) if isinstance(n, str) and n}
+        return sorted(kept["wnid"].astype(str)), names
+
+
+class AuditView(ClassFilterView):
+    """``isood wordnet audit`` output."""
+
+
+class ImageListView(ManifestView):
+    """``isood import imagenet-ood`` / ``openood-imglist`` output."""
+
+    @property
+    def images(self) -> pd.DataFrame:
+        return self.frame("images")
+
+
+class EvaluationView(ManifestView):
+    """``isood evaluate`` output."""
+
+    @property
+    def cell_metrics(self) -> pd.DataFrame:
+        return self.frame("cell_metrics")
+
+
+# ------------------------------------------------------------------------------------------------ cards
+def _grid_configs(tables: Mapping[str, Any], meta: Mapping[str, Any]) -> set | None:
+    """The cells that get a `datasets` config: the measured (non-N/A) cells of the ``cells`` table, else the
+    cells of the main table with at least the N/A threshold of images. With a ``source`` column a cell is
+    measured per source: ``(source, cell)`` pairs (``manifests.card`` gives that cell's config that split only)."""
+    cells = tables.get("cells")
+    if cells is not None and {"cell", "na"} <= set(cells.columns):
+        usable = cells[~cells["na"].astype(bool)]
+        keys = zip(usable["source"].fillna("").astype(str) if "source" in usable.columns else [""] * len(usable),
+                   usable["cell"].astype(str))
+        return {(s, c) if s else c for s, c in keys}
+    images = tables.get("images")
+    if images is None or "cell" not in images.columns:
+        return set()
+    threshold = int(((meta.get("command") or {}).get("config") or {}).get("na_threshold", NA_THRESHOLD))
+    ok = images[(images["sem_level"] >= 0) & (images["cov_level"] >= 0)] if "sem_level" in images.columns else images
+    src = ok["source"].fillna("").astype(str) if "source" in ok.columns else pd.Series("", index=ok.index)
+    counts = pd.Series(1, index=ok.index).groupby([src, ok["cell"].astype(str)]).sum()
+    return {(s, c) if s else c for (s, c), n in counts.items() if n >= threshold}
+
+
+def _grid_sections(meta: Mapping[str, Any], tables: Mapping[str, Any]) -> list[tuple[str, str]]:
+    out = []
+    cells = tables.get("cells")
+    if cells is not None and {"cov_level", "sem_level", "n", "na"} <= set(cells.columns):
+        out.append(("Counts per cell", _grid_markdown(cells)))
+    edges = tables.get("edges")
+    if edges is not None:
+        out.append(("Grid edges", "The level boundaries of each shift axis (table `edges`).\n\n"
+                    + markdown_table(edges)))
+    return out
+
+
+def _grid_markdown(cells: pd.DataFrame) -> str:
+    """Rows: covariate level; columns: semantic level; N/A cells with their count in brackets."""
+    usable = int((~cells["na"].astype(bool)).sum())
+    text = ["Rows: covariate level; columns: semantic level (0-based; cell `cov_{c}_sem_{s}`). N/A cells (fewer "
+            "images than the N/A threshold) get no config; their count is shown in brackets. "
+            f"{usable} cells usable, {len(cells) - usable} N/A.\n"]
+    sources = sorted(cells["source"].fillna("").astype(str).unique()) if "source" in cells.columns else [""]
+    for source in sources:
+        part = cells if source == "" and "source" not in cells.columns else cells[cells["source"].fillna("") == source]
+        n = 1 + int(max(part["cov_level"].max(), part["sem_level"].max()))
+        grid = {(int(r.cov_level), int(r.sem_level)): r for r in part.itertuples(index=False)}
+        if source:
+            text.append(f"**{source}**\n")
+        text.append("| cov \\ sem | " + " | ".join(str(s) for s in range(n)) + " |")
+        text.append("|---|" + "---|" * n)
+        for c in range(n):
+            row = []
+            for s in range(n):
+                rec = grid.get((c, s))
+                row.append("–" if rec is None else (f"N/A ({int(rec.n)})" if rec.na else str(int(rec.n))))
+            text.append(f"| {c} | " + " | ".join(row) + " |")
+        text.append("")
+    return "\n".join(text)
+
+
+def _imagenet_licence(meta: Mapping[str, Any]) -> str:
+    return ("ImageNet images are never redistributed: this dataset holds relative image paths, WordNet ids and shift "
+            "values only. Obtain ImageNet-1K / ImageNet-21K from https://image-net.org under its terms of access and "
+            "resolve `path` against the root of your own copy. WordNet is under the Princeton WordNet licence. "
+            "The metadata in this repository is released by its publisher under the licence stated in the front "
+            "matter.\n")
+
+
+def _syn_licence(meta: Mapping[str, Any]) -> str:
+    pipeline = ((meta.get("command") or {}).get("config") or {}).get("pipeline") or "stabilityai/sdxl-turbo"
+    settings = (((meta.get("command") or {}).get("config") or {}).get("generator") or {}).get("settings") or {}
+    pipeline = settings.get("pipeline", pipeline)
+    return (f"The Syn-IS images under `images/` were generated with `{pipeline}` and may be redistributed within "
+            "the terms of that model's licence (for SDXL-Turbo: the Stability AI licence); check it before any "
+            "commercial use. Prompts use ImageNet-21K labels (WordNet, Princeton licence). No ImageNet image is "
+            "included; `d_sem` / `d_cov` were measured against in-distribution ImageNet features.\n")
+
+
+_GRID_CARD = dict(main="images", split="test", split_by="source", config_by="cell", allowed_configs=_grid_configs,
+                  sections=_grid_sections)
+_DECISION_CARD = dict(main="classes", config_by="decision", config_names={"keep": "kept", "drop": "dropped"},
+                      licence=_imagenet_licence)
+
+# ------------------------------------------------------------------------------------------------ registry
+_GRID_FIELDS = {"clip": "command.config.clip", "clip_identity": "command.config.clip_identity",
+                "na_threshold": "command.config.na_threshold"}
+
+register_kind(KindSpec(
+    FEATURES, writer="isood extract", view=FeaturesView,
+    tables={"index": TableSpec({"path": STRING, "wnid": STRING, "shard": INT, "row": INT}),
+            "rejected": TableSpec({"path": STRING, "error": STRING}, optional=True)},
+    fields={"clip": "command.config.clip", "clip_identity": "command.config.clip_identity",
+            "embed_dim": "summary.embed_dim", "images": "command.config.images",
+            "source_kind": "command.config.source_kind"},
+    card=CardSpec(title="isood features manifest", description="Image features and their index.", main="index",
+                  licence=_imagenet_licence)))
+register_kind(KindSpec(
+    FEATURES_PART, writer="isood extract --num-shards N --shard-index i",
+    tables={"shards": TableSpec({"shard": INT, "key": STRING, "images": INT, "rejected": INT})},
+    fields={"embed_dim": "summary.embed_dim"}))
+register_kind(KindSpec(
+    SPLITS, writer="isood build-splits (or isood import isood-lists)", view=SplitsView,
+    tables={"images": TableSpec(IMAGES_COLUMNS), "cells": TableSpec(CELLS_COLUMNS), "edges": TableSpec(EDGES_COLUMNS),
+            "dropped": TableSpec({"set": STRING, "path": STRING, "wnid": STRING, "reason": STRING}, optional=True)},
+    fields={**_GRID_FIELDS, "test_root": "command.config.test_root", "id_root": "command.config.id_root",
+            "id": "command.config.id"},
+    card=CardSpec(title="isood splits manifest", licence=_imagenet_licence, **_GRID_CARD,
+                  description="OOD test images graded by semantic (D_sem) and covariate (D_cov) shift from the "
+                  "in-distribution set and binned into a grid of shift levels (IS-OOD, \"A Sorites Paradox\").")))
+_SYN_TABLES = {"images": TableSpec(_SYN_IMAGES), "prompts": TableSpec(_SYN_PROMPTS),
+               "edges": TableSpec(EDGES_COLUMNS), "rejected": TableSpec(_SYN_REJECTED)}
+_SYN_DESCRIPTION = ("Syn-IS: images generated from style x label prompts, graded by the prompts' semantic and "
+                    "covariate shift and binned into a grid of shift levels.")
+register_kind(KindSpec(
+    SYN_IS, writer="isood generate-syn", view=SynView,
+    tables={**_SYN_TABLES, "cells": TableSpec(CELLS_COLUMNS)}, fields=dict(_GRID_FIELDS),
+    card=CardSpec(title="Syn-IS", description=_SYN_DESCRIPTION, licence=_syn_licence, **_GRID_CARD)))
+register_kind(KindSpec(
+    SYN_IS_PROMPTS, writer="isood generate-syn --prompts-only", view=SynView,
+    tables={**_SYN_TABLES, "cells": TableSpec(CELLS_COLUMNS)}, fields=dict(_GRID_FIELDS)))
+register_kind(KindSpec(
+    SYN_IS_PART, writer="isood generate-syn --num-shards N --shard-index i",
+    tables={**_SYN_TABLES, "plan": TableSpec({"path": STRING})}))
+register_kind(KindSpec(
+    CLASS_FILTER, writer="isood wordnet filter", view=ClassFilterView,
+    tables={"classes": TableSpec(_CLASSES_COLUMNS), "summary": TableSpec(_SUMMARY_COLUMNS)},
+    card=CardSpec(title="isood class-filter manifest", **_DECISION_CARD,
+                  description="The ImageNet-OOD class filter: every candidate class with its decision, the rule "
+                  "that dropped it and the in-distribution class it conflicts with.")))
+register_kind(KindSpec(
+    AUDIT, writer="isood wordnet audit", view=AuditView,
+    tables={"classes": TableSpec({**_CLASSES_COLUMNS, "entries": INT}),
+            "summary": TableSpec({**_SUMMARY_COLUMNS, "entries": INT})},
+    card=CardSpec(title="isood audit manifest", **_DECISION_CARD,
+                  description="An audit of an OOD class or image list for WordNet hierarchy leaks into the "
+                  "in-distribution classes.")))
+register_kind(KindSpec(
+    IMAGE_LIST, writer="isood import imagenet-ood / openood-imglist", view=ImageListView,
+    tables={"images": TableSpec({"path": STRING, "wnid": STRING, "label": INT})},
+    card=CardSpec(title="OOD image list", description="An OOD image list (relative image paths).", main="images",
+                  split="test", licence=_imagenet_licence)))
+register_kind(KindSpec(
+    EVALUATION, writer="isood evaluate", view=EvaluationView,
+    tables={"cell_metrics": TableSpec({"detector": STRING, "dataset": STRING, "cell": STRING, "cov_level": INT,
+                                       "sem_level": INT, "n": INT, "na": BOOL}),
+            "level_curves": TableSpec({"detector": STRING, "dataset": STRING, "axis": STRING, "level": INT,
+                                       "metric": STRING, "value": FLOAT}),
+            "table1": TableSpec({"detector": STRING, "dataset": STRING, "axis": STRING, "metric": STRING,
+                                 "correlation": FLOAT, "sensitivity": FLOAT}),
+            "detector_means": TableSpec({"detector": STRING, "dataset": STRING})},
+    card=CardSpec(title="isood evaluation", main="cell_metrics", licence=_imagenet_licence,
+                  description="OOD detectors scored per cell of a shift grid: every metric per cell, level "
+                  "curves, Table 1 (correlation and sensitivity per axis).")))

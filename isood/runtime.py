@@ -1,0 +1,284 @@
+"""L0: runtime helpers every layer shares: device resolution, progress bars, atomic writes, job-array parts and
+the ``BatchEngine`` protocol (with the in-process ``LocalEngine``).
+
+Nothing here knows about the benchmark domain. torch and rich are imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+
+from isood.errors import BadInputError, IsoodError
+
+__all__ = [
+    "TMP_PREFIX", "one_line", "resolve_device", "torch_device", "progress_bar", "track", "atomic_write_bytes",
+    "sha256_bytes", "sha256_file", "link_or_copy", "remove_temporaries", "PART_SUFFIX", "PER_TASK_KEYS",
+    "check_shard_args", "selected_units", "part_info", "default_workers", "BatchEngine", "LocalEngine",
+    "batch_rows", "thread_limit", "require", "lazy_exports",
+]
+
+#: Prefix of every temporary or bookkeeping file isood leaves beside its outputs (``isood verify`` ignores them).
+TMP_PREFIX = ".~"
+
+
+def one_line(error: BaseException | str, limit: int = 200) -> str:
+    """An exception (or text) as one short line: whitespace collapsed, cut at ``limit`` characters."""
+    text = " ".join(str(error).split()) or (type(error).__name__ if isinstance(error, BaseException) else "")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ------------------------------------------------------------------------------------------------- devices
+def resolve_device(device: str | None) -> str:
+    """``None``/``''``/``'auto'`` -> ``'cuda'`` when a GPU is present else ``'cpu'``; ``'cpu'``, ``'cuda'``,
+    ``'cuda:N'`` are checked against the machine. A one-line error names what to pass instead."""
+    import torch
+
+    if device in (None, "", "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    text = str(device)
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise BadInputError(f"unknown device {text!r}; pass cpu, cuda, cuda:N or auto") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise BadInputError(f"device {text!r} requested but CUDA is not available; pass --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise BadInputError(f"device {text!r}: only {torch.cuda.device_count()} GPU(s); pass --device cuda:0 "
+                                "or --device cpu")
+    elif dev.type != "cpu":
+        raise BadInputError(f"unsupported device {text!r}; pass cpu, cuda, cuda:N or auto")
+    return text
+
+
+def torch_device(device: str | None):
+    """``resolve_device`` as a ``torch.device``."""
+    import torch
+
+    return torch.device(resolve_device(device))
+
+
+# ------------------------------------------------------------------------------------------------ progress
+def progress_bar(enabled: bool = True, *, rate_unit: str | None = None, transient: bool = False, console=None):
+    """A rich progress bar on stderr (description, bar, done/total, elapsed, remaining; with ``rate_unit`` a
+    ``{task.fields[rate]} <unit>/s`` column, set with ``bar.update(task, rate=...)``). Disabled: a silent bar
+    with the same API."""
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
+    if rate_unit:
+        columns.append(TextColumn("{task.fields[rate]:.2f} " + rate_unit + "/s"))
+    columns += [TimeElapsedColumn(), TimeRemainingColumn()]
+    return Progress(*columns, console=console or Console(stderr=True), disable=not enabled, transient=transient)
+
+
+def track(iterable: Iterable, total: int | None, description: str, enabled: bool = True) -> Iterator:
+    """Iterate ``iterable`` with a transient progress bar (no bar when disabled)."""
+    if not enabled:
+        yield from iterable
+        return
+    with progress_bar(True, transient=True) as bar:
+        task = bar.add_task(description, total=total)
+        for item in iterable:
+            yield item
+            bar.advance(task)
+
+
+# --------------------------------------------------------------------------------------------------- files
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary ``.~<name>.<random>.tmp`` beside it, fsync, rename.
+    A kill leaves either the old file or the new one (and at most a temporary that ``remove_temporaries``
+    deletes). The file gets the mode a plain ``open()`` would give it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def remove_temporaries(folder: str | os.PathLike, recursive: bool = False) -> int:
+    """Delete the ``.~*.tmp`` files a killed ``atomic_write_bytes`` left in ``folder``; returns how many."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return 0
+    found = folder.rglob(f"{TMP_PREFIX}*.tmp") if recursive else folder.glob(f"{TMP_PREFIX}*.tmp")
+    n = 0
+    for p in found:
+        p.unlink(missing_ok=True)
+        n += 1
+    return n
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def link_or_copy(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Put ``src`` at ``dst`` atomically: a hard link where possible (same file system, no copy), else a copy."""
+    src, dst = Path(src), Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f"{TMP_PREFIX}{dst.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+# ---------------------------------------------------------------------------------------------- job arrays
+#: A job-array task writes a manifest of kind ``<kind>-part``.
+PART_SUFFIX = "-part"
+#: Config keys allowed to differ between the tasks of one array (machine-dependent, not content).
+PER_TASK_KEYS = frozenset({"part", "workers", "device"})
+
+
+def check_shard_args(num_shards: int, shard_index: int) -> None:
+    """One-line errors for impossible ``--num-shards`` / ``--shard-index`` values."""
+    if int(num_shards) < 1:
+        raise BadInputError(f"--num-shards must be >= 1, got {num_shards}")
+    if not 0 <= int(shard_index) < int(num_shards):
+        raise BadInputError(
+            f"--shard-index must be in 0..{int(num_shards) - 1}, got {shard_index} "
+            "(0-based: sbatch --array=0-N-1 with --shard-index $SLURM_ARRAY_TASK_ID)")
+
+
+def selected_units(n_units: int, num_shards: int, shard_index: int) -> list[int]:
+    """The units of task ``shard_index`` of ``num_shards``: every k in 0..n_units-1 with k % num_shards == i
+    (round robin: equal shares whatever N is, and a resubmitted task touches only its own units)."""
+    return list(range(int(shard_index), int(n_units), int(num_shards)))
+
+
+def part_info(num_shards: int, shard_index: int, n_units: int, unit: str) -> dict:
+    """The ``part`` entry of a part manifest's config."""
+    return {"index": int(shard_index), "count": int(num_shards), "units": int(n_units), "unit": unit}
+
+
+def default_workers() -> int:
+    """Local decoding workers: min(8, CPUs - 1), at least 0."""
+    return max(0, min(8, (os.cpu_count() or 1) - 1))
+
+
+# ------------------------------------------------------------------------------------------------ engines
+@runtime_checkable
+class BatchEngine(Protocol):
+    """Where batch work runs: in this process (``LocalEngine``) or on a cluster (``isood.engines.ray``).
+
+    A *worker* is a class built once per process or actor (``worker(*args)``: the heavy part, e.g. loading a
+    model) and then called on batches: ``worker(batch) -> result``, both ``dict[str, numpy array]`` with one
+    row per item. ``map`` yields the results, locally in input order, on a cluster as they complete; each
+    input batch is passed to exactly one worker call, unsplit, so batch composition (and hence numerics) is
+    the same on every engine. Stages receive an engine from the CLI and never import a cluster backend.
+    """
+
+    name: str
+
+    def map(self, worker: type, args: Sequence[Any], batches: Iterable[Mapping[str, Any]], *, total: int,
+            description: str, progress: bool) -> Iterator[dict[str, Any]]: ...
+
+    def as_config(self) -> dict[str, Any]: ...
+
+    def device_name(self, device: str | None) -> str: ...
+
+
+@dataclass
+class LocalEngine:
+    """The in-process engine: one worker built here, called on each batch in order."""
+
+    name: str = "local"
+
+    def map(self, worker: type, args: Sequence[Any], batches: Iterable[Mapping[str, Any]], *, total: int,
+            description: str, progress: bool) -> Iterator[dict[str, Any]]:
+        instance = worker(*args)
+        with progress_bar(progress) as bar:
+            task = bar.add_task(description, total=total)
+            for batch in batches:
+                out = instance(batch)
+                bar.advance(task, batch_rows(batch))
+                yield out
+
+    def as_config(self) -> dict[str, Any]:
+        return {"engine": "local"}
+
+    def device_name(self, device: str | None) -> str:
+        return resolve_device(device)
+
+
+def batch_rows(batch: Mapping[str, Any]) -> int:
+    """Rows of a ``dict[str, array]`` batch (the length of its first column)."""
+    for v in batch.values():
+        return len(v)
+    return 0
+
+
+@contextlib.contextmanager
+def thread_limit(n: int):
+    """Cap torch's CPU threads inside the block (tiny tensors run fastest on one); restored afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def require(condition: bool, message: str, error: type[IsoodError] = BadInputError) -> None:
+    """Raise ``error(message)`` unless ``condition``: one-line guards for user input."""
+    if not condition:
+        raise error(message)
+
+
+def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Any, Any]:
+    """``(__getattr__, __dir__)`` for a package that re-exports ``name -> module`` lazily (PEP 562): a name is
+    imported from its module on first access, so importing the package loads nothing heavy."""
+
+    def __getattr__(name: str) -> Any:
+        if name in exports:
+            return getattr(importlib.import_module(exports[name]), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        return sorted(set(vars(importlib.import_module(package))) | set(exports))
+
+    return __getattr__, __dir__

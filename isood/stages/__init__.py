@@ -1,0 +1,1 @@
+"""L4: the stages, one per CLI command: load -> pure steps -> write."""

@@ -1,0 +1,41 @@
+"""L4 stage `isood build-splits`: ID + test features -> LAID -> (D_sem, D_cov) per test image -> n x n grid ->
+``splits`` manifest.
+
+Steps (IS-OOD): features of the ID set (e.g. ImageNet-1K train) and of the test images come from one CLIP
+model (``--id`` / ``--test`` are image sources, extracted on the fly into ``OUT/features-id`` /
+``OUT/features-test``, or precomputed feature sets); LAID is loaded (``--laid``) or trained on text triplets of
+labels x open_clip's 80 ImageNet templates encoded by the same CLIP (``isood.laid_training``); each test image
+gets D_sem = min_ID d(x_sem, id_sem) and D_cov likewise (``isood.shift``); both are binned into ``levels``
+equal-width levels (``isood.grid``), giving cells ``cov_{c}_sem_{s}``.
+
+The stage is small named steps: load (config, inputs, feature sets) -> pure steps (:func:`clean_features`,
+:func:`filter_test_rows`, :func:`measure_shift`, :func:`bin_shifts`) -> write (:func:`write_splits`). The
+output is a manifest of kind ``splits`` (``isood.kinds.SPLITS``)::
+
+    data/images.parquet    path, wnid, d_sem, d_cov, sem_level, cov_level, cell   (one row per test image)
+    data/cells.parquet     cell, cov_level, sem_level, n, na
+    data/edges.parquet     axis ('sem'|'cov'), level, lower, upper
+    data/dropped.parquet   set ('id'|'test'), path, wnid, reason   (NaN rows, filtered classes, unreadable)
+    laid.safetensors       W (+ loss history); laid.json its config (text-set hash, options)
+    lists/cov_{c}_sem_{s}.txt  test image paths of each cell, one per line (relative to the test root)
+    features-id/, features-test/   the extracted features, when --id / --test were image sources
+    manifest.json          written last
+
+Modules: ``config`` (:class:`BuildConfig`, :func:`load_build_config`), ``load`` (load steps), ``steps`` (pure
+steps), ``write`` (:func:`write_splits`), ``job`` (:func:`build_splits`).
+"""
+
+from __future__ import annotations
+
+from isood.stages.splits.config import BuildConfig, load_build_config, parse_quantile, splits_config
+from isood.stages.splits.job import BuildResult, build_splits
+from isood.stages.splits.load import FeatureSet
+from isood.stages.splits.steps import (DROPPED_COLUMNS, Grid, bin_shifts, clean_features, dropped_rows,
+                                       filter_test_rows, measure_shift, rejected_rows)
+from isood.stages.splits.write import cell_lists, write_splits
+
+__all__ = [
+    "BuildConfig", "load_build_config", "parse_quantile", "splits_config", "FeatureSet", "Grid", "BuildResult",
+    "DROPPED_COLUMNS", "build_splits", "clean_features", "dropped_rows", "rejected_rows", "filter_test_rows",
+    "measure_shift", "bin_shifts", "cell_lists", "write_splits",
+]

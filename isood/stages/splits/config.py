@@ -1,0 +1,138 @@
+"""The options of `isood build-splits`: defaults < TOML file (``--config build.toml``) < command line.
+
+Keys of the TOML file are the long option names, with - or _ (optionally under a ``[build-splits]`` table);
+relative paths in it are relative to the TOML file.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from isood.defaults import LAID_TRIPLETS, NA_THRESHOLD, N_LEVELS, QUANTILE_CLIP
+from isood.errors import BadInputError
+
+__all__ = ["BuildConfig", "load_build_config", "parse_quantile", "read_toml", "splits_config", "PATH_KEYS"]
+
+#: Options holding paths (resolved against the TOML file's folder when they come from it).
+PATH_KEYS = ("id", "test", "laid", "class_filter", "out")
+_POSITIVE = ("levels", "na_threshold", "triplets", "batch_size", "shard_size")
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """Options of `isood build-splits` (CLI flag = field name with - for _)."""
+
+    id: str | None = None
+    test: str | None = None
+    out: str | None = None
+    clip: str | None = None
+    laid: str | None = None
+    labels: str = "21k"
+    class_filter: str | None = None
+    exclude_id_classes: bool = False
+    levels: int = N_LEVELS
+    na_threshold: int = NA_THRESHOLD
+    clip_quantile: tuple[float, float] = QUANTILE_CLIP
+    triplets: int = LAID_TRIPLETS
+    laid_steps: int | None = None
+    seed: int = 0
+    backend: str = "auto"
+    batch_size: int = 64
+    workers: int | None = None
+    shard_size: int = 10_000
+    device: str | None = None
+    cache_dir: str | None = None
+    progress: bool = True
+
+
+_KNOWN = tuple(f.name for f in fields(BuildConfig))
+
+
+def parse_quantile(value: Any) -> tuple[float, float]:
+    """``0.01`` -> (0.01, 0.99); ``"0.01,0.99"`` or ``[0.01, 0.99]`` -> (0.01, 0.99)."""
+    try:
+        if isinstance(value, str):
+            parts = [float(p) for p in value.replace(" ", "").split(",") if p]
+        elif isinstance(value, (list, tuple)):
+            parts = [float(p) for p in value]
+        else:
+            parts = [float(value)]
+    except (TypeError, ValueError):
+        parts = []
+    if len(parts) == 1:
+        parts = [parts[0], 1.0 - parts[0]]
+    if len(parts) != 2 or not 0.0 <= parts[0] < parts[1] <= 1.0:
+        raise BadInputError(f"--clip-quantile {value!r}: pass LO,HI quantiles with 0 <= LO < HI <= 1 (e.g. 0.01,0.99) "
+                            "or one LO")
+    return (parts[0], parts[1])
+
+
+def _resolve(key: str, value: Any, base: Path) -> Any:
+    """A TOML value with its relative paths made relative to the TOML file's folder ``base``."""
+    if key in PATH_KEYS and isinstance(value, str):
+        return str(base / Path(value).expanduser())
+    if key == "clip" and isinstance(value, str) and value.startswith("local-dir:"):
+        return "local-dir:" + str(base / Path(value[len("local-dir:"):]).expanduser())
+    if key == "labels" and isinstance(value, str) and (base / value).exists():
+        return str(base / value)
+    return value
+
+
+def read_toml(config_file: str | os.PathLike) -> dict[str, Any]:
+    """The options of a TOML file (keys with _), paths resolved against its folder; unknown keys refused."""
+    path = Path(config_file)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadInputError(f"--config {path}: file not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise BadInputError(f"--config {path}: invalid TOML ({' '.join(str(e).split())})") from None
+    if set(data) in ({"build-splits"}, {"build_splits"}):
+        data = next(iter(data.values()))
+    values = {}
+    for key, value in data.items():
+        k = key.replace("-", "_")
+        if k not in _KNOWN:
+            raise BadInputError(f"--config {path}: unknown key {key!r}; known: {', '.join(sorted(_KNOWN))}")
+        values[k] = _resolve(k, value, path.parent)
+    return values
+
+
+def _check(cfg: BuildConfig) -> BuildConfig:
+    """Validate the merged options (one-line errors) and normalise paths to strings."""
+    cfg = replace(cfg, clip_quantile=parse_quantile(cfg.clip_quantile))
+    for name in _POSITIVE:
+        v = getattr(cfg, name)
+        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "na_threshold" else 1):
+            raise BadInputError(f"--{name.replace('_', '-')} must be a positive integer, got {v!r}")
+    for name in ("id", "test", "out"):
+        if not getattr(cfg, name):
+            raise BadInputError(f"--{name} is required (on the command line or in --config)")
+    paths = {name: str(getattr(cfg, name)) for name in PATH_KEYS + ("cache_dir",) if getattr(cfg, name) is not None}
+    return replace(cfg, **paths)
+
+
+def load_build_config(config_file: str | os.PathLike | None = None,
+                      overrides: Mapping[str, Any] | None = None) -> BuildConfig:
+    """Merge defaults < TOML file < ``overrides`` (the command line: option name with _ -> value, ``None`` =
+    not given). An unknown override name is a programming error (``TypeError``)."""
+    values: dict[str, Any] = read_toml(config_file) if config_file is not None else {}
+    for k, v in (overrides or {}).items():
+        if k not in _KNOWN:
+            raise TypeError(f"unknown build option {k}")
+        if v is not None:
+            values[k] = v
+    return _check(BuildConfig(**values))
+
+
+def splits_config(cfg: BuildConfig, *, clip_identity: str | None, id_root: str | None,
+                  test_root: str | None) -> dict[str, Any]:
+    """The config a splits manifest records: every option (but ``progress``) plus what the views read
+    (``clip_identity``, ``id_root``, ``test_root``)."""
+    config = {k: v for k, v in asdict(cfg).items() if k != "progress"}
+    config.update(clip_identity=clip_identity, id_root=id_root, test_root=test_root)
+    return config

@@ -1,0 +1,128 @@
+"""The `isood build-splits` job: load -> clean/filter -> LAID -> measure -> bin -> write (see the package)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+import manifests
+from isood.clip import ClipEncoder
+from isood.errors import BadInputError
+from isood.kinds import LAID_FILE, SplitsView
+from isood.runtime import BatchEngine, progress_bar
+from isood.stages.splits.config import BuildConfig, splits_config
+from isood.stages.splits.load import (FeatureSet, Inputs, check_destination, check_feature_sets, extract_set,
+                                      extracted_files, load_encoder, load_inputs, load_precomputed, train_laid)
+from isood.stages.splits.steps import (bin_shifts, clean_features, empty_dropped, filter_test_rows, measure_shift,
+                                       rejected_rows)
+from isood.stages.splits.write import write_splits
+
+__all__ = ["BuildResult", "build_splits"]
+
+Warn = Callable[[str], None]
+
+
+@dataclass
+class BuildResult:
+    """What ``build_splits`` wrote: the manifest, test / ID images used, dropped rows, the cells, warnings."""
+
+    manifest: SplitsView
+    n_test: int
+    n_id: int
+    n_dropped: int
+    cells: pd.DataFrame
+    warnings: list[str]
+
+
+def _precomputed_sets(cfg: BuildConfig, inputs: Inputs, note: Warn) -> dict[str, FeatureSet]:
+    """The precomputed sides, checked against --clip and --laid before anything heavy runs or is written."""
+    sets = {name: load_precomputed(name, getattr(cfg, name)) for name in ("id", "test") if inputs.precomputed[name]}
+    check_feature_sets(sets, clip=cfg.clip, clip_identity=inputs.clip_identity,
+                       laid_dim=inputs.laid.dim if inputs.laid else None)
+    trained_with = inputs.laid.config.get("clip_identity") if inputs.laid is not None else None
+    if inputs.clip_identity and trained_with not in (None, inputs.clip_identity):
+        note(f"--laid was trained with {trained_with}, not {inputs.clip_identity}")
+    return sets
+
+
+def _extract_missing(cfg: BuildConfig, sets: dict[str, FeatureSet], encoder: ClipEncoder | None, *, note: Warn,
+                     argv: list[str] | None, engine: BatchEngine | None) -> dict[str, FeatureSet]:
+    """Park ``--out`` (unfinished until the new manifest lands), extract the image sources into it, check."""
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    manifests.park(out)
+    for name in ("id", "test"):
+        if name not in sets:
+            sets[name] = extract_set(name, getattr(cfg, name), encoder, out / f"features-{name}", cfg, note=note,
+                                     argv=argv, engine=engine)
+    check_feature_sets(sets, clip=cfg.clip, clip_dim=encoder.embed_dim if encoder is not None else None)
+    return sets
+
+
+def _clean_and_filter(cfg: BuildConfig, sets: Mapping[str, FeatureSet], inputs: Inputs,
+                      note: Warn) -> tuple[np.ndarray, pd.DataFrame, np.ndarray, pd.DataFrame, pd.DataFrame]:
+    """(x_id, ID index, x_test, test index, dropped table) after the clean and filter steps; one-line errors
+    when a side ends up empty."""
+    parts, clean = [], {}
+    for name in ("id", "test"):
+        s = sets[name]
+        x, index, bad = clean_features(s.features, s.index, name, warn=note)
+        parts += [rejected_rows(name, s.rejected), bad]
+        clean[name] = (x, index)
+    (x_id, idx_id), (x_test, idx_test) = clean["id"], clean["test"]
+    if len(x_id) == 0:
+        raise BadInputError(f"--id {cfg.id}: no usable ID features (empty set, or every row NaN/inf); pass at least "
+                            "one ID image")
+    keep, filtered = filter_test_rows(idx_test, kept_wnids=inputs.kept_wnids,
+                                      id_wnids=set(idx_id["wnid"]) if cfg.exclude_id_classes else None)
+    parts.append(filtered)
+    x_test, idx_test = x_test[keep], idx_test.loc[keep].reset_index(drop=True)
+    if len(x_test) == 0:
+        raise BadInputError("no test images left (empty --test set, or all removed by --class-filter / "
+                            "--exclude-id-classes)")
+    parts = [p for p in parts if p is not None]
+    dropped = pd.concat(parts, ignore_index=True) if parts else empty_dropped()
+    return x_id, idx_id, x_test, idx_test, dropped
+
+
+def build_splits(cfg: BuildConfig, *, warn: Warn | None = None, argv: list[str] | None = None,
+                 engine: BatchEngine | None = None) -> BuildResult:
+    """Run `isood build-splits` with ``cfg`` (module docstring): load -> clean/filter -> LAID -> measure -> bin ->
+    write. Warnings go to ``warn`` (and into the manifest's summary); ``engine`` runs any extraction."""
+    notes: list[str] = []
+
+    def note(message: str) -> None:
+        notes.append(message)
+        if warn is not None:
+            warn(message)
+
+    check_destination(cfg)
+    inputs = load_inputs(cfg)
+    sets = _precomputed_sets(cfg, inputs, note)
+    encoder = load_encoder(cfg, inputs)
+    sets = _extract_missing(cfg, sets, encoder, note=note, argv=argv, engine=engine)
+    x_id, _, x_test, idx_test, dropped = _clean_and_filter(cfg, sets, inputs, note)
+    laid, fit_seconds = train_laid(cfg, inputs, encoder, dim=x_id.shape[1])
+    with progress_bar(cfg.progress, transient=True) as bar:
+        bar.add_task(f"measuring shift of {len(x_test)} test images against {len(x_id)} ID images", total=None)
+        d_sem, d_cov = measure_shift(x_test, x_id, laid, backend=cfg.backend, device=cfg.device)
+    grid = bin_shifts(idx_test, d_sem, d_cov, n_levels=cfg.levels, na_threshold=cfg.na_threshold,
+                      clip=cfg.clip_quantile)
+    ids, test = sets["id"], sets["test"]
+    summary = {
+        "test_images": int(len(grid.images)), "id_images": int(len(x_id)), "dropped": int(len(dropped)),
+        "cells": int(len(grid.cells)), "cells_na": int(grid.cells["na"].sum()),
+        "laid_orthogonality_error": laid.orthogonality_error, "laid_fit_seconds": fit_seconds, "warnings": notes,
+    }
+    view = write_splits(
+        cfg.out, images=grid.images, cells=grid.cells, edges=grid.edges, dropped=dropped,
+        config=splits_config(cfg, clip_identity=inputs.clip_identity or ids.identity, id_root=ids.root,
+                             test_root=test.root),
+        inputs=[ids.input, test.input, *inputs.records], files=laid.files(LAID_FILE),
+        existing_files=extracted_files(Path(cfg.out), sets.values()), summary=summary,
+        note=f"{len(grid.images)} test images in {cfg.levels}x{cfg.levels} cells", argv=argv, card=False)
+    return BuildResult(view, len(grid.images), len(x_id), len(dropped), grid.cells, notes)

@@ -1,0 +1,169 @@
+"""The `isood extract` stage and CLI, job-array parts (`--num-shards N --shard-index i`) and `isood merge`."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+import manifests
+from isood.cli import app
+from isood.cli.extract import merge_dirs
+from isood.errors import IsoodError
+from isood.featurestore import SHARD_NAME, load_features
+from isood.stages.extract import ExtractOptions, merged_config, part_table, run_extract, task_shards
+
+N_GOOD = 16  # tiny_images: 16 readable images + 1 corrupt file
+KW = dict(batch_size=2, shard_size=3, workers=0, progress=False)  # tiny_images: 17 files -> 6 shards
+
+
+def _lines(output):
+    return [ln for ln in output.splitlines() if ln.strip()]
+
+
+def _run(images, clip, out, **kw):
+    return run_extract(ExtractOptions(images=images, clip=clip, out=out, **{**KW, **kw}))
+
+
+# ----------------------------------------------------------------------------------------------- pure steps
+def test_task_shards_round_robin():
+    opts = lambda n, i: ExtractOptions(images="x", clip="c", out="o", shard_size=3, num_shards=n, shard_index=i)  # noqa: E731
+    assert task_shards(17, opts(3, 1)) == [1, 4] and task_shards(5, opts(4, 3)) == []
+    assert task_shards(17, opts(1, 0)) == list(range(6))
+
+
+def test_part_table_counts_images_and_rejections():
+    rows = {0: pd.DataFrame({"row": [0, -1, 1]}), 3: pd.DataFrame({"row": [-1]})}
+    t = part_table(rows, {0: "k0", 3: "k3"}, [0, 3])
+    assert t.to_dict("list") == {"shard": [0, 3], "key": ["k0", "k3"], "images": [2, 0], "rejected": [1, 1]}
+
+
+def test_merged_config_drops_part_and_agrees_on_dimension():
+    config = {"clip": "c", "embed_dim": None, "part": {"units": 6}}
+    assert merged_config(config, [None, 32, 32]) == {"clip": "c", "embed_dim": 32}
+    with pytest.raises(IsoodError, match=r"different dimensions \[16, 32\]"):
+        merged_config(config, [16, 32])
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+def test_extract_cli_prints_summary_and_resumes(tiny_clip_spec, tiny_images, tmp_path):
+    args = ["extract", "--images", str(tiny_images), "--clip", tiny_clip_spec, "--out", str(tmp_path / "f"),
+            "--shard-size", "8", "--batch-size", "4", "--workers", "0", "--device", "cpu"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert f"{N_GOOD} images -> 32-d features, 1 rejected; shards written 3, reused 0" in res.output
+    res = CliRunner().invoke(app, args)
+    assert "shards written 0, reused 3" in res.output
+    res = CliRunner().invoke(app, ["extract", "--images", str(tmp_path / "nope"), "--clip", tiny_clip_spec,
+                                   "--out", str(tmp_path / "g")])
+    assert res.exit_code == 2 and len(_lines(res.output)) == 1 and "nope" in res.output
+    manifests.write_manifest(tmp_path / "s", kind="splits-like", tables={}, config={}, files={"lists/a.txt": "x\n"})
+    res = CliRunner().invoke(app, [*args[:5], "--out", str(tmp_path / "s")])
+    assert res.exit_code == 2 and "'splits-like'" in res.output and len(_lines(res.output)) == 1
+    assert manifests.verify(tmp_path / "s").ok  # untouched
+
+
+def test_offline_weights_error_through_the_cli_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    args = ["extract", "--images", str(tmp_path), "--clip", "ViT-B-32:openai", "--out", str(tmp_path / "o")]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2  # the image folder is empty: that is reported first
+    (tmp_path / "n01440764").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "n01440764" / "a.png")
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2
+    lines = _lines(res.output)
+    assert len(lines) == 1 and lines[0].startswith("error:") and "local-dir:PATH" in lines[0]
+    assert not (tmp_path / "o" / "manifest.json").exists()
+
+
+def test_bad_shard_arguments(tiny_images, tiny_clip_spec, tmp_path):
+    res = CliRunner().invoke(app, ["extract", "--images", str(tiny_images), "--clip", tiny_clip_spec, "--out",
+                                   str(tmp_path / "o"), "--num-shards", "3", "--shard-index", "3"])
+    assert res.exit_code == 2 and "--shard-index" in res.output and len(_lines(res.output)) == 1
+    with pytest.raises(IsoodError, match="--num-shards"):
+        _run(tiny_images, tiny_clip_spec, tmp_path / "o", num_shards=0)
+    assert not (tmp_path / "o").exists()
+
+
+# ----------------------------------------------------------------------------------------------- job arrays
+@pytest.fixture(scope="module")
+def single(tiny_images, tiny_encoder, tmp_path_factory):
+    out = tmp_path_factory.mktemp("single")
+    _run(tiny_images, tiny_encoder, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def parts3(tiny_images, tiny_encoder, tmp_path_factory):
+    root = tmp_path_factory.mktemp("parts3")
+    results = [_run(tiny_images, tiny_encoder, root / f"p{i}", num_shards=3, shard_index=i) for i in range(3)]
+    return [root / f"p{i}" for i in range(3)], results
+
+
+def test_each_task_writes_only_its_shards_as_a_part(parts3, tiny_encoder, tiny_images):
+    dirs, results = parts3
+    for i, (d, r) in enumerate(zip(dirs, results)):
+        m = manifests.read(d, kind="features-part")
+        assert manifests.verify(d).ok
+        assert r.shards_written == [i, i + 3] and m.frame("shards")["shard"].tolist() == [i, i + 3]
+        assert sorted(p.name for p in d.glob("features-*.npy")) == [SHARD_NAME.format(i), SHARD_NAME.format(i + 3)]
+        assert m.config["part"] == {"index": i, "count": 3, "units": 6, "unit": "feature shard"}
+    assert sum(r.n_images for r in results) == N_GOOD and sum(r.n_rejected for r in results) == 1
+    with pytest.raises(IsoodError, match="features-part"):
+        load_features(dirs[0])  # a part is not a feature set until merged
+    again = _run(tiny_images, tiny_encoder, dirs[1], num_shards=3, shard_index=1)
+    assert again.shards_written == [] and again.shards_reused == [1, 4]
+
+
+def test_cli_merge_gives_the_single_run_files(parts3, single, tmp_path):
+    dirs, _ = parts3
+    res = CliRunner().invoke(app, ["merge", str(dirs[2]), str(dirs[0]), str(dirs[1]), "--out", str(tmp_path / "m")])
+    assert res.exit_code == 0, res.output
+    merged, one = manifests.read(tmp_path / "m").meta, manifests.read(single).meta
+    assert manifests.verify(tmp_path / "m").ok and merged["kind"] == "features"
+    assert merged["content_sha256"] == one["content_sha256"]
+    assert {r["path"]: r["sha256"] for r in merged["files"]} == {r["path"]: r["sha256"] for r in one["files"]}
+    assert merged["command"]["config"] == one["command"]["config"] and merged["summary"] == one["summary"]
+    fm, im = load_features(tmp_path / "m")
+    fs, is_ = load_features(single)
+    assert np.array_equal(fm, fs) and im.equals(is_)
+
+
+def test_more_tasks_than_shards(tiny_images, tiny_encoder, single, tmp_path):
+    dirs = []
+    for i in range(8):  # 6 shards over 8 tasks: tasks 6 and 7 get none and still write an (empty) part
+        d = tmp_path / f"p{i}"
+        _run(tiny_images, tiny_encoder, d, num_shards=8, shard_index=i)
+        dirs.append(d)
+    assert manifests.read(dirs[7]).meta["summary"]["shards"] == 0
+    m = merge_dirs(dirs, tmp_path / "m")
+    assert m.meta["content_sha256"] == manifests.read(single).meta["content_sha256"]
+
+
+def test_merge_refuses_what_is_not_one_complete_run(parts3, single, tiny_images, tiny_encoder, tmp_path):
+    dirs, _ = parts3
+    with pytest.raises(IsoodError, match=r"\[1\] of 3"):
+        merge_dirs([dirs[0], dirs[2]], tmp_path / "a")
+    with pytest.raises(IsoodError, match="given twice"):
+        merge_dirs([dirs[0], dirs[1], dirs[1], dirs[2]], tmp_path / "a")
+    with pytest.raises(IsoodError, match="not a part"):
+        merge_dirs([single, dirs[0]], tmp_path / "a")
+    with pytest.raises(IsoodError, match="one of the parts"):
+        merge_dirs(dirs, dirs[0])
+    other = tmp_path / "other1"  # task 1 of an array run with another batch size
+    _run(tiny_images, tiny_encoder, other, num_shards=3, shard_index=1, batch_size=5)
+    with pytest.raises(IsoodError, match="batch_size"):
+        merge_dirs([dirs[0], other, dirs[2]], tmp_path / "a")
+    bad = tmp_path / "bad2"
+    shutil.copytree(dirs[2], bad)
+    (bad / SHARD_NAME.format(2)).write_bytes(b"not the shard")
+    with pytest.raises(IsoodError, match="fails verification"):
+        merge_dirs([dirs[0], dirs[1], bad], tmp_path / "a")
+    assert not (tmp_path / "a" / "manifest.json").exists()
+    res = CliRunner().invoke(app, ["merge", str(dirs[0]), "--out", str(tmp_path / "a")])
+    assert res.exit_code == 2 and "missing" in res.output and len(_lines(res.output)) == 1

@@ -1,0 +1,89 @@
+"""The dataset card is laid out from the kind's CardSpec alone (manifests.card knows no kind)."""
+
+import pandas as pd
+import pytest
+import yaml
+
+import manifests
+from isood.errors import ManifestError
+from manifests.card import CONFIGS_DIR, config_layout, split_name, write_with_card
+from manifests.schema import INT, STRING, CardSpec, KindSpec, TableSpec, register_kind
+
+seen_meta = {}
+
+
+def _allowed(tables, meta):
+    seen_meta.update(meta)
+    return {"a", ("s2", "b")}  # a: every split; b: split s2 only; c: none
+
+
+register_kind(KindSpec(
+    "card-test", writer="the card test", tables={"rows": TableSpec({"grp": STRING, "n": INT})},
+    card=CardSpec(title="Card test", description="Rows for the card test.", main="rows", split="test",
+                  split_by="src", config_by="grp", config_names={"a": "alpha"}, allowed_configs=_allowed,
+                  sections=lambda meta, tables: [("Extra", f"{len(tables['rows'])} rows of {meta['kind']}\n")],
+                  licence=lambda meta: "Use it kindly.\n")))
+
+
+def _rows():
+    return pd.DataFrame({"grp": ["a", "b", "c", "a", "b", "b"], "n": range(6), "src": ["s1", "s1", "s1", "s2", "s2", "s2"]})
+
+
+def _front(root):
+    return yaml.safe_load((root / "README.md").read_text().split("---\n")[1])
+
+
+def test_configs_follow_main_split_by_config_by_and_allowed(tmp_path, load):
+    more = pd.DataFrame({"k": [1, 2]})
+    m = write_with_card(tmp_path / "m", kind="card-test", tables={"rows": _rows(), "more": more},
+                        config={"threshold": 3}, argv=["test"])
+    front = _front(m.root)
+    configs = {c["config_name"]: {f["split"]: f["path"] for f in c["data_files"]} for c in front["configs"]}
+    assert [c["config_name"] for c in front["configs"]] == ["all", "alpha", "b", "more"]  # partitions before others
+    assert front["configs"][0]["default"] is True and front["pretty_name"] == "Card test"
+    assert configs["all"] == {"s1": f"{CONFIGS_DIR}/all/s1.parquet", "s2": f"{CONFIGS_DIR}/all/s2.parquet"}
+    assert configs["alpha"] == {"s1": f"{CONFIGS_DIR}/alpha/s1.parquet", "s2": f"{CONFIGS_DIR}/alpha/s2.parquet"}
+    assert configs["b"] == {"s2": f"{CONFIGS_DIR}/b/s2.parquet"}  # allowed in s2 only
+    assert configs["more"] == {"train": "data/more.parquet"}
+    assert seen_meta["command"]["config"] == {"threshold": 3}  # the callback sees the manifest's config
+    assert load(m.root, "b")["s2"]["n"] == [4, 5]
+    assert load(m.root, "alpha")["s1"]["n"] == [0] and load(m.root, "alpha")["s2"]["n"] == [3]
+    assert load(m.root)["s1"].num_rows == 3
+    assert manifests.verify(m.root).ok
+
+
+def test_sections_licence_and_description_come_from_the_spec(tmp_path):
+    m = write_with_card(tmp_path / "m", kind="card-test", tables={"rows": _rows()}, config={})
+    text = (m.root / "README.md").read_text()
+    assert "# Card test (v1.0.0)\n\nRows for the card test." in text
+    assert "## Extra\n\n6 rows of card-test" in text
+    assert text.rstrip().endswith("## Licence\n\nUse it kindly.")
+    assert text.index("## Extra") < text.index("## Provenance")
+
+
+def test_a_kind_without_a_spec_gets_a_plain_card(tmp_path, load):
+    m = write_with_card(tmp_path / "m", kind="no-such-kind", tables={"b": pd.DataFrame({"x": [1]}),
+                                                                      "a": pd.DataFrame({"y": [2, 3]})}, config={})
+    front = _front(m.root)
+    assert [(c["config_name"], c["data_files"]) for c in front["configs"]] == [
+        ("all", [{"split": "train", "path": "data/a.parquet"}]), ("b", [{"split": "train", "path": "data/b.parquet"}])]
+    text = (m.root / "README.md").read_text()
+    assert "# isood no-such-kind manifest" in text and "## Licence" not in text
+    assert load(m.root)["train"]["y"] == [2, 3]
+
+
+def test_config_layout_without_allowed_gives_every_value():
+    layout = config_layout("no-such-kind", {"rows": _rows()})
+    assert set(layout.configs) == {"all"} and layout.partitions == []  # no spec: no config_by
+
+
+@pytest.mark.parametrize("source,name", [("", "test"), (None, "test"), ("in21k-val", "in21k_val"),
+                                         ("a/b c", "a_b_c"), ("2024", "s_2024")])
+def test_split_name(source, name):
+    assert split_name(source, "test") == name
+
+
+def test_clashing_split_names_are_refused():
+    rows = _rows().assign(src=["x-y", "x_y", "x-y", "x_y", "x-y", "x_y"])
+    with pytest.raises(ManifestError, match="x-y"):
+        config_layout("card-test", {"rows": rows})
