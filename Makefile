@@ -7,9 +7,9 @@ STAMP  := $(VENV)/.isood-installed
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup wordnet demo test bench clean
+.PHONY: setup wordnet chromium demo test bench clean
 
-setup: $(STAMP) wordnet
+setup: $(STAMP) wordnet chromium
 
 # The venv is rebuilt only when the requirements change (idempotent).
 $(STAMP): pyproject.toml constraints.txt
@@ -28,6 +28,19 @@ wordnet:
 	   (apt-get update -qq && apt-get install -y -qq --no-install-recommends wordnet-base >/dev/null)); \
 	else \
 	  echo "WordNet 3.0 is missing: run 'sudo apt-get install wordnet-base' or '$(PY) -m nltk.downloader wordnet'"; exit 1; \
+	fi
+
+# Headless Chromium + ChromeDriver for the report's browser test (tests/report): Debian's chromium and
+# chromium-driver when root (never a test tool's own browser download); without them that test skips, saying why.
+chromium:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then \
+	  :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing headless Chromium (Debian chromium + chromium-driver)"; \
+	  (apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null 2>&1 || \
+	   (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null)); \
+	else \
+	  echo "note: Chromium is missing, so tests/report is skipped: run 'sudo apt-get install chromium chromium-driver'"; \
 	fi
 
 demo: setup

@@ -27,6 +27,10 @@ SUITE = {
     "extract_clip": (["--images", "64", "--texts", "64"], ["--full"]),
     "extract_throughput": ([], ["--full"]),
     "manifest_build": ([], ["--full"]),
+    "release_lists": ([], []),
+    "leak_audit": (["--quick"], ["--full"]),
+    "decode": (["--images", "300"], []),
+    "full_scale": (["--quick"], []),  # last: reads the shift_nn and manifest_build rows just written
 }
 
 

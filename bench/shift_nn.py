@@ -1,25 +1,28 @@
-"""Benchmark of nearest-neighbour cosine shift (isood.shift + isood.ann): exact torch, exact faiss flat, approximate faiss IVF.
+"""Benchmark of nearest-neighbour cosine shift: exact faiss flat / torch / isood's exact path, isood's IVF (batched
+list scanning; uniform nprobe and tuned to a recall target) and the indexes the field uses (faiss IVFFlat's own
+search, faiss HNSWFlat, faiss IVF-PQ fast-scan + exact refine).
 
-Reference: N x D clustered, CLIP-like features (a shared "cone" direction + class centroids + noise, L2-normalised,
-float32). Queries: half new samples of reference classes, half samples of new classes rotated away from a
-reference class by graded angles (the semantic-shift use case, near to far OOD).
+Reference: N x D clustered, CLIP-like features (a shared "cone" direction + class centroids + power-law noise,
+L2-normalised, float32). Queries: half new samples of reference classes, half samples of new classes rotated away
+from a reference class by 6..80 degrees (near to far OOD, the semantic-shift use case).
 
-Measured: queries/s of each backend (exact ones on a subset of the queries — stated in the output — because
-faiss flat does ~300 queries/s at 1M x 256 on 2 cores), IVF build time, and for IVF against the exact answer on
-the exact subset: recall@1 (same nearest row) and level agreement (assign_levels of the IVF distances vs of the
-exact distances, each with its own edges as a user would get; also with the exact edges). Prints one summary
-line and appends a row to bench/RESULTS.md (``--no-record`` to skip).
+Per index: build time, memory (index bytes where known, RSS growth while building), queries/s (wall-clock and
+per CPU-second; the machine is shared) and its ratio to exact faiss flat, recall@1 and level agreement against
+the exact answer on the first ``--exact-queries`` queries. Level agreement = the fraction of those queries whose
+level (8 equal-width levels between the 1st and 99th percentile of the exact distances, ``isood.grid``) is the same
+with the approximate distance as with the exact one. isood's IVF searches all the queries in one batch (as
+build-splits does); faiss's indexes search the exact subset. The tuned rows are tuned on a second sample of
+``--tune-queries`` queries, disjoint from the measured ones. Prints a table, one SUMMARY line, appends a row to
+bench/RESULTS.md (``--no-record`` to skip).
 
-    python bench/shift_nn.py            # 1M x 256 reference, 20k queries (a few minutes on 2 cores)
+    python bench/shift_nn.py            # 1M x 256 reference, 20k queries (~10 minutes on 2 cores)
     python bench/shift_nn.py --quick    # tiny smoke run (seconds)
     python bench/shift_nn.py --full     # 2M x 256 reference, 50k queries
+    python bench/shift_nn.py --skip hnsw,pq   # leave out some of the field's indexes
 """
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -29,17 +32,18 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _results import floor_text, peaks  # noqa: E402
+from _results import floor_text, peaks, record, rss_bytes, summary  # noqa: E402
+from shift_nn_indexes import FIELD_INDEXES, Row, Truth  # noqa: E402
 
-from isood.ann import DEFAULT_NPROBE, build_ivf_index, default_nlist, ivf_search  # noqa: E402
-from isood.grid import assign_levels, bin_with_edges  # noqa: E402
+from isood.ann import ProbePlan, build_ivf, default_nlist, ivf_search, tune_plan  # noqa: E402
+from isood.errors import BadInputError  # noqa: E402
 from isood.shift import nearest  # noqa: E402
 
-TARGET_SPEEDUP, TARGET_RECALL, TARGET_AGREEMENT = 20.0, 0.99, 0.995
-SIZES = {  # n_ref, n_query, dim, n_classes, exact_queries (flat), torch_queries
-    "quick": (50_000, 2_000, 64, 100, 1_000, 500),
-    "default": (1_000_000, 20_000, 256, 1_000, 2_000, 500),
-    "full": (2_000_000, 50_000, 256, 2_000, 5_000, 1_000),
+TARGET_SPEEDUP, TARGET_RECALL, TARGET_AGREEMENT = 20.0, 0.99, 0.999
+SIZES = {  # n_ref, n_query, dim, n_classes, exact (flat) queries, torch queries, tuning queries
+    "quick": (50_000, 4_000, 64, 100, 1_000, 300, 1_000),
+    "default": (1_000_000, 20_000, 256, 1_000, 5_000, 500, 2_000),
+    "full": (2_000_000, 50_000, 256, 2_000, 5_000, 1_000, 2_000),
 }
 
 
@@ -87,7 +91,7 @@ def make_data(n_ref: int, n_query: int, dim: int, n_classes: int, seed: int, noi
     return ref, query[rng.permutation(n_query)]
 
 
-class _Timer:
+class Timer:
     """Wall-clock and process CPU time of a block (the machine is shared: CPU time is less disturbed by others)."""
 
     def __enter__(self):
@@ -98,6 +102,73 @@ class _Timer:
         self.wall, self.cpu = time.perf_counter() - self.w, time.process_time() - self.c
 
 
+def exact_truth(ref: np.ndarray, query: np.ndarray, n_exact: int, n_tune: int) -> tuple[Truth, dict]:
+    """Raw faiss IndexFlatIP over the whole reference: the exact answer of the measured and the tuning queries,
+    and its rate on the measured ones (the 1x of every ratio)."""
+    import faiss
+
+    flat = faiss.IndexFlatIP(ref.shape[1])
+    flat.add(ref)
+    with Timer() as t:
+        sims, idx = flat.search(np.ascontiguousarray(query[:n_exact]), 1)
+    tune_sims, tune_idx = flat.search(np.ascontiguousarray(query[n_exact:n_exact + n_tune]), 1)
+    truth = Truth(sims[:, 0], idx[:, 0], tune_idx[:, 0], n_exact / t.wall, n_exact / t.cpu, t.wall)
+    return truth, {"index": flat}
+
+
+def exact_path_ratio(flat, ref: np.ndarray, query: np.ndarray, n: int, rounds: int = 2) -> tuple[float, float, float]:
+    """isood's exact path (``nearest(backend='faiss-flat')``: checks, normalisation, blocked search) vs raw faiss
+    flat on the same ``n`` queries, alternating ``rounds`` times, best of each: (raw s, isood s, ratio)."""
+    q = np.ascontiguousarray(query[:n])
+    raw, ours = [], []
+    for _ in range(rounds):
+        with Timer() as t:
+            flat.search(q, 1)
+        raw.append(t.wall)
+        with Timer() as t:
+            nearest(q, ref, backend="faiss-flat", device="cpu")
+        ours.append(t.wall)
+    return min(raw), min(ours), min(ours) / min(raw)
+
+
+def isood_ivf_rows(ref: np.ndarray, query: np.ndarray, truth: Truth, *, nlist: int, nprobes: list[int],
+                   targets: list[float], seed: int, n_exact: int,
+                   train_size: int | None = None) -> tuple[list[Row], np.ndarray]:
+    """isood's IVF: build once, then uniform nprobe rows and one row per recall target (tuned on the tuning
+    sample), each searching every query in one batch. Returns the rows and the k-means centroids."""
+    rss0 = rss_bytes()
+    with Timer() as t:
+        index = build_ivf(ref, nlist=nlist, seed=seed, train_size=train_size)
+    build = dict(build_s=t.wall, index_bytes=index.nbytes, rss_bytes=rss_bytes() - rss0)
+    tune_q = np.ascontiguousarray(query[n_exact:n_exact + len(truth.tune_idx)])
+    rows = []
+    plans = [(f"nprobe {p}", ProbePlan(p)) for p in nprobes]
+    for target in targets:
+        try:
+            with Timer() as tt:
+                plan, _ = tune_plan(index, tune_q, truth.tune_idx, recall=target)
+        except BadInputError as e:
+            rows.append(Row("isood ivf tuned", f"target {target}: out of reach", note=str(e)[:90], **build))
+            continue
+        p = plan.as_dict()
+        plans.append((f"target {target}: nprobe {p['nprobe']}->{p['reprobe']}", plan))
+        print(f"tuned for recall@1 {target} in {tt.wall:.1f} s: {p}", flush=True)
+    for label, plan in plans:
+        with Timer() as t:
+            sims, idx, reprobed = ivf_search(index, query, plan)
+        name = "isood ivf tuned" if label.startswith("target") else "isood ivf"
+        rows.append(truth.row(name, f"nlist {index.nlist}, {label}" + (f", {reprobed:.0%} reprobed" if reprobed else ""),
+                              sims[:n_exact], idx[:n_exact], len(query) / t.wall, len(query) / t.cpu, **build))
+    return rows, index.centroids
+
+
+def print_table(rows: list[Row]) -> None:
+    print(f"\n{'index':<22} {'parameters':<62} {'build s':>8} {'index MB':>9} {'RSS+ MB':>8} {'q/s':>8} "
+          f"{'x flat':>7} {'x CPU':>6} {'R@1':>7} {'levels':>7}")
+    for r in rows:
+        print(r.line(), flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     size = p.add_mutually_exclusive_group()
@@ -106,93 +177,67 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-ref", type=int)
     p.add_argument("--n-query", type=int)
     p.add_argument("--dim", type=int)
-    p.add_argument("--exact-queries", type=int, help="queries searched exactly by faiss flat (ground truth + timing)")
-    p.add_argument("--torch-queries", type=int, help="queries timed with the torch backend")
+    p.add_argument("--exact-queries", type=int, help="queries searched exactly by faiss flat (truth + 1x timing)")
+    p.add_argument("--torch-queries", type=int, help="queries timed with the exact torch backend")
     p.add_argument("--nlist", type=int, help="IVF lists (default: isood.ann.default_nlist)")
-    p.add_argument("--nprobe", type=int, nargs="+", default=[16, 32, 64], help="nprobe values to sweep (the default is always added)")
     p.add_argument("--train-size", type=int, help="IVF k-means training rows (default: isood.ann's)")
+    p.add_argument("--nprobe", type=int, nargs="+", default=[32, 128, 256], help="uniform nprobe rows")
+    p.add_argument("--targets", type=float, nargs="+", default=[0.98, 0.99, 0.995, 0.999], help="recall targets")
+    p.add_argument("--skip", default="", help="comma list of field indexes to leave out: " + ",".join(FIELD_INDEXES))
     p.add_argument("--noise", type=float, default=0.6, help="within-class noise norm (centres have norm 1)")
     p.add_argument("--spectrum", type=float, default=1.0, help="power-law exponent of the noise spectrum (0 = isotropic)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
     a = p.parse_args(argv)
-
     mode = "quick" if a.quick else "full" if a.full else "default"
-    n_ref, n_query, dim, n_classes, n_exact, n_torch = SIZES[mode]
+    n_ref, n_query, dim, n_classes, n_exact, n_torch, n_tune = SIZES[mode]
     n_ref, n_query, dim = a.n_ref or n_ref, a.n_query or n_query, a.dim or dim
-    n_exact = min(a.exact_queries or n_exact, n_query)
+    n_exact = min(a.exact_queries or n_exact, n_query // 2)
     n_torch = min(a.torch_queries or n_torch, n_query)
+    n_tune = min(n_tune, n_query - n_exact)
     nlist = a.nlist or default_nlist(n_ref)
-    nprobes = sorted(set(a.nprobe) | {DEFAULT_NPROBE})
 
     t0 = time.perf_counter()
     ref, query = make_data(n_ref, n_query, dim, n_classes, a.seed, noise=a.noise, spectrum=a.spectrum)
     print(f"data: reference {n_ref:,} x {dim}, {n_query:,} queries, {n_classes} classes ({time.perf_counter() - t0:.1f} s)", flush=True)
+    truth, held = exact_truth(ref, query, n_exact, n_tune)
+    floor = floor_text(2.0 * n_exact * n_ref * dim, 4.0 * (n_ref + n_exact) * dim, peaks("cpu"), truth.flat_s)
+    print(f"faiss-flat: {n_exact:,} queries, {truth.flat_qps:,.0f} q/s ({truth.flat_cpu:,.0f} per CPU-second); {floor}", flush=True)
+    raw_s, ours_s, exact_ratio = exact_path_ratio(held["index"], ref, query, min(n_exact, 2_000))
+    del held
+    print(f"isood exact path (nearest, faiss-flat): {ours_s:.2f} s vs raw faiss flat {raw_s:.2f} s = {exact_ratio:.2f}x", flush=True)
+    with Timer() as t:
+        _, i_torch = nearest(query[:n_torch], ref, backend="torch", device="cpu")
+    torch_qps = n_torch / t.wall
+    print(f"torch: {torch_qps:,.0f} q/s, same nearest row as faiss-flat: {np.mean(i_torch == truth.idx[:n_torch]):.4f}", flush=True)
 
-    with _Timer() as t:
-        d_exact, i_exact = nearest(query[:n_exact], ref, backend="faiss-flat", device="cpu")
-    flat_qps, flat_cpu = n_exact / t.wall, n_exact / t.cpu
-    flat_s = t.wall  # exact search cannot beat 2*q*N*D FLOPs, nor one read of the reference and the queries
-    floor = floor_text(2.0 * n_exact * n_ref * dim, 4.0 * (n_ref + n_exact) * dim, peaks("cpu"), flat_s)
-    print(f"faiss-flat: {n_exact:,} queries, {flat_qps:,.0f} q/s ({flat_cpu:,.0f} per CPU-second)", flush=True)
+    rows, centroids = isood_ivf_rows(ref, query, truth, nlist=nlist, nprobes=a.nprobe, targets=a.targets,
+                                     seed=a.seed, n_exact=n_exact, train_size=a.train_size)
+    print_table(rows)
+    skip = {s for s in a.skip.split(",") if s}
+    for name, run in FIELD_INDEXES.items():
+        if name not in skip:
+            new = run(ref, np.ascontiguousarray(query[:n_exact]), truth, centroids=centroids, nprobes=a.nprobe,
+                      seed=a.seed)
+            for r in new:
+                print(r.line(), flush=True)
+            rows += new
+    print_table(rows)
 
-    with _Timer() as t:
-        d_torch, i_torch = nearest(query[:n_torch], ref, backend="torch", device="cpu")
-    torch_qps, torch_cpu = n_torch / t.wall, n_torch / t.cpu
-    torch_match = float(np.mean(i_torch == i_exact[:n_torch]))
-    print(f"torch: {n_torch:,} queries, {torch_qps:,.0f} q/s ({torch_cpu:,.0f} per CPU-second), same nearest row as "
-          f"faiss-flat: {torch_match:.4f}, max |d diff| {np.abs(d_torch - d_exact[:n_torch]).max():.1e}", flush=True)
-
-    with _Timer() as t:
-        index = build_ivf_index(ref, nlist=nlist, train_size=a.train_size, seed=a.seed, device="cpu")
-    build_s = t.wall
-    print(f"faiss-ivf: nlist {nlist}, built in {build_s:.1f} s", flush=True)
-
-    lv_exact, edges_exact = assign_levels(d_exact)
-    rows = []
-    for nprobe in nprobes:
-        with _Timer() as t:
-            sims, idx = ivf_search(index, query, nprobe=nprobe)
-        qps, cpu_qps = n_query / t.wall, n_query / t.cpu
-        d_ivf = np.clip(1.0 - sims, 0.0, 2.0)[:n_exact]
-        hit = idx[:n_exact] == i_exact
-        recall = float(np.mean(hit))
-        near = d_exact < np.median(d_exact)  # the half of the queries closest to the reference
-        agree_own = float(np.mean(assign_levels(d_ivf)[0] == lv_exact))
-        agree_shared = float(np.mean(bin_with_edges(d_ivf, edges_exact) == lv_exact))
-        speedup, speedup_cpu = qps / flat_qps, cpu_qps / flat_cpu
-        ok = speedup >= TARGET_SPEEDUP and recall >= TARGET_RECALL and agree_own >= TARGET_AGREEMENT
-        rows.append(dict(nprobe=nprobe, qps=qps, speedup=speedup, speedup_cpu=speedup_cpu, recall=recall,
-                         agree=agree_own, agree_shared=agree_shared, err=float(np.mean(d_ivf - d_exact)), ok=ok))
-        print(f"  nprobe {nprobe:3d}: {qps:,.0f} q/s = {speedup:.1f}x flat ({speedup_cpu:.1f}x per CPU-second), "
-              f"recall@1 {recall:.4f} (nearer half {np.mean(hit[near]):.4f}, farther half {np.mean(hit[~near]):.4f}), "
-              f"mean distance excess {rows[-1]['err']:.1e}, level agreement {agree_own * 100:.2f}% (own edges) / "
-              f"{agree_shared * 100:.2f}% (exact edges){'  [meets all targets]' if ok else ''}", flush=True)
-
-    head = next(r for r in rows if r["nprobe"] == DEFAULT_NPROBE)
-    best = next((r for r in rows if r["ok"]), None)
+    meets = [r for r in rows if r.meets(TARGET_SPEEDUP, TARGET_RECALL, TARGET_AGREEMENT)]
+    best = max(meets, key=lambda r: r.qps) if meets else None
     total_s = time.perf_counter() - t0
-    summary = (f"shift_nn {mode}: ref {n_ref:,}x{dim}, {n_query:,} queries | torch {torch_qps:,.0f} q/s, "
-               f"faiss-flat {flat_qps:,.0f} q/s, ivf(nlist={nlist}, nprobe={DEFAULT_NPROBE}) {head['qps']:,.0f} q/s = "
-               f"{head['speedup']:.1f}x flat ({head['speedup_cpu']:.1f}x per CPU-s; target {TARGET_SPEEDUP:.0f}x), recall@1 {head['recall']:.4f} "
-               f"(target {TARGET_RECALL}), level agreement {head['agree'] * 100:.2f}% (target {TARGET_AGREEMENT * 100:.1f}%) | "
-               f"build {build_s:.0f} s, total {total_s:.0f} s | faiss-flat {flat_s:.1f} s vs {floor} | "
-               + (f"smallest nprobe meeting all targets: {best['nprobe']}" if best else "no swept nprobe meets all targets"))
-    print("SUMMARY " + summary)
-
+    targets = f"targets {TARGET_SPEEDUP:.0f}x flat, R@1 {TARGET_RECALL}, levels {TARGET_AGREEMENT:.1%}"
+    text = (f"{mode}: ref {n_ref:,}x{dim}, {n_query:,} queries | faiss-flat {truth.flat_qps:,.0f} q/s, torch {torch_qps:,.0f} "
+            f"q/s, isood exact path {exact_ratio:.2f}x raw flat | "
+            + (f"fastest meeting {targets}: {best.name} ({best.params}) {best.qps:,.0f} q/s = {best.speedup:.1f}x flat "
+               f"({best.speedup_cpu:.1f}x per CPU-s), R@1 {best.recall:.4f}, levels {best.agreement:.2%}"
+               if best else f"no index meets {targets}") + f" | total {total_s:.0f} s")
+    summary("shift_nn", text)
     if not a.no_record:
-        results = Path(__file__).resolve().parent / "RESULTS.md"
-        if not results.exists():
-            results.write_text("# Benchmark results\n\nOne row per run; appended by the bench scripts.\n\n")
-        machine = f"{platform.machine()} {platform.system()} {os.cpu_count()} CPUs, Python {platform.python_version()}"
-        sweep = "; ".join(f"nprobe {r['nprobe']}: {r['speedup']:.1f}x ({r['speedup_cpu']:.1f}x CPU), R@1 {r['recall']:.4f}, "
-                          f"agree {r['agree'] * 100:.2f}%" for r in rows)
-        line = (f"- {_dt.date.today().isoformat()} | shift_nn.py {mode} | {machine} | ref {n_ref:,}x{dim}, queries {n_query:,} "
-                f"(exact timed on {n_exact:,}, torch on {n_torch:,}) | torch {torch_qps:,.0f} q/s, faiss-flat {flat_qps:,.0f} q/s, "
-                f"ivf nlist {nlist} built in {build_s:.0f} s | {sweep} | flat {flat_s:.1f} s vs {floor} | default nprobe {DEFAULT_NPROBE}"
-                f"{' meets' if head['ok'] else ' misses'} the targets ({TARGET_SPEEDUP:.0f}x, R@1 {TARGET_RECALL}, {TARGET_AGREEMENT * 100:.1f}%)\n")
-        with results.open("a") as fh:
-            fh.write(line)
+        curve = "; ".join(r.short() for r in rows)
+        record(f"shift_nn.py {mode}", f"ref {n_ref:,}x{dim}, queries {n_query:,} (truth on {n_exact:,})",
+               f"{text} | flat {truth.flat_s:.1f} s vs {floor} | {curve}")
     return 0
 
 

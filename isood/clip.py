@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from isood.errors import BadInputError, IsoodError, MissingWeightsError
-from isood.images import collate, decode_images
+from isood.images import REFERENCE_DECODE, collate, image_decoder
 from isood.runtime import atomic_write_bytes, one_line, progress_bar, sha256_file, torch_device
 
 if TYPE_CHECKING:
@@ -271,15 +271,19 @@ def encode_image_batch(encoder: ClipEncoder, batch: "torch.Tensor | None") -> np
 class ClipEncodeWorker:
     """The extraction worker of a ``BatchEngine``: one CLIP encoder per process or actor.
 
-    ``ClipEncodeWorker(clip, device, decode_threads)``: ``clip`` a ``--clip`` name (loaded here, on ``device``)
-    or an already loaded ``ClipEncoder`` (used as is). A call takes a batch ``{'path': files, 'name': relative
-    paths (for error messages), 'i': row ids (echoed)}`` and returns ``{'i', 'feature' (n, D) float32, zeros
-    where unreadable, 'ok' (n,) bool, 'error' (n,) str ('' when ok)}``: images decoded by ``decode_threads``
-    threads, the readable ones encoded in ONE forward pass (so the batch composition fixes the numerics).
+    ``ClipEncodeWorker(clip, device, decode_threads, decode)``: ``clip`` a ``--clip`` name (loaded here, on
+    ``device``) or an already loaded ``ClipEncoder`` (used as is); ``decode`` the decoding mode
+    (``isood.images.REFERENCE_DECODE`` or ``FAST_DECODE``, see ``isood.images.image_decoder``). A call takes a
+    batch ``{'path': files, 'name': relative paths (for error messages), 'i': row ids (echoed)}`` and returns
+    ``{'i', 'feature' (n, D) float32, zeros where unreadable, 'ok' (n,) bool, 'error' (n,) str ('' when ok)}``:
+    images decoded by ``decode_threads`` threads, the readable ones encoded in ONE forward pass (so the batch
+    composition fixes the numerics).
     """
 
-    def __init__(self, clip: str | ClipEncoder, device: str | None = None, decode_threads: int = 1):
+    def __init__(self, clip: str | ClipEncoder, device: str | None = None, decode_threads: int = 1,
+                 decode: str = REFERENCE_DECODE):
         self.encoder = clip if isinstance(clip, ClipEncoder) else load_clip(clip, device)
+        self.decoder = image_decoder(self.encoder.preprocess, decode)
         threads = int(decode_threads)
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="isood-decode") if threads > 1 else None
 
@@ -287,7 +291,7 @@ class ClipEncodeWorker:
         paths = [str(p) for p in batch["path"]]
         n = len(paths)
         names = [str(x) for x in batch["name"]] if "name" in batch else paths
-        items = decode_images(paths, self.encoder.preprocess, names, self.pool)
+        items = self.decoder.decode(paths, names, self.pool)
         ok_pos, tensor, bad = collate(items)
         feats = np.zeros((n, self.encoder.embed_dim), np.float32)
         ok = np.zeros(n, dtype=bool)

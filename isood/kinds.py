@@ -22,6 +22,7 @@ from isood.grid import AXES, axis_edges as grid_axis_edges
 from manifests.card import markdown_table
 from manifests.schema import BOOL, FLOAT, INT, STRING, CardSpec, KindSpec, TableSpec, register_kind
 from manifests.store import ManifestView
+from wordnet_tools.rules import class_rule_map
 
 __all__ = [
     "FEATURES", "FEATURES_PART", "SPLITS", "SYN_IS", "SYN_IS_PROMPTS", "SYN_IS_PART", "CLASS_FILTER", "AUDIT",
@@ -49,6 +50,7 @@ EDGES_COLUMNS = {"axis": STRING, "level": INT, "lower": FLOAT, "upper": FLOAT}
 _CLASSES_COLUMNS = {"wnid": STRING, "name": STRING, "decision": STRING, "rule": STRING, "conflict_wnid": STRING,
                     "conflict_name": STRING, "conflict_hops": INT}
 _SUMMARY_COLUMNS = {"decision": STRING, "rule": STRING, "classes": INT}
+_AUDIT_COUNTS = {"images": INT, "classes": INT, "leak_images": INT, "leak_share": FLOAT}
 _SYN_IMAGES = {**IMAGES_COLUMNS, "prompt": STRING, "negative_prompt": STRING, "style": STRING, "label": STRING,
                "prompt_id": STRING, "image_index": INT, "seed": INT, "sha256": STRING}
 _SYN_PROMPTS = {"prompt_id": STRING, "style": STRING, "wnid": STRING, "label": STRING, "prompt": STRING,
@@ -134,6 +136,29 @@ class SplitsView(GridView):
         given = self.field("id")
         return str(given) if given and Path(given).exists() else None
 
+    @property
+    def na_rule(self) -> str | None:
+        """An import's N/A rule: 'pooled' (a cell pools its lists across the release's subsets, as the release's
+        loader does) or 'per-subset'; None for build-splits (one set of images)."""
+        return self.field("na_rule")
+
+    @property
+    def release_name(self) -> str | None:
+        """An import's release folder name (e.g. 'imagenet21k'); None otherwise."""
+        return self.field("release_name")
+
+    @property
+    def subsets(self) -> list[str]:
+        """An import's subset folders (e.g. ['train', 'val']; [''] for lists at the top); [] otherwise."""
+        return list(self.field("subsets") or [])
+
+    @property
+    def ann(self) -> dict | None:
+        """How the shifts were searched when build-splits ran with --ann-recall (approximate, tuned): target
+        recall, achieved recall@1 on held-out images and level agreement per axis, cell agreement, chosen
+        parameters (``isood.stages.splits.ann_summary``); None for exact search or an import."""
+        return self.field("ann")
+
 
 class SynView(GridView):
     """``isood generate-syn`` output (images relative to the manifest folder)."""
@@ -154,6 +179,12 @@ class FeaturesView(ClipProvenance):
     def embed_dim(self) -> int | None:
         v = self.field("embed_dim")
         return None if v is None else int(v)
+
+    @property
+    def decode(self) -> str:
+        """The decoding mode of the features (``isood.images.DECODE_MODES``; manifests written before modes
+        existed are ``reference``)."""
+        return str(self.field("decode") or "reference")
 
     @property
     def image_root(self) -> str | None:
@@ -180,7 +211,16 @@ class ClassFilterView(ManifestView):
 
 
 class AuditView(ClassFilterView):
-    """``isood wordnet audit`` output."""
+    """``isood wordnet audit`` output: the class verdicts; for an audited manifest also ``images`` (its rows with
+    their ``rule``) and, for a graded one, ``cells`` / ``levels`` (images and classes per rule)."""
+
+    def class_rules(self) -> dict[str, str]:
+        """wnid -> rule ('' when kept) of every audited class."""
+        return class_rule_map(self.classes)
+
+    def optional(self, name: str) -> pd.DataFrame | None:
+        """The ``images`` / ``cells`` / ``levels`` table, or None (a list-file audit has none)."""
+        return self.frame(name) if name in self.tables else None
 
 
 class ImageListView(ManifestView):
@@ -224,12 +264,31 @@ def _grid_sections(meta: Mapping[str, Any], tables: Mapping[str, Any]) -> list[t
     out = []
     cells = tables.get("cells")
     if cells is not None and {"cov_level", "sem_level", "n", "na"} <= set(cells.columns):
-        out.append(("Counts per cell", _grid_markdown(cells)))
+        out.append(("Counts per cell", _na_rule_text(meta) + _grid_markdown(cells)))
     edges = tables.get("edges")
     if edges is not None:
         out.append(("Grid edges", "The level boundaries of each shift axis (table `edges`).\n\n"
                     + markdown_table(edges)))
     return out
+
+
+def _na_rule_text(meta: Mapping[str, Any]) -> str:
+    """How an import decided N/A (``--na-rule``), and its missing lists ('' for other manifests)."""
+    config = (meta.get("command") or {}).get("config") or {}
+    rule, subsets = config.get("na_rule"), [s or "." for s in config.get("subsets") or []]
+    if rule is None:
+        return ""
+    text = ("N/A rule `pooled`: a cell is the pool of its lists across the subsets (" + ", ".join(subsets) + ") and "
+            f"is N/A when the pooled count is below {config.get('na_threshold', NA_THRESHOLD)}, as the release's "
+            "evaluation code decides. " if rule == "pooled" else
+            "N/A rule `per-subset`: each subset folder's cells are counted and decided on their own (one split per "
+            "subset). ")
+    missing = ((meta.get("summary") or {}).get("missing_lists") or {})
+    if any(missing.values()):
+        text += ("Lists missing from the release (imported with `--allow-missing`, flagged `missing` in the "
+                 "`cells` table): " + "; ".join(f"{s or '.'}: {', '.join(c)}" for s, c in sorted(missing.items()))
+                 + ". ")
+    return text + "\n\n"
 
 
 def _grid_markdown(cells: pd.DataFrame) -> str:
@@ -251,7 +310,8 @@ def _grid_markdown(cells: pd.DataFrame) -> str:
             row = []
             for s in range(n):
                 rec = grid.get((c, s))
-                row.append("–" if rec is None else (f"N/A ({int(rec.n)})" if rec.na else str(int(rec.n))))
+                text_n = "–" if rec is None else (f"N/A ({int(rec.n)})" if rec.na else str(int(rec.n)))
+                row.append(f"missing, {text_n}" if rec is not None and bool(getattr(rec, "missing", False)) else text_n)
             text.append(f"| {c} | " + " | ".join(row) + " |")
         text.append("")
     return "\n".join(text)
@@ -290,7 +350,7 @@ register_kind(KindSpec(
             "rejected": TableSpec({"path": STRING, "error": STRING}, optional=True)},
     fields={"clip": "command.config.clip", "clip_identity": "command.config.clip_identity",
             "embed_dim": "summary.embed_dim", "images": "command.config.images",
-            "source_kind": "command.config.source_kind"},
+            "source_kind": "command.config.source_kind", "decode": "command.config.decode"},
     card=CardSpec(title="isood features manifest", description="Image features and their index.", main="index",
                   licence=_imagenet_licence)))
 register_kind(KindSpec(
@@ -302,7 +362,9 @@ register_kind(KindSpec(
     tables={"images": TableSpec(IMAGES_COLUMNS), "cells": TableSpec(CELLS_COLUMNS), "edges": TableSpec(EDGES_COLUMNS),
             "dropped": TableSpec({"set": STRING, "path": STRING, "wnid": STRING, "reason": STRING}, optional=True)},
     fields={**_GRID_FIELDS, "test_root": "command.config.test_root", "id_root": "command.config.id_root",
-            "id": "command.config.id"},
+            "id": "command.config.id", "na_rule": "command.config.na_rule",
+            "release_name": "command.config.release_name", "subsets": "command.config.subsets",
+            "ann": "summary.ann"},
     card=CardSpec(title="isood splits manifest", licence=_imagenet_licence, **_GRID_CARD,
                   description="OOD test images graded by semantic (D_sem) and covariate (D_cov) shift from the "
                   "in-distribution set and binned into a grid of shift levels (IS-OOD, \"A Sorites Paradox\").")))
@@ -329,7 +391,11 @@ register_kind(KindSpec(
 register_kind(KindSpec(
     AUDIT, writer="isood wordnet audit", view=AuditView,
     tables={"classes": TableSpec({**_CLASSES_COLUMNS, "entries": INT}),
-            "summary": TableSpec({**_SUMMARY_COLUMNS, "entries": INT})},
+            "summary": TableSpec({**_SUMMARY_COLUMNS, "entries": INT}),
+            "images": TableSpec({"wnid": STRING, "rule": STRING}, optional=True,
+                                doc="the audited manifest's rows (path, cell, levels when present) with their rule"),
+            "cells": TableSpec(_AUDIT_COUNTS | {"cell": STRING, "cov_level": INT, "sem_level": INT}, optional=True),
+            "levels": TableSpec(_AUDIT_COUNTS | {"axis": STRING, "level": INT}, optional=True)},
     card=CardSpec(title="isood audit manifest", **_DECISION_CARD,
                   description="An audit of an OOD class or image list for WordNet hierarchy leaks into the "
                   "in-distribution classes.")))
@@ -346,7 +412,13 @@ register_kind(KindSpec(
                                        "metric": STRING, "value": FLOAT}),
             "table1": TableSpec({"detector": STRING, "dataset": STRING, "axis": STRING, "metric": STRING,
                                  "correlation": FLOAT, "sensitivity": FLOAT}),
-            "detector_means": TableSpec({"detector": STRING, "dataset": STRING})},
+            "detector_means": TableSpec({"detector": STRING, "dataset": STRING}),
+            "leak_effect": TableSpec({"detector": STRING, "dataset": STRING, "cell": STRING, "metric": STRING,
+                                      "all": FLOAT, "leak_free": FLOAT, "diff": FLOAT}, optional=True,
+                                     doc="isood evaluate --leak-audit: per cell, all images vs leak-free"),
+            "leak_ranking": TableSpec({"dataset": STRING, "scope": STRING, "key": STRING, "metric": STRING,
+                                       "kendall_tau": FLOAT, "changed": BOOL}, optional=True,
+                                      doc="isood evaluate --leak-audit: detector order with and without leaks")},
     card=CardSpec(title="isood evaluation", main="cell_metrics", licence=_imagenet_licence,
                   description="OOD detectors scored per cell of a shift grid: every metric per cell, level "
                   "curves, Table 1 (correlation and sensitivity per axis).")))

@@ -22,7 +22,7 @@ __all__ = [
     "TMP_PREFIX", "one_line", "resolve_device", "torch_device", "progress_bar", "track", "atomic_write_bytes",
     "sha256_bytes", "sha256_file", "link_or_copy", "remove_temporaries", "PART_SUFFIX", "PER_TASK_KEYS",
     "check_shard_args", "selected_units", "part_info", "default_workers", "BatchEngine", "LocalEngine",
-    "batch_rows", "thread_limit", "require", "lazy_exports",
+    "batch_rows", "thread_limit", "require", "lazy_exports", "LOCK_FILE", "OutputLocked", "output_lock",
 ]
 
 #: Prefix of every temporary or bookkeeping file isood leaves beside its outputs (``isood verify`` ignores them).
@@ -163,6 +163,41 @@ def link_or_copy(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+# ------------------------------------------------------------------------------------------------- locking
+#: The lock file a command holds in its --out folder while it writes there.
+LOCK_FILE = f"{TMP_PREFIX}isood.lock"
+
+
+class OutputLocked(IsoodError):
+    """Another process is writing the same output folder."""
+
+
+@contextlib.contextmanager
+def output_lock(folder: str | os.PathLike, option: str = "--out") -> Iterator[Path]:
+    """Hold an exclusive lock on ``folder`` (a ``.~isood.lock`` file, ``fcntl.flock``) while a command writes
+    there; a second process asking for it gets a one-line ``OutputLocked`` at once instead of interleaving its
+    files with the first one's. The kernel drops the lock when the holder dies (even by ``kill -9``), so a
+    stale lock file never blocks a rerun."""
+    import fcntl
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            raise OutputLocked(f"{option} {folder} is being written by another isood process (pid {holder}, lock "
+                               f"{path.name}); wait for it to finish or pass another {option}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield folder
+    finally:
+        os.close(fd)  # releases the lock; the file stays (removing it would race with a waiting process)
 
 
 # ---------------------------------------------------------------------------------------------- job arrays

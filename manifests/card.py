@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import yaml
 
 from isood.errors import ManifestError
@@ -37,7 +38,7 @@ from manifests.schema import CardSpec, kind_spec
 from manifests.store import MANIFEST_FILE, Manifest, parquet_bytes, read, write_manifest
 
 __all__ = ["CARD_FILE", "CONFIGS_DIR", "ConfigLayout", "config_layout", "dataset_card", "write_with_card", "add_card",
-           "markdown_table", "split_name"]
+           "markdown_table", "split_name", "card_spec", "allowed_splits", "plan_configs", "add_other_tables"]
 
 CARD_FILE = "README.md"
 CONFIGS_DIR = "data/configs"  # derived per-config Parquet files live here (regenerated on every write)
@@ -60,7 +61,8 @@ def _frame(table: pd.DataFrame | pa.Table) -> pd.DataFrame:
     return table.to_pandas() if isinstance(table, pa.Table) else table
 
 
-def _card_spec(kind: str, tables: Mapping[str, Any]) -> CardSpec:
+def card_spec(kind: str, tables: Mapping[str, Any]) -> CardSpec:
+    """The kind's ``CardSpec``, or a plain one for a kind without (main table: the first of ``tables``)."""
     spec = kind_spec(kind)
     if spec is not None and spec.card is not None:
         return spec.card
@@ -77,13 +79,14 @@ class ConfigLayout:
     main: str | None = None
     partitions: list[str] = field(default_factory=list)  # configs made from the `config_by` column
     config_by: str | None = None
+    written: list[str] = field(default_factory=list)  # derived files already written (streamed main table)
 
 
 def _column_values(df: pd.DataFrame, column: str) -> pd.Series:
     return df[column].fillna("").astype(str)
 
 
-def _allowed_splits(allowed: Iterable[Any] | None) -> dict[str, set[str] | None] | None:
+def allowed_splits(allowed: Iterable[Any] | None) -> dict[str, set[str] | None] | None:
     """``allowed_configs``' answer as config value -> the ``split_by`` values it may use (None: every split).
     An item is a value (allowed in every split) or a ``(split_by value, value)`` pair (allowed in that split)."""
     if allowed is None:
@@ -100,48 +103,77 @@ def _allowed_splits(allowed: Iterable[Any] | None) -> dict[str, set[str] | None]
     return out
 
 
-def config_layout(kind: str, tables: Mapping[str, pd.DataFrame | pa.Table], meta: Mapping[str, Any] | None = None
-                  ) -> ConfigLayout:
-    """Which configs a manifest of `kind` with these tables gets, and the derived Parquet files behind them."""
-    tables = {name: _frame(t) for name, t in tables.items()}
-    card = _card_spec(kind, tables)
-    main_name = card.main if card.main in tables else (sorted(tables)[0] if tables else None)
+Routes = dict[tuple[str, str], list[str]]
+
+
+def plan_configs(card: CardSpec, main_name: str, pairs: Iterable[tuple[str, str]], *, split_col: str | None,
+          config_col: str | None, allowed: Mapping[str, set[str] | None] | None) -> tuple[ConfigLayout, Routes]:
+    """The configs of a main table from the ``(split_by value, config_by value)`` pairs its rows have ('' for a
+    column it lacks), and the derived files each pair's rows go to (pure; in-memory and streamed tables alike)."""
+    pairs = set(pairs)
     layout = ConfigLayout(main=main_name)
-    if main_name is None:
-        return layout
-    main = tables[main_name]
-    src = _column_values(main, card.split_by) if card.split_by and card.split_by in main.columns else None
-    sources = sorted(src.unique()) if src is not None and len(src) else [""]
+    sources = sorted({s for s, _ in pairs}) if split_col and pairs else [""]
     splits = {s: split_name(s, card.split) for s in sources}
     if len(set(splits.values())) != len(splits):
         raise ManifestError(f"sources {sources} give clashing split names {sorted(splits.values())}; rename them")
+    routes: Routes = {}
 
-    def put(config: str, rows: pd.DataFrame, only: set[str] | None = None) -> None:
+    def put(config: str, value: str | None, only: set[str] | None = None) -> None:
         for s in sources:
-            part = rows if src is None else rows[src[rows.index] == s]
-            if len(part) and (only is None or s in only):
+            keys = sorted(k for k in pairs if k[0] == s and (value is None or k[1] == value))
+            if keys and (only is None or s in only):
                 rel = f"{CONFIGS_DIR}/{config}/{splits[s]}.parquet"
-                layout.files[rel] = part.reset_index(drop=True)
                 layout.configs.setdefault(config, {})[splits[s]] = rel
+                for k in keys:
+                    routes.setdefault(k, []).append(rel)
 
     if len(sources) == 1:  # one split: the main table itself, no copy
         layout.configs["all"] = {splits[sources[0]]: f"data/{main_name}.parquet"}
     else:
-        put("all", main)
-    if card.config_by and card.config_by in main.columns:
-        values = _column_values(main, card.config_by)
-        allowed = _allowed_splits(card.allowed_configs(tables, meta or {}) if card.allowed_configs else None)
-        for value in sorted(v for v in values.unique() if v):
+        put("all", None)
+    if config_col:
+        for value in sorted({v for _, v in pairs if v}):
             name = card.config_names.get(value, re.sub(r"\W+", "_", value).strip("_"))
             if (allowed is not None and value not in allowed) or not name or name in layout.configs:
                 continue
-            put(name, main[values == value], None if allowed is None else allowed[value])
+            put(name, value, None if allowed is None else allowed[value])
             if name in layout.configs:
                 layout.partitions.append(name)
         layout.config_by = card.config_by
-    for name in sorted(tables):
-        if name != main_name and name not in layout.configs and _SPLIT_RE.match(name):
-            layout.configs[name] = {"train": f"data/{name}.parquet"}
+    return layout, routes
+
+
+def add_other_tables(layout: ConfigLayout, paths: Mapping[str, str]) -> None:
+    for name in sorted(paths):
+        if name != layout.main and name not in layout.configs and _SPLIT_RE.match(name):
+            layout.configs[name] = {"train": paths[name]}
+
+
+def config_layout(kind: str, tables: Mapping[str, pd.DataFrame | pa.Table], meta: Mapping[str, Any] | None = None
+                  ) -> ConfigLayout:
+    """Which configs a manifest of `kind` with these tables gets, and the derived Parquet files behind them."""
+    tables = {name: _frame(t) for name, t in tables.items()}
+    card = card_spec(kind, tables)
+    main_name = card.main if card.main in tables else (sorted(tables)[0] if tables else None)
+    if main_name is None:
+        return ConfigLayout()
+    main = tables[main_name]
+    split_col = card.split_by if card.split_by and card.split_by in main.columns else None
+    config_col = card.config_by if card.config_by and card.config_by in main.columns else None
+    src = _column_values(main, split_col) if split_col else pd.Series("", index=main.index, dtype=object)
+    values = _column_values(main, config_col) if config_col else pd.Series("", index=main.index, dtype=object)
+    allowed = (allowed_splits(card.allowed_configs(tables, meta or {}) if card.allowed_configs else None)
+               if config_col else None)
+    layout, routes = plan_configs(card, main_name, zip(src, values), split_col=split_col, config_col=config_col,
+                           allowed=allowed)
+    keys = src.astype(str) + "\x00" + values.astype(str)
+    by_file: dict[str, set[str]] = {}
+    for (s, v), rels in routes.items():
+        for rel in rels:
+            by_file.setdefault(rel, set()).add(f"{s}\x00{v}")
+    for rel, wanted in sorted(by_file.items()):
+        layout.files[rel] = main[keys.isin(wanted).to_numpy()].reset_index(drop=True)
+    add_other_tables(layout, {name: f"data/{name}.parquet" for name in tables})
     return layout
 
 
@@ -250,20 +282,24 @@ def _provenance_sections(meta: Mapping[str, Any]) -> list[str]:
 
 
 def dataset_card(manifest_meta: Mapping[str, Any], tables: Mapping[str, pd.DataFrame | pa.Table],
-                 *, title: str | None = None) -> str:
+                 *, title: str | None = None, layout: ConfigLayout | None = None, n_rows: int | None = None) -> str:
     """README.md text for a manifest: YAML front matter (`configs:` for `datasets`), loading example, configs,
     the kind's own sections, provenance, changelog and licence. Configs whose files are not in
-    `manifest_meta["files"]` are left out, so the card never points at a file the manifest lacks."""
+    `manifest_meta["files"]` are left out, so the card never points at a file the manifest lacks.
+
+    ``layout`` and ``n_rows`` (rows of the main table): given when the main table was streamed
+    (``streamed_layout``) and ``tables`` holds the other tables only."""
     kind = manifest_meta["kind"]
     tables = {name: _frame(t) for name, t in tables.items()}
-    card = _card_spec(kind, tables)
-    layout = config_layout(kind, tables, manifest_meta)
+    card = card_spec(kind, tables)
+    layout = layout or config_layout(kind, tables, manifest_meta)
     listed = {rec["path"] for rec in manifest_meta.get("files", [])}
     configs = {
         name: splits for name, splits in layout.configs.items()
         if not listed or all(p in listed for p in splits.values())
     }
-    n_rows = len(tables[layout.main]) if layout.main else 0
+    if n_rows is None:
+        n_rows = len(tables[layout.main]) if layout.main else 0
     title = title or card.title
     parts = [_front_matter(kind, title, n_rows, configs, layout.partitions),
              f"# {title} (v{manifest_meta.get('dataset_version', '?')})\n\n{card.description}\n"]
@@ -286,6 +322,8 @@ def write_with_card(
     inputs: Iterable[dict] = (),
     files: Mapping[str, bytes | str] | None = None,
     existing_files: Iterable[str] = (),
+    table_files: Mapping[str, str] | None = None,
+    layout: ConfigLayout | None = None,
     summary: Mapping[str, Any] | None = None,
     note: str = "",
     argv: list[str] | None = None,
@@ -294,22 +332,37 @@ def write_with_card(
     """`manifests.write_manifest` plus the per-config Parquet files and the README.md dataset card.
 
     Same arguments as `write_manifest` (the dataset version and changelog logic is its own). `files` and
-    `existing_files` may not use README.md or data/configs/ (both are written here).
+    `existing_files` may not use README.md or data/configs/ (both are written here). A main table too large for
+    memory comes in `table_files` with its `layout`, whose derived files are already written
+    (``manifests.card_stream.write_streamed`` does both); the other `table_files` are read for the card.
     """
     root = Path(root)
     files = dict(files or {})
     existing_files = list(existing_files)
+    table_files = dict(table_files or {})
     for rel in list(files) + existing_files:
         if rel == CARD_FILE or rel.startswith(CONFIGS_DIR + "/"):
             raise ManifestError(f"{rel!r} is written by the dataset card writer; do not pass it in files")
-    layout = config_layout(kind, tables, {"kind": kind, "command": {"config": dict(config)}})
-    derived = {rel: parquet_bytes(df) for rel, df in sorted(layout.files.items())}
+    n_rows, card_tables, derived = None, tables, {}
+    if layout is not None:
+        card_tables = {**{n: _frame(t) for n, t in tables.items()},
+                       **{n: pq.read_table(root / rel).to_pandas()
+                          for n, rel in table_files.items() if n != layout.main}}
+        n_rows = pq.read_metadata(root / table_files[layout.main]).num_rows
+        existing_files += layout.written
+    else:
+        if card_spec(kind, {**tables, **table_files}).main in table_files:
+            raise ManifestError(f"{kind}: the main table is in table_files: pass its layout "
+                                "(manifests.card_stream.write_streamed)")
+        now = config_layout(kind, tables, {"kind": kind, "command": {"config": dict(config)}})
+        derived = {rel: parquet_bytes(df) for rel, df in sorted(now.files.items())}
     manifest = write_manifest(
         root, kind=kind, tables=tables, config=config, inputs=inputs, files={**files, **derived},
-        existing_files=existing_files, summary=summary, note=note, argv=argv,
+        existing_files=existing_files, table_files=table_files, summary=summary, note=note, argv=argv,
     )
     _prune_empty_dirs(root / CONFIGS_DIR)
-    return _attach_card(manifest, dataset_card(manifest.meta, tables, title=title))
+    return _attach_card(manifest, dataset_card(manifest.meta, card_tables, title=title, layout=layout,
+                                                n_rows=n_rows))
 
 
 def _prune_empty_dirs(top: Path) -> None:

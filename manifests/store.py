@@ -19,7 +19,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 import pandas as pd
 import pyarrow as pa
@@ -34,7 +34,8 @@ SCHEMA_NAME = "isood-manifest"
 SCHEMA_VERSION = "1.0"
 MANIFEST_FILE = "manifest.json"
 PARKED_FILE = f"{TMP_PREFIX}manifest.json.prev"  # the previous manifest, set aside while a long job rewrites the directory
-_PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=True, write_statistics=True)
+#: How every manifest table is written (also by the streaming writers of ``manifests.stream``).
+PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=True, write_statistics=True)
 
 
 def package_version() -> str:
@@ -51,7 +52,7 @@ def parquet_bytes(table: pd.DataFrame | pa.Table) -> bytes:
     if isinstance(table, pd.DataFrame):
         table = pa.Table.from_pandas(table, preserve_index=False)
     buf = io.BytesIO()
-    pq.write_table(table, buf, **_PARQUET_OPTIONS)
+    pq.write_table(table, buf, **PARQUET_OPTIONS)
     return buf.getvalue()
 
 
@@ -103,6 +104,15 @@ class Manifest:
 
     def frame(self, name: str) -> pd.DataFrame:
         return self.table(name).to_pandas()
+
+    def batches(self, name: str, columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
+        """A table one Parquet row group at a time (only ``columns`` when given): memory bounded by a row group
+        however many rows the table has."""
+        if name not in self.meta.get("tables", {}):
+            raise ManifestError(f"{self.root}: manifest has no table {name!r} (has: {', '.join(self.tables)})")
+        pf = pq.ParquetFile(self.path(self.meta["tables"][name]["path"]))
+        for i in range(pf.num_row_groups):
+            yield pf.read_row_group(i, columns=list(columns) if columns is not None else None)
 
     def schema(self, name: str) -> pa.Schema:
         """The Arrow schema of a table, read from its Parquet footer (no rows are read)."""

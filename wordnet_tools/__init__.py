@@ -1,5 +1,6 @@
 """WordNet 3.0 tools for ImageNet class lists: loading, synset lists, hierarchy queries, the ImageNet-OOD class
-filter and the class-list audit. Everything is offline (timm's bundled lists, a local WordNet).
+filter (with its presets) and the audit of class lists and manifests (per class, per image, per cell).
+Everything is offline (timm's bundled lists, a local WordNet).
 
 ``wnid_from_path`` (``wordnet_tools.wnids``) is isood's one rule for the class an image path names; ``wnid_of``
 maps a synset to its wnid. The commands' jobs (``wordnet_tools.jobs``, an L4 stage) are not exported here.
@@ -11,7 +12,8 @@ from __future__ import annotations
 from isood.runtime import lazy_exports
 
 _MODULES = {
-    "audit_classes": "audit", "leaks": "audit", "parse_class_list": "audit",
+    "audit_classes": "audit", "audit_images": "audit", "leaks": "audit", "parse_class_list": "audit",
+    "PRESETS": "rules", "LEAK_RULES": "rules", "resolve_exclude": "rules", "leak_mask": "rules",
     "DEFAULT_EXCLUDE": "class_filter", "RULES": "class_filter", "ClassRules": "class_filter",
     "filter_classes": "class_filter", "summarise": "class_filter",
     "ClassListError": "errors", "UnknownWnidError": "errors", "WordNetNotFound": "errors",

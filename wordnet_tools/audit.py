@@ -10,20 +10,33 @@ accepted line forms (blank lines and ``#`` comments skipped):
 
 ``audit_classes`` applies the filter's rules (``class_filter.ClassRules``, the same code) to every listed class
 and counts the list entries (images) per class and per rule.
+
+``audit_images`` audits the main table of a manifest with a ``wnid`` column (a splits manifest, an import of a
+release, an image list): the rules are per class, so each distinct class is checked once and its verdict mapped
+onto the images (Arrow dictionary codes, no per-row Python), giving a per-image ``rule`` column and, for a
+graded manifest, the images and classes per rule in each cell and each level (``wordnet_tools.rules``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from isood.errors import BadInputError
 from wordnet_tools.class_filter import DEFAULT_EXCLUDE, ClassRules
 from wordnet_tools.errors import ClassListError
 from wordnet_tools.hierarchy import Hierarchy
+from wordnet_tools.rules import cell_rule_table, class_rule_map, level_rule_table, rule_codes
 from wordnet_tools.wnids import wnid_from_path
+
+#: Columns of an audited table carried into the per-image audit table (when present), then ``rule``.
+IMAGE_COLUMNS: tuple[str, ...] = ("path", "wnid", "cell", "cov_level", "sem_level", "subset", "source")
 
 
 def parse_class_list(lines: Iterable[str], source_name: str) -> list[tuple[int, str]]:
@@ -84,3 +97,52 @@ def _count(entries) -> dict[str, int]:
     for e in entries:
         counter[e[1] if isinstance(e, tuple) else e] += 1
     return dict(counter)
+
+
+@dataclass(frozen=True)
+class ImageAudit:
+    """``audit_images``: the class table (``audit_classes``, ``entries`` = images), the per-image table
+    (``IMAGE_COLUMNS`` present in the input + ``rule``, '' when kept, in input order) and, for a graded table,
+    the per-cell and per-level counts (``wordnet_tools.rules.cell_rule_table`` / ``level_rule_table``)."""
+
+    classes: pd.DataFrame
+    images: pa.Table
+    cells: pd.DataFrame | None = None
+    levels: pd.DataFrame | None = None
+
+
+def _levels(table: pa.Table, name: str) -> np.ndarray:
+    return pc.fill_null(table[name], -1).to_numpy().astype(np.int64)
+
+
+def audit_images(table: pa.Table | pd.DataFrame, id_wnids: Iterable[str], hierarchy: Hierarchy, *,
+                 exclude: Iterable[str] = DEFAULT_EXCLUDE, fallback_names: Mapping[str, str] | None = None,
+                 where: str = "table") -> ImageAudit:
+    """Audit every row of ``table`` (a manifest's main table with a ``wnid`` column; missing wnids count as
+    class '', rule ``unknown``). Each distinct class is checked once (``audit_classes``) and its rule mapped onto
+    the rows. With ``cov_level`` / ``sem_level`` (and ``cell``) columns, also the per-level (and per-cell)
+    tables of images and classes per rule."""
+    t = table if isinstance(table, pa.Table) else pa.Table.from_pandas(table, preserve_index=False)
+    if "wnid" not in t.column_names:
+        raise BadInputError(f"{where} has no wnid column: pass a manifest whose main table has one (splits, "
+                            "image-list, an import) or a list file")
+    filled = pc.fill_null(t["wnid"].cast(pa.string()), "")
+    wnid = filled.combine_chunks().dictionary_encode()
+    uniques = [str(w) for w in wnid.dictionary.to_pylist()]
+    codes = wnid.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    del wnid
+    counts = np.bincount(codes, minlength=len(uniques))
+    classes = audit_classes(dict(zip(uniques, counts.tolist())), id_wnids, hierarchy, exclude=exclude,
+                            fallback_names=fallback_names)
+    rule_of = class_rule_map(classes)
+    class_rules = [rule_of[w] for w in uniques]
+    columns = {c: (filled if c == "wnid" else t[c]) for c in IMAGE_COLUMNS if c in t.column_names}
+    columns["rule"] = pa.array(class_rules, pa.string()).take(pa.array(codes))
+    images = pa.table(columns)
+    cells = levels = None
+    if {"cov_level", "sem_level"} <= set(t.column_names):
+        cov, sem, rc = _levels(t, "cov_level"), _levels(t, "sem_level"), rule_codes(class_rules)
+        levels = level_rule_table(cov, sem, codes, rc)
+        if "cell" in t.column_names:
+            cells = cell_rule_table(t["cell"], cov, sem, codes, rc)
+    return ImageAudit(classes=classes, images=images, cells=cells, levels=levels)

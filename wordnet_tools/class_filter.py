@@ -9,7 +9,7 @@ unknown            is not a WordNet 3.0 noun synset (no other rule can be checke
 id                 is an ID class                                                         itself, 0 hops
 hypernym           is an ancestor of an ID class (e.g. ``dog`` above ``beagle``)          nearest ID below
 hyponym            is a descendant of an ID class (e.g. a beagle breed under ``beagle``)  nearest ID above
-excluded_subtree   is an excluded root or under one (default ``organism.n.01``)           nearest excl. root
+excluded_subtree   is an excluded root or under one (default ``organism.n.01``, a preset)  nearest excl. root
 not_sister         (only with ``sisters_only``) shares no direct hypernym with an ID class (none)
 =================  ====================================================================  ==================
 
@@ -17,7 +17,9 @@ not_sister         (only with ``sisters_only``) shares no direct hypernym with a
 deterministic. Kept classes have rule ''. ``sisters_only`` is the ImageNet-OOD candidate step: keep only
 classes that share a direct hypernym (or instance hypernym) with some ID class.
 
-The audit (``wordnet_tools.audit``) applies the same rules through ``ClassRules.check``.
+The audit (``wordnet_tools.audit``) applies the same rules through ``ClassRules.check``. Named exclusions
+(``--preset imagenet-ood-paper`` = ``organism.n.01``, ``imagenet-ood-release`` = ``animal.n.01``) and the rule
+names live in ``wordnet_tools.rules`` (no WordNet needed there).
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ import pandas as pd
 from isood.defaults import WORDNET_EXCLUDE
 from wordnet_tools.errors import ClassListError
 from wordnet_tools.hierarchy import Hierarchy
+from wordnet_tools.rules import RULES
 
-#: Rules in precedence order (the first that applies is reported).
-RULES: tuple[str, ...] = ("unknown", "id", "hypernym", "hyponym", "excluded_subtree", "not_sister")
+__all__ = ["RULES", "DEFAULT_EXCLUDE", "COLUMNS", "Verdict", "ClassRules", "filter_classes", "summarise"]
+
+#: The default exclusion: that of the ``imagenet-ood-paper`` preset (``wordnet_tools.rules.PRESETS``).
 DEFAULT_EXCLUDE: tuple[str, ...] = WORDNET_EXCLUDE
 COLUMNS: tuple[str, ...] = ("wnid", "name", "decision", "rule", "conflict_wnid", "conflict_name", "conflict_hops")
 

@@ -1,6 +1,9 @@
-"""L4 stage: the WordNet commands' jobs: load the class lists -> apply the pure rules (``class_filter``,
-``audit``) -> write a `class-filter` / `audit` manifest. They return data (manifests, DataFrames); the terminal
-tables are drawn by the CLI (``isood.cli.wordnet``)."""
+"""L4 stage: the WordNet commands' jobs: load the class lists (or the audited manifest) -> apply the pure rules
+(``class_filter``, ``audit``) -> write a `class-filter` / `audit` manifest. They return data (manifests,
+DataFrames); the terminal tables are drawn by the CLI (``isood.cli.wordnet``).
+
+The excluded subtrees are ``--exclude`` when given, else the ``--preset``'s (``wordnet_tools.rules.PRESETS``:
+``imagenet-ood-paper`` = organism.n.01, the default; ``imagenet-ood-release`` = animal.n.01)."""
 
 from __future__ import annotations
 
@@ -10,18 +13,23 @@ from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
+import pyarrow as pa
 
 import manifests
+from isood.errors import BadInputError
 from isood.kinds import AUDIT, CLASS_FILTER
 from isood.runtime import sha256_bytes
-from wordnet_tools.audit import audit_classes, parse_class_list
-from wordnet_tools.class_filter import DEFAULT_EXCLUDE, filter_classes, summarise
+from manifests.schema import kind_spec
+from wordnet_tools.audit import IMAGE_COLUMNS, audit_classes, audit_images, parse_class_list
+from wordnet_tools.class_filter import filter_classes, summarise
 from wordnet_tools.errors import ClassListError
 from wordnet_tools.hierarchy import load_hierarchy
 from wordnet_tools.loader import find_wordnet_source
+from wordnet_tools.rules import resolve_exclude
 from wordnet_tools.synsets import imagenet_names, load_synset_list
 
-__all__ = ["AuditResult", "run_filter", "run_audit", "read_list_file", "rule_counts"]
+__all__ = ["AuditResult", "run_filter", "run_audit", "write_audit", "read_list_file", "read_audited_table",
+           "rule_counts"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +41,9 @@ class AuditResult:
     counts: pd.DataFrame
     entries: int
     manifest: manifests.Manifest | None = None
+    images: pa.Table | None = None
+    cells: pd.DataFrame | None = None
+    levels: pd.DataFrame | None = None
 
     @property
     def leaks(self) -> pd.DataFrame:
@@ -58,46 +69,99 @@ def rule_counts(counts: pd.DataFrame) -> dict[str, int]:
     return {(r or "keep"): int(n) for r, n in zip(counts["rule"], counts["classes"])}
 
 
-def _write(out: str | os.PathLike, kind: str, table: pd.DataFrame, counts: pd.DataFrame, config: dict,
-           inputs: list[dict], argv: list[str] | None) -> manifests.Manifest:
-    return manifests.write_with_card(out, kind=kind, tables={"classes": table, "summary": counts}, config=config,
+def _write(out: str | os.PathLike, kind: str, tables: dict[str, pd.DataFrame | pa.Table], counts: pd.DataFrame,
+           config: dict, inputs: list[dict], argv: list[str] | None) -> manifests.Manifest:
+    return manifests.write_with_card(out, kind=kind, tables={**tables, "summary": counts}, config=config,
                                      inputs=inputs, summary={"rules": rule_counts(counts)}, argv=argv)
 
 
+def write_audit(out: str | os.PathLike, *, classes: pd.DataFrame, images: pa.Table | pd.DataFrame | None = None,
+                cells: pd.DataFrame | None = None, levels: pd.DataFrame | None = None, config: dict,
+                inputs: Sequence[dict] = (), argv: list[str] | None = None) -> manifests.Manifest:
+    """The write step of `isood wordnet audit`: an `audit` manifest of the class table (``audit.audit_classes``)
+    with its per-rule counts, plus the per-image / per-cell / per-level tables when given."""
+    extra = {k: v for k, v in (("images", images), ("cells", cells), ("levels", levels)) if v is not None}
+    return _write(out, AUDIT, {"classes": classes, **extra}, summarise(classes), config, list(inputs), argv)
+
+
 def run_filter(candidates: str = "21k", id_classes: str = "1k", *, out: str | os.PathLike,
-               exclude: Sequence[str] = DEFAULT_EXCLUDE, sisters_only: bool = False,
+               exclude: Sequence[str] | None = None, preset: str | None = None, sisters_only: bool = False,
                argv: list[str] | None = None) -> manifests.Manifest:
     """`isood wordnet filter`: the ImageNet-OOD class filter of ``candidates`` against ``id_classes`` (synset list
-    specs, ``synsets.load_synset_list``) written as a `class-filter` manifest (tables ``classes``, ``summary``)."""
+    specs, ``synsets.load_synset_list``) written as a `class-filter` manifest (tables ``classes``, ``summary``).
+    ``exclude`` (explicit subtree roots) wins over ``preset`` (default ``imagenet-ood-paper``)."""
+    roots = resolve_exclude(exclude, preset)
     cand = load_synset_list(candidates)
     ids = load_synset_list(id_classes)
-    table = filter_classes(cand, ids, load_hierarchy(), exclude=exclude, sisters_only=sisters_only,
+    table = filter_classes(cand, ids, load_hierarchy(), exclude=roots, sisters_only=sisters_only,
                            fallback_names=imagenet_names())
-    config = {"candidates": candidates, "id": id_classes, "exclude": list(exclude), "sisters_only": sisters_only}
+    config = {"candidates": candidates, "id": id_classes, "exclude": roots,
+              "preset": preset if exclude is None else None, "sisters_only": sisters_only}
     inputs = [_list_input("candidates", candidates, cand), _list_input("id", id_classes, ids), _wordnet_input()]
-    return _write(out, CLASS_FILTER, table, summarise(table), config, inputs, argv)
+    return _write(out, CLASS_FILTER, {"classes": table}, summarise(table), config, inputs, argv)
 
 
 def read_list_file(path: str | os.PathLike) -> list[tuple[int, str]]:
     """(line, wnid) entries of a class or image list file; errors name the file and line."""
     path = Path(path)
     if not path.is_file():
-        raise ClassListError(f"{path}: no such list file (pass a text file of wnids or image paths)")
+        raise ClassListError(f"{path}: no such list file (pass a text file of wnids or image paths, or a manifest "
+                             "folder with a wnid column)")
     with path.open(encoding="utf-8", errors="replace") as f:
         return parse_class_list(f, str(path))
 
 
-def run_audit(list_file: str | os.PathLike, id_classes: str = "1k", *, exclude: Sequence[str] = DEFAULT_EXCLUDE,
-              out: str | os.PathLike | None = None, argv: list[str] | None = None) -> AuditResult:
-    """`isood wordnet audit`: every class of the list with the rule it breaks (if any), its conflict and its
-    entry count; written as an `audit` manifest when ``out`` is given."""
-    entries = read_list_file(list_file)
+def read_audited_table(path: str | os.PathLike) -> tuple[manifests.Manifest, pa.Table]:
+    """The manifest at ``path`` and its main table (the kind's card ``main``, else ``images``), which must have a
+    ``wnid`` column: any kind (splits, image-list, an import, features)."""
+    m = manifests.read(path)
+    spec = kind_spec(m.kind)
+    main = spec.card.main if spec is not None and spec.card is not None and spec.card.main else "images"
+    if main not in m.tables:
+        raise BadInputError(f"{path}: a {m.kind!r} manifest without a {main!r} table; pass a manifest with a "
+                            "wnid column (splits, image-list, an import) or a list file")
+    names = m.schema(main).names
+    if "wnid" not in names:
+        raise BadInputError(f"{path}: table {main!r} of the {m.kind!r} manifest has no wnid column; pass a "
+                            "manifest with one (splits, image-list, an import) or a list file")
+    # only the columns the audit carries: a release's main table has ~12M rows
+    columns = [c for c in IMAGE_COLUMNS if c in names]
+    pieces = list(m.batches(main, columns))
+    return m, (pa.concat_tables(pieces) if pieces else m.table(main).select(columns))
+
+
+def _is_manifest(source: str | os.PathLike) -> bool:
+    return (Path(source) / manifests.MANIFEST_FILE).is_file()
+
+
+def run_audit(source: str | os.PathLike, id_classes: str = "1k", *, exclude: Sequence[str] | None = None,
+              preset: str | None = None, out: str | os.PathLike | None = None,
+              argv: list[str] | None = None) -> AuditResult:
+    """`isood wordnet audit`: every class of a list file or of a manifest's main table (``wnid`` column) with
+    the rule it breaks (if any), its conflict and its entry count; for a manifest also the per-image ``rule``
+    and, for a graded one, the per-cell and per-level tables. Written as an `audit` manifest when ``out`` is
+    given."""
+    roots = resolve_exclude(exclude, preset)
     ids = load_synset_list(id_classes)
-    table = audit_classes(entries, ids, load_hierarchy(), exclude=exclude, fallback_names=imagenet_names())
+    h, names = load_hierarchy(), imagenet_names()
+    config = {"list": str(source), "id": id_classes, "exclude": roots, "preset": preset if exclude is None else None}
+    extra: dict = {}
+    if _is_manifest(source):
+        m, main = read_audited_table(source)
+        a = audit_images(main, ids, h, exclude=roots, fallback_names=names, where=str(source))
+        table, entries = a.classes, len(main)
+        extra = {k: v for k, v in (("images", a.images), ("cells", a.cells), ("levels", a.levels)) if v is not None}
+        config["source_kind"] = m.kind
+        source_input = manifests.input_record("source", source, sha256=m.content_sha256)
+    else:
+        listed = read_list_file(source)
+        table, entries = audit_classes(listed, ids, h, exclude=roots, fallback_names=names), len(listed)
+        config["source_kind"] = "list"
+        source_input = manifests.input_record("list", source)
     counts = summarise(table)
     manifest = None
     if out is not None:
-        config = {"list": str(list_file), "id": id_classes, "exclude": list(exclude)}
-        inputs = [manifests.input_record("list", list_file), _list_input("id", id_classes, ids), _wordnet_input()]
-        manifest = _write(out, AUDIT, table, counts, config, inputs, argv)
-    return AuditResult(table=table, counts=counts, entries=len(entries), manifest=manifest)
+        inputs = [source_input, _list_input("id", id_classes, ids), _wordnet_input()]
+        manifest = write_audit(out, classes=table, **extra, config=config, inputs=inputs, argv=argv)
+    return AuditResult(table=table, counts=counts, entries=entries, manifest=manifest, images=extra.get("images"),
+                       cells=extra.get("cells"), levels=extra.get("levels"))

@@ -1,9 +1,14 @@
 """The `isood` Typer application and its command groups; command modules register on these objects.
 
-Every ``IsoodError`` raised below a command becomes one red line on stderr and exit status 2 (no traceback).
+Every ``IsoodError`` raised below a command becomes one red line on stderr and exit status 2 (no traceback);
+so does an ``OSError`` from the environment (disk full, read-only or unwritable folder, a missing file), with
+the path it concerns. Ctrl-C stops cleanly with exit status 130: a stage writes ``manifest.json`` last, so an
+interrupted output never looks complete, and rerunning the same command resumes it.
 """
 
 from __future__ import annotations
+
+import errno
 
 import click
 import typer
@@ -13,7 +18,7 @@ from typer.core import TyperGroup
 
 from isood.errors import IsoodError
 
-__all__ = ["app", "wordnet_app", "import_app", "export_app", "console", "out_console", "error_exit"]
+__all__ = ["app", "wordnet_app", "import_app", "export_app", "splits_app", "console", "out_console", "error_exit"]
 
 console = Console(stderr=True)
 out_console = Console()
@@ -25,17 +30,53 @@ def error_exit(ctx: click.Context, error: IsoodError) -> None:
     ctx.exit(2)
 
 
+_OS_HINTS = {
+    errno.ENOSPC: "the disk is full; free space or pass an --out on another disk",
+    errno.EDQUOT: "the disk quota is exceeded; free space or pass an --out on another disk",
+    errno.EROFS: "the file system is read-only; pass a writable --out",
+    errno.EACCES: "permission denied; pass a folder you can write (or read)",
+    errno.EPERM: "operation not permitted; pass a folder you can write (or read)",
+    errno.ENOENT: "it does not exist; check the paths you passed",
+}
+
+
+def os_error_message(error: OSError) -> str:
+    """One line for an OSError: what failed, on which path, and what to do."""
+    where = f" {error.filename}" if error.filename else ""
+    hint = _OS_HINTS.get(error.errno or -1, "check the paths you passed and the disk")
+    return f"cannot use{where}: {error.strerror or type(error).__name__}; {hint}"
+
+
 class FriendlyGroup(TyperGroup):
-    """Turns an IsoodError raised anywhere below into one red line and exit status 2 (no traceback)."""
+    """Turns an IsoodError (or an OSError from the environment) raised anywhere below into one red line and exit
+    status 2 (no traceback); Ctrl-C into a one-line note and exit status 130."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except IsoodError as e:
             error_exit(ctx, e)
+        except OSError as e:
+            error_exit(ctx, IsoodError(os_error_message(e)))
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted:[/yellow] no output was marked complete; rerun the same command to "
+                          "resume", highlight=False, soft_wrap=True)
+            ctx.exit(130)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list with each command's whole first sentence, wrapped (click cuts it to one line)."""
+        rows = [(name, cmd.get_short_help_str(limit=10 * formatter.width)) for name in self.list_commands(ctx)
+                if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
 
-_SETTINGS = {"help_option_names": ["-h", "--help"]}
+# --help is click's plain layout (rich_markup_mode=None below), at most HELP_WIDTH columns wide. Typer's rich panel
+# puts options in six columns, so at 80 columns the descriptions of `isood evaluate --help` started at column 52
+# and long defaults were cut with "…"; click's two columns start them at column 25. $COLUMNS narrows it.
+HELP_WIDTH = 100
+_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": HELP_WIDTH}
 
 app = typer.Typer(
     cls=FriendlyGroup,
@@ -44,14 +85,18 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings=_SETTINGS,
+    rich_markup_mode=None,
 )
-wordnet_app = typer.Typer(cls=FriendlyGroup, no_args_is_help=True, context_settings=_SETTINGS,
+wordnet_app = typer.Typer(cls=FriendlyGroup, no_args_is_help=True, context_settings=_SETTINGS, rich_markup_mode=None,
                           help="WordNet tools: the ImageNet-OOD class filter and the hierarchy-leak audit.")
-import_app = typer.Typer(cls=FriendlyGroup, no_args_is_help=True, context_settings=_SETTINGS,
+import_app = typer.Typer(cls=FriendlyGroup, no_args_is_help=True, context_settings=_SETTINGS, rich_markup_mode=None,
                          help="Import OOD lists from other tools (IS-OOD release lists, ImageNet-OOD, OpenOOD "
                               "imglists) as manifests.")
-export_app = typer.Typer(cls=FriendlyGroup, no_args_is_help=True, context_settings=_SETTINGS,
+export_app = typer.Typer(cls=FriendlyGroup, no_args_is_help=True, context_settings=_SETTINGS, rich_markup_mode=None,
                          help="Export manifests for other tools (OpenOOD).")
+splits_app = typer.Typer(cls=FriendlyGroup, no_args_is_help=True, context_settings=_SETTINGS, rich_markup_mode=None,
+                         help="Work on splits manifests: clean removes the images that leak ID semantics.")
 app.add_typer(wordnet_app, name="wordnet")
 app.add_typer(import_app, name="import")
 app.add_typer(export_app, name="export")
+app.add_typer(splits_app, name="splits")

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from isood.cli._app import app, out_console
 from isood.defaults import DEFAULT_DETECTORS, NA_THRESHOLD
+from wordnet_tools.rules import LEAK_RULES
 
 if TYPE_CHECKING:  # the stage pulls in torch: imported when the command runs
     from isood.evaluation.job import EvaluateResult
@@ -50,7 +51,7 @@ def evaluate(
     id_train: str = typer.Option(..., "--id-train", help="ID training set (fits MDS/KNN/ViM..., DER threshold): same forms as --id-test."),
     model: Optional[str] = typer.Option(None, help="Classifier: a timm name, 'torchvision/<name>' or py:MODULE:FUNCTION (not needed with precomputed outputs)."),
     out: Path = typer.Option(..., help="Output directory (evaluation manifest, plots, report.html, summary.md)."),
-    detectors: str = typer.Option(DEFAULT_DETECTORS, help="Comma-separated detectors, with parameters as name:key=value (e.g. knn:k=10)."),
+    detectors: str = typer.Option(DEFAULT_DETECTORS, help="Comma-separated detectors, with parameters as name:key=value (e.g. knn:k=10): msp, maxlogit, energy, odin, mds, knn, vim, react, dice, gradnorm, klm; ash (ASH-B at percentile 90 on the pooled feature, as OpenOOD; ash:variant=p|s); rankfeat (OpenOOD's block 3 + 4 fusion; rankfeat:blocks=4 for block 4 only); pytorch-ood:NAME for pytorch-ood's detectors (e.g. pytorch-ood:ViM; pip install 'isood[pytorch-ood]')."),
     syn: Optional[Path] = typer.Option(None, help="A Syn-IS manifest to evaluate as well (paths relative to it)."),
     test_root: Optional[str] = typer.Option(None, help="Folder the --splits image paths are relative to (default: the manifest's test_root), or a precomputed-outputs folder."),
     checkpoint: Optional[Path] = typer.Option(None, help="Local weights for --model (.safetensors / .pth); no download."),
@@ -65,6 +66,8 @@ def evaluate(
     der: bool = typer.Option(True, "--der/--no-der", help="Score the ID training set for DER95/DER99 (--no-der skips it)."),
     plot_metrics: Optional[str] = typer.Option(None, help="Metrics to draw (heatmaps and level curves), comma-separated (default: all computed)."),
     seed: int = typer.Option(0, help="Seed of the random re-initialisation (--sanity-random-model)."),
+    leak_audit: Optional[Path] = typer.Option(None, help="An audit of the --splits classes (isood wordnet audit SPLITS --out AUDIT): report every metric per cell on all images and on the leak-free ones, with difference heatmaps and ranking changes."),
+    leak_rules: str = typer.Option(",".join(LEAK_RULES), help="Audit verdicts that count as leaks with --leak-audit (among unknown, id, hypernym, hyponym, excluded_subtree)."),
 ) -> None:
     """Score OOD detectors per shift cell; every metric, level curves, Table 1, heatmaps and a report."""
     # the stage pulls in torch, timm and matplotlib: loaded only when the command runs, not for `isood --help`
@@ -76,7 +79,8 @@ def evaluate(
         syn=str(syn) if syn else None, test_root=test_root, checkpoint=str(checkpoint) if checkpoint else None,
         num_classes=num_classes, classes=str(classes) if classes else None, batch_size=batch_size, device=device,
         workers=workers, cache_dir=cache_dir, sanity_random_model=sanity_random_model, na_threshold=na_threshold,
-        der=der, plot_metrics=plot_metrics, seed=seed,
+        der=der, plot_metrics=plot_metrics, seed=seed, leak_audit=str(leak_audit) if leak_audit else None,
+        leak_rules=leak_rules,
     )
     r = run_evaluate(opts)
     out_console.print(summary_console_table(r))

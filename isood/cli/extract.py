@@ -14,6 +14,7 @@ from generation.syn import merge_parts as merge_syn_parts
 from isood.cli._app import app, out_console
 from isood.engines.ray import DEFAULT_DECODE_THREADS, RayEngine, RayOptions
 from isood.errors import BadInputError, IsoodError
+from isood.images import FAST_DECODE, REFERENCE_DECODE
 from isood.kinds import FEATURES, SYN_IS
 from isood.runtime import BatchEngine, LocalEngine
 from isood.stages.extract import ExtractOptions, merge_parts as merge_feature_parts, run_extract, validate
@@ -47,15 +48,17 @@ def extract(
     workers: Optional[int] = typer.Option(None, help="Local engine: image-decoding threads (default: min(8, CPUs - 1)). Ray engine: model actors (default: one per GPU, else per CPU)."),
     shard_size: int = typer.Option(10_000, help="Images per features-NNNNN.npy shard (the unit of resuming)."),
     device: Optional[str] = typer.Option(None, help="cpu, cuda or cuda:N (default: cuda when available; AMP on CUDA)."),
-    engine: str = typer.Option("local", help="local (this process) or ray (Ray Data actors; pip install 'isood\\[ray]')."),
+    engine: str = typer.Option("local", help="local (this process) or ray (Ray Data actors; pip install 'isood[ray]')."),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join (auto, HOST:PORT, ray://HOST:10001; default: $RAY_ADDRESS, else a local one)."),
     num_gpus_per_worker: Optional[float] = typer.Option(None, help="GPUs per Ray actor (default: 1 when the cluster has GPUs, else 0)."),
     num_shards: int = typer.Option(1, help="Job arrays: split the feature shards over this many tasks (merge with `isood merge`)."),
     shard_index: int = typer.Option(0, help="Job arrays: this task's index, 0..num-shards-1 (e.g. $SLURM_ARRAY_TASK_ID)."),
+    fast_decode: bool = typer.Option(False, "--fast-decode", help="Faster image decoding: large JPEGs decoded at reduced size, resizing on uint8 tensors (bench/decode.py: cosine >= 0.999 to the default features; recorded in the manifest, never mixed with default shards). Default: PIL + the model's own preprocessing, comparable across runs."),
 ) -> None:
     """Extract L2-normalised CLIP image features into resumable shards (unreadable images are listed, not fatal)."""
     opts = ExtractOptions(images=images, clip=clip, out=out, batch_size=batch_size, workers=workers,
-                          shard_size=shard_size, device=device, num_shards=num_shards, shard_index=shard_index)
+                          shard_size=shard_size, device=device, num_shards=num_shards, shard_index=shard_index,
+                          decode=FAST_DECODE if fast_decode else REFERENCE_DECODE)
     validate(opts)
     eng = build_engine(engine, ray_address=ray_address, workers=workers, num_gpus_per_worker=num_gpus_per_worker,
                        device=device)

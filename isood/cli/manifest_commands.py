@@ -89,13 +89,27 @@ def _imported(m: manifests.Manifest) -> None:
 
 @import_app.command("isood-lists")
 def import_isood_lists(
-    directory: Path = typer.Argument(..., help="Folder of cov_{c}_sem_{s}.txt lists, optionally in one sub-folder per source."),
+    directory: Path = typer.Argument(..., help="A release folder of cov_{c}_sem_{s}.txt lists, e.g. "
+                                     "<release>/imagenet21k (one sub-folder per subset: train/, val/) or "
+                                     "<release>/SynIS."),
     out: Path = typer.Option(..., help="Output manifest directory."),
     levels: int = typer.Option(N_LEVELS, help="Levels per axis of the grid the lists come from."),
     na_threshold: int = typer.Option(NA_THRESHOLD, help="A cell with fewer images is N/A."),
+    na_rule: str = typer.Option("pooled", help="pooled: a cell pools its lists across the subsets and is N/A when "
+                                "the pooled count is below the threshold (the release's rule); per-subset: each "
+                                "subset folder decided on its own."),
+    allow_missing: bool = typer.Option(False, "--allow-missing", help="Import a release lacking some lists: their "
+                                       "cells are flagged missing (default: an error naming them)."),
 ) -> None:
     """IS-OOD release lists -> a splits manifest (levels from the file names; shift values unknown, NaN)."""
-    _imported(interop.import_isood_lists(directory, out, n_levels=levels, na_threshold=na_threshold))
+    m = interop.import_isood_lists(directory, out, n_levels=levels, na_threshold=na_threshold, na_rule=na_rule,
+                                   allow_missing=allow_missing)
+    _imported(m)
+    s = m.meta["summary"]
+    _say(f"cells: {s['cells_usable']} usable, {s['cells_na']} N/A (rule {s['na_rule']}, threshold {na_threshold}; "
+         f"subsets: {', '.join(x or '.' for x in s['subsets'])})")
+    for subset, cells in sorted(s["missing_lists"].items()):
+        _say(f"missing lists in {subset or '.'} ({len(cells)}, flagged missing): {', '.join(cells)}")
 
 
 @import_app.command("imagenet-ood")
@@ -120,15 +134,20 @@ def import_openood_imglist(
 def export_openood(
     manifest_dir: Path = typer.Argument(..., help="A splits, syn-is or image-list manifest."),
     out: Path = typer.Option(..., help="Output folder (new, or an earlier export to overwrite)."),
-    name: str = typer.Option("isood", help="Benchmark name: benchmark_imglist/<name>/."),
+    name: Optional[str] = typer.Option(None, help="Benchmark name: imglist/<name>/ and benchmark_imglist/<name>/ "
+                                       "(default: an imported release's folder name, e.g. imagenet21k, else isood)."),
     data_root: str = typer.Option("./data/", help="OpenOOD data root used in the YAML config."),
-    data_dir: str = typer.Option("images_largescale/", help="Image folder under the data root (+ <source>/ per source)."),
+    data_dir: str = typer.Option("images_largescale/", help="Image root under the data root, one for every subset: "
+                                 "the listed paths (e.g. ./imagenet21k_train/...) are relative to it."),
     num_classes: int = typer.Option(1000, help="Number of ID classes (ImageNet-1K: 1000)."),
 ) -> None:
-    """OpenOOD v1.5 benchmark imglists, one per cell, plus a DATA_INFO entry and an ood_dataset YAML config."""
+    """OpenOOD v1.5 imglists, one per cell, a DATA_INFO entry and an ood_dataset YAML config; for a grid also the
+    release's own list layout (imglist/<name>/<subset>/cov_{c}_sem_{s}.txt) that its evaluation code reads."""
     r = interop.export_openood(manifest_dir, out, name=name, data_root=data_root, data_dir=data_dir,
                                num_classes=num_classes)
     _say(f"{len(r.imglists)} imglists ({len(r.registered)} registered for OpenOOD, "
          f"{len(r.imglists) - len(r.registered)} N/A), {r.rows - r.skipped} rows -> {out}")
+    if r.release_lists:
+        _say(f"{len(r.release_lists)} release-format lists -> {out / '/'.join(r.release_lists[0].split('/')[:2])}")
     if r.skipped:
         _say(f"{r.skipped} rows without a cell (no shift level) were not exported")

@@ -33,7 +33,8 @@ def build_splits(
     triplets: Optional[int] = typer.Option(None, help="LAID training triplets (default 10000)."),
     laid_steps: Optional[int] = typer.Option(None, help="LAID optimisation steps (default: isood.laid's)."),
     seed: Optional[int] = typer.Option(None, help="Seed of triplet sampling and LAID training (default 0)."),
-    backend: Optional[str] = typer.Option(None, help="Nearest-neighbour backend: auto (exact), torch, faiss-flat, faiss-ivf."),
+    backend: Optional[str] = typer.Option(None, help="Nearest-neighbour backend: auto (exact; approximate IVF with --ann-recall), torch, faiss-flat, faiss-ivf (nprobe 32)."),
+    ann_recall: Optional[float] = typer.Option(None, help="Search approximately, tuned to this recall@1 (e.g. 0.99) on a sample of the test images against exact search; the achieved recall and level agreement go into the manifest. Default: exact."),
     batch_size: Optional[int] = typer.Option(None, help="Images per batch when extracting (default 64)."),
     workers: Optional[int] = typer.Option(None, help="Image-decoding threads when extracting (default: min(8, CPUs - 1))."),
     shard_size: Optional[int] = typer.Option(None, help="Images per feature shard when extracting (default 10000)."),
@@ -46,7 +47,8 @@ def build_splits(
     cfg = load_build_config(config, dict(
         id=id_source, test=test, clip=clip, laid=laid, labels=labels, class_filter=class_filter,
         exclude_id_classes=exclude_id_classes, levels=levels, na_threshold=na_threshold, clip_quantile=clip_quantile,
-        triplets=triplets, laid_steps=laid_steps, seed=seed, backend=backend, batch_size=batch_size, workers=workers,
+        triplets=triplets, laid_steps=laid_steps, seed=seed, backend=backend, ann_recall=ann_recall,
+        batch_size=batch_size, workers=workers,
         shard_size=shard_size, device=device, cache_dir=cache_dir, out=str(out) if out is not None else None,
     ))
     r = run_build_splits(cfg, warn=print_warning)
@@ -56,3 +58,13 @@ def build_splits(
         f"images; {r.n_dropped} dropped; manifest: {cfg.out}",
         highlight=False,
     )
+    ann = r.manifest.ann
+    if ann:
+        axes = ann["axes"]
+        out_console.print(
+            "approximate search (--ann-recall {:g}) on {} held-out images: recall@1 {}, level agreement {}, cell "
+            "agreement {:.2%}".format(
+                ann["target_recall"], ann["held_out_images"],
+                " / ".join(f"{a} {v['recall_heldout']:.4f}" for a, v in axes.items()),
+                " / ".join(f"{a} {v['level_agreement']:.2%}" for a, v in axes.items()), ann["cell_agreement"]),
+            highlight=False)

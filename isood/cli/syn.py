@@ -68,7 +68,7 @@ def generate_syn(
     blocklist: Optional[Path] = typer.Option(None, help="Extra prompt blocklist terms, one per line."),
     default_blocklist: bool = typer.Option(True, help="Use the built-in prompt blocklist."),
     safety_checker: Optional[str] = typer.Option(None, help="Image safety checker package.module:function (image, item) -> reason|None."),
-    engine: str = typer.Option("local", help="local (this process) or ray (SDXL on Ray Data actors; pip install 'isood\\[ray]'; --out on a shared file system)."),
+    engine: str = typer.Option("local", help="local (this process) or ray (SDXL on Ray Data actors; pip install 'isood[ray]'; --out on a shared file system)."),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join (auto, HOST:PORT, ray://HOST:10001; default: $RAY_ADDRESS, else a local one)."),
     num_gpus_per_worker: Optional[float] = typer.Option(None, help="GPUs per Ray actor (default: 1 when the cluster has GPUs, else 0)."),
     workers: Optional[int] = typer.Option(None, help="Ray actors, one pipeline each (default: one per GPU, else per CPU)."),

@@ -1,4 +1,8 @@
-"""L6: `isood wordnet filter` and `isood wordnet audit` (``wordnet_tools.jobs``), and their terminal tables."""
+"""L6: `isood wordnet filter` and `isood wordnet audit` (``wordnet_tools.jobs``), and their terminal tables.
+
+Presets (``--preset``, ``wordnet_tools.rules.PRESETS``): ``imagenet-ood-paper`` excludes organism.n.01 (the
+ImageNet-OOD paper's rule, the default) and ``imagenet-ood-release`` excludes animal.n.01 (what the published
+ImageNet-OOD list follows: it keeps people and plants). An explicit ``--exclude`` wins over any preset."""
 
 from __future__ import annotations
 
@@ -7,19 +11,24 @@ from typing import List, Optional
 
 import pandas as pd
 import typer
+from rich import box
 from rich.table import Table
 
 import manifests
 from isood.cli._app import out_console, wordnet_app
-from isood.defaults import WORDNET_EXCLUDE
+from wordnet_tools.rules import AUDIT_RULES, LEAK_RULES, PRESETS, resolve_exclude
 
-__all__ = ["wordnet_filter", "wordnet_audit", "counts_table", "leak_table", "summary_table", "exclusions"]
+__all__ = ["wordnet_filter", "wordnet_audit", "counts_table", "leak_table", "summary_table", "level_table",
+           "exclusions"]
+
+_PRESET_HELP = ("Named exclusion: " + "; ".join(f"{k} = {', '.join(p.exclude)}" for k, p in PRESETS.items())
+                + " (the ImageNet-OOD paper's rule, default; the published ImageNet-OOD list). --exclude wins.")
 
 
-def exclusions(exclude: Optional[List[str]]) -> list[str]:
-    """The --exclude values: the default (organism.n.01) when none is given; '' entries dropped (`--exclude ''`
-    for no exclusion)."""
-    return list(WORDNET_EXCLUDE) if exclude is None else [e for e in exclude if e]
+def exclusions(exclude: Optional[List[str]], preset: Optional[str] = None) -> list[str]:
+    """The excluded subtrees: the --exclude values when given ('' entries dropped: `--exclude ''` for none),
+    else the --preset's (default imagenet-ood-paper: organism.n.01)."""
+    return resolve_exclude(exclude, preset)
 
 
 def counts_table(counts: pd.DataFrame, title: str) -> Table:
@@ -43,6 +52,28 @@ def leak_table(table: pd.DataFrame, limit: int = 50) -> Table:
     return t
 
 
+def _count(n: int) -> str:
+    """A count that fits a narrow column: exact below 100,000, else k / M (the manifest has the exact value)."""
+    return str(n) if n < 100_000 else (f"{n / 1e3:.0f}k" if n < 10_000_000 else f"{n / 1e6:.1f}M")
+
+
+def level_table(levels: pd.DataFrame, axis: str = "sem") -> Table:
+    """Images per rule at each level of one axis (an audit's ``levels`` table), with the leak share; a rule
+    without any image is left out."""
+    part = levels[levels["axis"] == axis]
+    t = Table(title=f"Images per rule and {'semantic' if axis == 'sem' else 'covariate'} level "
+                    f"(leak = {' + '.join(LEAK_RULES)})", box=box.SIMPLE_HEAD, pad_edge=False)
+    rules = [f"images_{r}" for r in AUDIT_RULES if part[f"images_{r}"].sum() > 0]
+    short = {"images_hypernym": "hyper", "images_hyponym": "hypo", "images_excluded_subtree": "excluded"}
+    cols = ["level", "images", "classes", *rules]
+    for c in cols + ["leak"]:
+        name = short.get(c, c.replace("images_", ""))
+        t.add_column(name, justify="right", min_width=len(name))
+    for rec in part.itertuples(index=False):
+        t.add_row(*[_count(int(getattr(rec, c))) for c in cols], f"{rec.leak_share:.1%}")
+    return t
+
+
 def summary_table(manifest: manifests.Manifest, title: str) -> Table:
     """The counts per rule of a class-filter (or audit) manifest, titled with its candidates and version."""
     counts = manifest.frame("summary")
@@ -55,30 +86,40 @@ def wordnet_filter(
     candidates: str = typer.Option("21k", help="Candidate classes: 1k, 21k, 21k-p, 12k, a wnid file, or a dataset root."),
     id_classes: str = typer.Option("1k", "--id", help="In-distribution classes (same forms as --candidates)."),
     exclude: Optional[List[str]] = typer.Option(
-        None, help="Drop classes under this synset (repeatable; default organism.n.01). Pass --exclude '' for none."
+        None, help="Drop classes under this synset (repeatable; wins over --preset). Pass --exclude '' for none."
     ),
+    preset: Optional[str] = typer.Option(None, help=_PRESET_HELP),
     sisters_only: bool = typer.Option(False, help="Keep only sister classes of ID classes (ImageNet-OOD candidate step)."),
     out: Path = typer.Option(..., help="Output manifest directory."),
 ) -> None:
-    """ImageNet-OOD class filter: drop ID classes, their hypernyms and hyponyms, and excluded subtrees, with reasons."""
+    """ImageNet-OOD class filter: drop ID classes, their hypernyms and hyponyms, and excluded subtrees, with reasons.
+
+    Presets: imagenet-ood-paper (default) reproduces the paper's rule (no organism);
+    imagenet-ood-release reproduces the published ImageNet-OOD list (no animal; people and plants kept)."""
     from wordnet_tools.jobs import run_filter  # nltk takes ~1.5 s to import: only when the command runs
 
-    manifest = run_filter(candidates, id_classes, exclude=exclusions(exclude), sisters_only=sisters_only, out=out)
+    manifest = run_filter(candidates, id_classes, exclude=exclude, preset=preset, sisters_only=sisters_only, out=out)
     out_console.print(summary_table(manifest, "Class filter"))
     out_console.print(f"manifest: {out}")
 
 
 @wordnet_app.command("audit")
 def wordnet_audit(
-    list_file: Path = typer.Argument(..., help="A list of wnids or image paths (<wnid>/<file> or <wnid>_<n>.JPEG)."),
+    source: Path = typer.Argument(..., help="A list of wnids or image paths (<wnid>/<file> or <wnid>_<n>.JPEG), or a "
+                                  "manifest folder whose main table has a wnid column (splits, image-list, import)."),
     id_classes: str = typer.Option("1k", "--id", help="In-distribution classes: 1k, 21k, a wnid file, or a dataset root."),
-    exclude: Optional[List[str]] = typer.Option(None, help="Excluded subtree (repeatable; default organism.n.01; '' for none)."),
-    out: Optional[Path] = typer.Option(None, help="Write the audit as a manifest here."),
+    exclude: Optional[List[str]] = typer.Option(None, help="Excluded subtree (repeatable; wins over --preset; '' for "
+                                                "none)."),
+    preset: Optional[str] = typer.Option(None, help=_PRESET_HELP),
+    out: Optional[Path] = typer.Option(None, help="Write the audit as a manifest here (per-image rule, per-cell and "
+                                       "per-level tables for a manifest)."),
 ) -> None:
-    """Audit an existing OOD class or image list for hierarchy leaks into the ID classes."""
+    """Audit an OOD class list, image list or manifest for hierarchy leaks into the ID classes."""
     from wordnet_tools.jobs import run_audit  # nltk takes ~1.5 s to import: only when the command runs
 
-    r = run_audit(list_file, id_classes, exclude=exclusions(exclude), out=out)
-    title = f"Audit of {list_file} ({r.entries} entries" + (f", manifest {r.manifest.root})" if r.manifest else ")")
+    r = run_audit(source, id_classes, exclude=exclude, preset=preset, out=out)
+    title = f"Audit of {source} ({r.entries} entries" + (f", manifest {r.manifest.root})" if r.manifest else ")")
     out_console.print(leak_table(r.table))
     out_console.print(counts_table(r.counts, title))
+    if r.levels is not None and len(r.levels):
+        out_console.print(level_table(r.levels, "sem"))

@@ -26,6 +26,7 @@ _MODULES = {
     "METRICS": "metrics", "Metric": "metrics",
     "Detector": "detectors", "ForwardOutputs": "detectors", "get_detector": "detectors",
     "register_detector": "detectors", "available_detectors": "detectors", "parse_detectors": "detectors",
+    "from_pytorch_ood": "detectors",
     "ModelAdapter": "models", "wrap_model": "models", "load_classifier": "classifiers", "randomized_copy": "models",
     "extract_outputs": "capture", "run_detectors": "scoring", "DetectorScores": "scoring",
     "write_evaluation": "write", "EvaluateOptions": "job", "EvaluateResult": "job", "run_evaluate": "job",

@@ -3,8 +3,10 @@
 An ``EvalSet`` is one dataset to score: the ID training set, the ID test set, or a grid manifest's images
 (``splits``, ``syn-is``) with the rows of its ``images`` table and its ``cells`` table. From the detectors'
 scores (``scoring.DetectorScores``) come the per-cell evaluation of every detector on every grid dataset
-(``evaluate_sets``), the per-image ``scores`` table and the trained-vs-random ``sanity`` table. Pure functions
-over frames and arrays (``check_files`` only stats files).
+(``evaluate_sets``), the per-image ``scores`` table and the trained-vs-random ``sanity`` table. With a leak
+mask per grid dataset (``isood evaluate --leak-audit``) each grid dataset is evaluated a second time on its
+leak-free images (``leak_free_set`` / ``with_leak_free``; dataset ``<name>-leak-free``, ``images`` column
+``all`` | ``leak_free``). Pure functions over frames and arrays (``check_files`` only stats files).
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from isood.grid import cell_names
 
 from .cells import CellEvaluation, evaluate_cells
 from .detectors import Detector
+from .levels import ALL_IMAGES, LEAK_FREE, leak_free_name
 from .scoring import TRAIN_NAME, DetectorScores
 
 __all__ = ["ID_TRAIN", "ID_TEST", "EvalSet", "grid_rows", "files_id", "check_files", "precomputed_rows",
-           "evaluate_sets", "scores_table", "sanity_table"]
+           "evaluate_sets", "scores_table", "sanity_table", "leak_free_cells", "leak_free_set", "with_leak_free",
+           "evaluate_with_leaks"]
 
 ID_TRAIN, ID_TEST = TRAIN_NAME, "id_test"
 
@@ -128,9 +132,62 @@ def evaluate_sets(scores: DetectorScores, sets: Mapping[str, EvalSet],
     return CellEvaluation(pd.concat(parts, ignore_index=True))
 
 
-def scores_table(scores: DetectorScores, sets: Mapping[str, EvalSet]) -> pd.DataFrame:
+def leak_free_cells(cells: pd.DataFrame, images: pd.DataFrame) -> pd.DataFrame:
+    """The cells table of a grid dataset with ``n`` recounted on ``images`` (its leak-free rows); ``na`` kept
+    (a cell now below the N/A threshold becomes N/A in ``cells.cell_grid``)."""
+    counts = images.groupby(["cov_level", "sem_level"]).size()
+    keys = zip(cells["cov_level"].astype(int), cells["sem_level"].astype(int))
+    return cells.assign(n=np.array([int(counts.get(k, 0)) for k in keys], dtype=np.int64))
+
+
+def leak_free_set(s: EvalSet, leaking: np.ndarray) -> EvalSet:
+    """The grid dataset ``s`` without its leaking images (``leaking``: (N,) aligned with ``s.images``)."""
+    keep = ~np.asarray(leaking, dtype=bool)
+    if keep.shape != (len(s.images),):
+        raise BadInputError(f"leak mask of {s.name} has {keep.size} entries for {len(s.images)} images")
+    images = s.images.loc[keep].reset_index(drop=True)
+    return EvalSet(leak_free_name(s.name), s.labels[keep], data_id=s.data_id,
+                   files=[f for f, k in zip(s.files, keep) if k] if s.files is not None else None,
+                   images=images, cells=leak_free_cells(s.cells, images) if s.cells is not None else None)
+
+
+def with_leak_free(scores: DetectorScores, sets: Mapping[str, EvalSet],
+                   leaking: Mapping[str, np.ndarray]) -> tuple[DetectorScores, dict[str, EvalSet]]:
+    """``scores`` and ``sets`` plus, for every dataset in ``leaking``, its leak-free copy (the same scores,
+    rows selected): nothing is scored again."""
+    sets = dict(sets)
+    out = DetectorScores(scores={d: dict(v) for d, v in scores.scores.items()}, predictions=dict(scores.predictions),
+                         labels=dict(scores.labels), train_name=scores.train_name)
+    for ds, mask in leaking.items():
+        free = leak_free_set(sets[ds], mask)
+        keep = ~np.asarray(mask, dtype=bool)
+        sets[free.name] = free
+        for per_ds in out.scores.values():
+            per_ds[free.name] = per_ds[ds][keep]
+        out.predictions[free.name] = scores.predictions[ds][keep]
+        out.labels[free.name] = None if scores.labels.get(ds) is None else scores.labels[ds][keep]
+    return out, sets
+
+
+def evaluate_with_leaks(scores: DetectorScores, sets: Mapping[str, EvalSet],
+                        detectors: Sequence[str] | Mapping[str, Detector], *, leaking: Mapping[str, np.ndarray] | None,
+                        na_threshold: int, der: bool) -> CellEvaluation:
+    """``evaluate_sets``; with ``leaking`` also every masked grid dataset on its leak-free images, the per-cell
+    rows tagged ``images`` = ``all`` | ``leak_free``."""
+    if not leaking:
+        return evaluate_sets(scores, sets, detectors, na_threshold=na_threshold, der=der)
+    both_scores, both_sets = with_leak_free(scores, sets, leaking)
+    per_cell = evaluate_sets(both_scores, both_sets, detectors, na_threshold=na_threshold, der=der).per_cell
+    free = {leak_free_name(ds) for ds in leaking}
+    per_cell.insert(2, "images", np.where(per_cell["dataset"].isin(free), LEAK_FREE, ALL_IMAGES))
+    return CellEvaluation(per_cell)
+
+
+def scores_table(scores: DetectorScores, sets: Mapping[str, EvalSet],
+                 leaking: Mapping[str, np.ndarray] | None = None) -> pd.DataFrame:
     """One row per scored image of the ID test set and the grid datasets (dataset, path, cell, label,
-    prediction, correct), one column per detector."""
+    prediction, correct), one column per detector; with ``leaking`` also a ``leak`` column (True for the images
+    a leak audit flags)."""
     frames = []
     for ds, s in sets.items():
         if ds == ID_TRAIN:
@@ -146,6 +203,8 @@ def scores_table(scores: DetectorScores, sets: Mapping[str, EvalSet]) -> pd.Data
         base["correct"] = base["label"].to_numpy() == base["prediction"].to_numpy()
         for det, per_ds in scores.scores.items():
             base[det] = per_ds[ds]
+        if leaking is not None:
+            base["leak"] = np.asarray(leaking[ds], bool) if ds in leaking else False
         frames.append(base)
     return pd.concat(frames, ignore_index=True)
 

@@ -1,12 +1,12 @@
 """L3: capture what detectors need from a classifier over a dataset, in ONE forward pass per batch, with an
 on-disk cache.
 
-``extract_outputs`` captures exactly the requested kinds (logits / features / feature_maps) over a dataset (batch
-size, device, DataLoader workers, optional progress bar) and scores the detectors that need the model on the
-input (ODIN) on the same batches. With a cache folder the outputs are stored as one safetensors file per kind
-and dataset under a key hashing model identity + data identity + preprocessing (``OutputCache``): a second
-evaluation with other detectors does no forward pass. ``ImageList`` is the torch dataset of image files the
-``isood evaluate`` job feeds it.
+``extract_outputs`` captures exactly the requested kinds (logits / features / feature_maps / block3) over a
+dataset (batch size, device, DataLoader workers, optional progress bar) and scores the detectors that need the
+model on the input (ODIN) on the same batches. With a cache folder the outputs are stored as one safetensors file
+per kind and dataset under a key hashing model identity + data identity + preprocessing (``OutputCache``): a
+second evaluation with other detectors does no forward pass. ``ImageList`` is the torch dataset of image files
+the ``isood evaluate`` job feeds it.
 """
 
 from __future__ import annotations
@@ -179,8 +179,8 @@ def extract_outputs(adapter: ModelAdapter, data, kinds: Iterable[str] = ("logits
                     cache_dir: str | os.PathLike | None = None, data_id: str | None = None,
                     preprocess_id: str = "", input_detectors: Mapping[str, Detector] | Sequence[Detector] = (),
                     desc: str = "forward") -> tuple[ForwardOutputs, dict[str, np.ndarray]]:
-    """Capture ``kinds`` (among logits / features / feature_maps) for every image of ``data`` in ONE forward
-    pass per batch, and score the ``input_detectors`` (ODIN) on the same batches.
+    """Capture ``kinds`` (among logits / features / feature_maps / block3) for every image of ``data`` in ONE
+    forward pass per batch, and score the ``input_detectors`` (ODIN) on the same batches.
 
     ``data``: a torch Dataset (items: image tensor, ``(image, label, ...)``, or a dict with ``image``/``label``), a
     DataLoader, or an (N, C, H, W) tensor / array. Labels are kept when the data yields them. With ``cache_dir``

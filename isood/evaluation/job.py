@@ -13,8 +13,14 @@ manifest, as small named steps.
    scored: DER's threshold).
 4. ``assemble.evaluate_sets``: every metric per cell (N/A: marked by the manifest or fewer than
    ``--na-threshold`` images), level curves, Table 1, per-detector means.
-5. ``--sanity-random-model``: the same detectors on a randomly initialised copy of the model.
-6. ``write.write_evaluation``: one ``evaluation`` manifest with plots and the report; ``manifest.json`` last.
+5. ``--leak-audit``: an ``audit`` of the splits manifest's classes (``isood wordnet audit SPLITS``); every
+   metric is reported per cell twice, on all images and on the leak-free ones (images whose class verdict is
+   not in ``--leak-rules``, default id, hypernym, hyponym): dataset ``splits-leak-free``, ``images`` column
+   ``all`` | ``leak_free``, the ``leak_effect`` and ``leak_ranking`` tables, difference heatmaps and a report
+   section on where the leaks change the detectors' ranking (``assemble.evaluate_with_leaks``,
+   ``levels.leak_effect`` / ``leak_ranking``). Nothing is scored twice.
+6. ``--sanity-random-model``: the same detectors on a randomly initialised copy of the model.
+7. ``write.write_evaluation``: one ``evaluation`` manifest with plots and the report; ``manifest.json`` last.
 """
 
 from __future__ import annotations
@@ -31,10 +37,11 @@ import manifests
 from isood.defaults import DEFAULT_DETECTORS, NA_THRESHOLD, OOD_LABEL, cache_dir
 from isood.errors import BadInputError, ManifestError
 from isood.images import ImageSource, list_images
-from isood.kinds import SPLITS, SYN_IS, GridView
+from isood.kinds import AUDIT, SPLITS, SYN_IS, AuditView, GridView
 from isood.runtime import resolve_device
+from wordnet_tools.rules import LEAK_RULES, leak_mask, parse_rules
 
-from .assemble import (ID_TEST, ID_TRAIN, EvalSet, check_files, evaluate_sets, files_id, grid_rows,
+from .assemble import (ID_TEST, ID_TRAIN, EvalSet, check_files, evaluate_with_leaks, files_id, grid_rows,
                        precomputed_rows, sanity_table, scores_table)
 from .capture import ImageList, default_transform
 from .cells import CellEvaluation
@@ -47,8 +54,8 @@ from .scoring import DetectorScores, check_requirements, run_detectors, score_pr
 from .write import write_evaluation
 
 __all__ = ["DEFAULT_DETECTORS", "EvaluateOptions", "EvaluateResult", "load_grid", "load_grids", "input_kind",
-           "precomputed_sets", "image_sets", "score_with_model", "run_config", "run_meta", "run_inputs",
-           "run_evaluate"]
+           "load_leak_audit", "leak_masks", "precomputed_sets", "image_sets", "score_with_model", "run_config",
+           "run_meta", "run_inputs", "run_evaluate"]
 
 _FLAGS = {"splits": "--splits", SYN_IS: "--syn"}
 
@@ -77,6 +84,8 @@ class EvaluateOptions:
     der: bool = True
     plot_metrics: str | None = None
     seed: int = 0
+    leak_audit: str | None = None
+    leak_rules: str = ",".join(LEAK_RULES)
     progress: bool = True
 
 
@@ -139,6 +148,27 @@ def input_kind(opts: EvaluateOptions, test_root: str | None) -> str:
     if all(precomputed) and (opts.sanity_random_model or opts.syn):
         raise BadInputError("--sanity-random-model and --syn need a model and images: pass image folders and --model")
     return "outputs" if all(precomputed) else "images"
+
+
+def load_leak_audit(opts: EvaluateOptions) -> AuditView | None:
+    """The ``--leak-audit`` manifest (kind ``audit``), or None; ``--leak-rules`` is checked here too."""
+    if opts.leak_audit is None:
+        return None
+    parse_rules(opts.leak_rules, option="--leak-rules")
+    try:
+        return manifests.read(opts.leak_audit, kind=AUDIT)
+    except ManifestError as e:
+        raise type(e)(f"--leak-audit: {e}") from None
+
+
+def leak_masks(audit: AuditView | None, sets: Mapping[str, EvalSet], rules: str) -> dict[str, np.ndarray] | None:
+    """The leaking images of the splits dataset (aligned with its rows), from the audit's class verdicts; a
+    class the audit has no verdict for is a one-line error naming it."""
+    if audit is None:
+        return None
+    images = sets["splits"].images
+    return {"splits": leak_mask(wnids_of(images), audit.class_rules(), rules=parse_rules(rules, option="--leak-rules"),
+                                where=f"--leak-audit {audit.root}")}
 
 
 # ================================================================================================ data
@@ -240,20 +270,30 @@ def run_config(opts: EvaluateOptions, *, test_root: str | None, model_name: str,
 
 
 def run_meta(opts: EvaluateOptions, *, model_name: str, detectors: Mapping[str, Detector], n_id_classes: int | None,
-             datasets: list[str], scores: DetectorScores) -> dict[str, Any]:
-    """The run details shown in the report: model, detectors, manifests, classes, N/A threshold, accuracies."""
+             datasets: list[str], scores: DetectorScores,
+             leaking: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
+    """The run details shown in the report: model, detectors, manifests, classes, N/A threshold, accuracies and,
+    with a leak audit, the leaking images per dataset."""
     meta = {"model": model_name, "detectors": ", ".join(detectors), "splits": opts.splits,
             **({"syn-is": opts.syn} if opts.syn else {}), "ID classes": n_id_classes,
             "N/A threshold": opts.na_threshold}
     for ds in datasets:
         if scores.has_labels(ds):
             meta[f"accuracy on {ds}"] = round(float(np.mean(scores.correct(ds))), 4)
+    if leaking:
+        meta["leak audit"] = f"{opts.leak_audit} (rules: {opts.leak_rules})"
+        for ds, mask in leaking.items():
+            meta[f"leaking images in {ds}"] = f"{int(mask.sum())} of {mask.size}"
     return meta
 
 
-def run_inputs(opts: EvaluateOptions, grids: Mapping[str, GridView], sets: Mapping[str, EvalSet]) -> list[dict]:
-    """Provenance: the grid manifests (their content hash), the ID sets (their listing hash) and the checkpoint."""
+def run_inputs(opts: EvaluateOptions, grids: Mapping[str, GridView], sets: Mapping[str, EvalSet],
+               audit: AuditView | None = None) -> list[dict]:
+    """Provenance: the grid manifests (their content hash), the leak audit, the ID sets (their listing hash) and
+    the checkpoint."""
     inputs = [manifests.input_record(f"{ds}_manifest", g.root, sha256=g.content_sha256) for ds, g in grids.items()]
+    if audit is not None:
+        inputs.append(manifests.input_record("leak_audit", audit.root, sha256=audit.content_sha256))
     for name, src in ((ID_TRAIN, opts.id_train), (ID_TEST, opts.id_test)):
         known = sets[name].data_id.split(":", 1)[-1] if name in sets and sets[name].data_id else None
         inputs.append(manifests.input_record(name, src, sha256=known))
@@ -270,32 +310,37 @@ def run_evaluate(opts: EvaluateOptions, *, adapter=None, argv: list[str] | None 
     _check_options(opts)
     detectors = parse_detectors(opts.detectors)
     grids = load_grids(opts)
+    audit = load_leak_audit(opts)
     test_root = opts.test_root or grids["splits"].test_root
-    model = None
+    model = leaking = None
     if input_kind(opts, test_root) == "outputs":
         sets, scores, classes, n_model = precomputed_sets(opts, test_root, grids["splits"], detectors)
+        leaking = leak_masks(audit, sets, opts.leak_rules)
         model_name = opts.model or "precomputed outputs"
     else:
         src_train, src_test = list_images(opts.id_train), list_images(opts.id_test)
         model = _model(opts, adapter, detectors, n_id_classes=len(set(src_train.table["wnid"]) - {""}))
         model_name = model.name
         sets, classes = image_sets(opts, grids, test_root, model, src_train=src_train, src_test=src_test)
+        leaking = leak_masks(audit, sets, opts.leak_rules)  # a class without a verdict fails before any forward pass
         n_model = model_classes(model) or len(classes)
         scores = score_with_model(model, detectors, sets, opts)
-    evaluation = evaluate_sets(scores, sets, detectors, na_threshold=opts.na_threshold, der=opts.der)
+    evaluation = evaluate_with_leaks(scores, sets, detectors, leaking=leaking, na_threshold=opts.na_threshold,
+                                     der=opts.der)
     sanity = random_per_cell = None
     if opts.sanity_random_model:
         rand = randomized_copy(model, opts.seed)
         r_scores = score_with_model(rand, parse_detectors(opts.detectors), sets, opts)
-        random_per_cell = evaluate_sets(r_scores, sets, detectors, na_threshold=opts.na_threshold,
-                                        der=opts.der).per_cell
+        random_per_cell = evaluate_with_leaks(r_scores, sets, detectors, leaking=leaking,
+                                              na_threshold=opts.na_threshold, der=opts.der).per_cell
         sanity = sanity_table(evaluation.per_cell, random_per_cell)
     meta = run_meta(opts, model_name=model_name, detectors=detectors,
                     n_id_classes=len(classes) if classes is not None else n_model,
-                    datasets=[ID_TEST, *grids], scores=scores)
+                    datasets=[ID_TEST, *grids], scores=scores, leaking=leaking)
     plot_metrics = [m.strip() for m in opts.plot_metrics.split(",") if m.strip()] if opts.plot_metrics else None
     manifest = write_evaluation(
-        evaluation, opts.out, inputs=run_inputs(opts, grids, sets), scores=scores_table(scores, sets),
+        evaluation, opts.out, inputs=run_inputs(opts, grids, sets, audit),
+        scores=scores_table(scores, sets, leaking),
         config=run_config(opts, test_root=test_root, model_name=model_name, n_classes=n_model, detectors=detectors),
         sanity=sanity, random_per_cell=random_per_cell, metrics=plot_metrics, meta=meta,
         title=f"isood evaluation: {model_name}", argv=argv,

@@ -3,6 +3,12 @@ per-detector means. Pure functions over DataFrames.
 
 A level's value is the mean of a metric over the level's non-N/A cells; an all-N/A level keeps its place (NaN),
 so level ``i`` is always the i-th level of the grid (IS-OOD, Sec. 4).
+
+Leak-aware evaluation (``isood evaluate --leak-audit``): a grid dataset ``X`` is scored twice, on all its images
+(``images`` = ``all``) and on its leak-free images only (dataset ``X-leak-free``, ``images`` = ``leak_free``).
+``leak_effect`` pairs the two per cell and metric (``diff`` = leak-free minus all); ``leak_ranking`` compares the
+detectors' ranking with and without the leaking images per cell, per level and over the cell means (Kendall's
+tau between the two orderings, and whether the order changed).
 """
 
 from __future__ import annotations
@@ -14,11 +20,13 @@ import pandas as pd
 
 from isood.errors import BadInputError
 
-from .metrics import METRICS, level_correlation, level_sensitivity
+from .metrics import METRICS, level_correlation, level_sensitivity, lower_is_better
 
 __all__ = [
     "AXES", "axis_name", "metric_columns", "one_dataset", "level_curves", "all_level_curves", "summary_table",
-    "detector_means", "LEVEL_COLUMNS", "SUMMARY_COLUMNS",
+    "detector_means", "LEVEL_COLUMNS", "SUMMARY_COLUMNS", "ALL_IMAGES", "LEAK_FREE", "leak_free_name",
+    "leak_pairs", "leak_effect", "detector_order", "measured_in_both", "leak_ranking", "LEAK_EFFECT_COLUMNS",
+    "RANKING_COLUMNS",
 ]
 
 #: axis -> the per-cell column holding its level
@@ -147,3 +155,117 @@ def detector_means(per_cell: pd.DataFrame, metrics: Sequence[str] | None = None)
         rows.append({"detector": det, "dataset": ds, "cells": int(len(ok)), "cells_na": int(len(g) - len(ok)),
                      **{m: float(ok[m].mean()) if len(ok) else np.nan for m in metrics}})
     return pd.DataFrame(rows, columns=["detector", "dataset", "cells", "cells_na", *metrics])
+
+
+# ------------------------------------------------------------------------------------------ leak-aware
+ALL_IMAGES, LEAK_FREE = "all", "leak_free"
+_LEAK_SUFFIX = "-leak-free"
+LEAK_EFFECT_COLUMNS = ["detector", "dataset", "cell", "cov_level", "sem_level", "metric", "all", "leak_free",
+                       "diff", "n_all", "n_leak_free"]
+RANKING_COLUMNS = ["dataset", "scope", "key", "metric", "detectors", "kendall_tau", "top_all", "top_leak_free",
+                   "order_all", "order_leak_free", "changed"]
+
+
+def leak_free_name(dataset: str) -> str:
+    """The dataset name of the leak-free images of ``dataset`` (``splits`` -> ``splits-leak-free``)."""
+    return f"{dataset}{_LEAK_SUFFIX}"
+
+
+def leak_pairs(per_cell: pd.DataFrame) -> dict[str, str]:
+    """{dataset: its leak-free dataset} of a per-cell table with an ``images`` column (empty without one)."""
+    if "images" not in per_cell.columns:
+        return {}
+    free = per_cell.loc[per_cell["images"] == LEAK_FREE, "dataset"].unique()
+    present = set(per_cell["dataset"])
+    return {d[: -len(_LEAK_SUFFIX)]: d for d in free if d.endswith(_LEAK_SUFFIX) and d[: -len(_LEAK_SUFFIX)] in present}
+
+
+def leak_effect(per_cell: pd.DataFrame, metrics: Sequence[str] | None = None) -> pd.DataFrame:
+    """Per detector, dataset (the all-images one), cell and metric: the value on all images, on the leak-free
+    ones and ``diff`` = leak_free - all (NaN where either is N/A), with both image counts."""
+    metrics = list(metrics) if metrics is not None else metric_columns(per_cell)
+    keys = ["detector", "cell", "cov_level", "sem_level"]
+    parts = []
+    for ds, free in leak_pairs(per_cell).items():
+        a = per_cell[per_cell["dataset"] == ds]
+        b = per_cell[per_cell["dataset"] == free]
+        both = a.merge(b, on=keys, suffixes=("_a", "_b"), how="left")
+        for m in metrics:
+            va = both[f"{m}_a"].where(~both["na_a"].astype(bool))
+            vb = both[f"{m}_b"].where(~both["na_b"].fillna(True).astype(bool))
+            parts.append(pd.DataFrame({
+                **{k: both[k] for k in keys}, "dataset": ds, "metric": m, "all": va.astype(float),
+                "leak_free": vb.astype(float), "diff": (vb - va).astype(float),
+                "n_all": both["n_a"].astype(np.int64), "n_leak_free": both["n_b"].fillna(0).astype(np.int64)}))
+    if not parts:
+        return pd.DataFrame(columns=LEAK_EFFECT_COLUMNS)
+    return pd.concat(parts, ignore_index=True)[LEAK_EFFECT_COLUMNS]
+
+
+def detector_order(values: pd.Series, metric: str) -> list[str]:
+    """Detectors (the index of ``values``) best first for ``metric``; ties broken by name."""
+    sign = 1.0 if lower_is_better(metric) else -1.0
+    frame = pd.DataFrame({"key": sign * values.to_numpy(dtype=np.float64), "name": values.index.astype(str)})
+    return frame.sort_values(["key", "name"], kind="stable")["name"].tolist()
+
+
+def _compare(a: pd.Series, b: pd.Series, metric: str) -> dict | None:
+    """The ranking comparison of one group: detectors with a value in both (None when fewer than two)."""
+    from scipy.stats import kendalltau
+
+    ok = a.notna() & b.reindex(a.index).notna()
+    a, b = a[ok], b.reindex(a.index)[ok]
+    if len(a) < 2:
+        return None
+    oa, ob = detector_order(a, metric), detector_order(b, metric)
+    tau = kendalltau(a.to_numpy(), b.to_numpy())[0]
+    return {"detectors": int(len(a)), "kendall_tau": float(tau), "top_all": oa[0], "top_leak_free": ob[0],
+            "order_all": " > ".join(oa), "order_leak_free": " > ".join(ob), "changed": oa != ob}
+
+
+def _ranking_rows(a: pd.DataFrame, b: pd.DataFrame, *, group: str, scope: str, metrics: Sequence[str]) -> list[dict]:
+    """Ranking comparisons of two wide tables (detector x group key, one column per metric)."""
+    rows = []
+    for key in sorted(set(a[group]) & set(b[group]), key=lambda k: (str(type(k)), k)):
+        ga = a[a[group] == key].set_index("detector")
+        gb = b[b[group] == key].set_index("detector")
+        for m in metrics:
+            if m not in ga.columns or m not in gb.columns:
+                continue
+            found = _compare(ga[m], gb[m], m)
+            if found is not None:
+                rows.append({"scope": scope, "key": str(key), "metric": m, **found})
+    return rows
+
+
+def measured_in_both(per_cell: pd.DataFrame, dataset: str, free: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rows of ``dataset`` and of its leak-free ``free`` restricted to the (detector, cell) pairs measured
+    (not N/A) in both, so that means and level values compare the same cells."""
+    a, b = per_cell[per_cell["dataset"] == dataset], per_cell[per_cell["dataset"] == free]
+    a, b = a[~a["na"].astype(bool)], b[~b["na"].astype(bool)]
+    both = set(zip(a["detector"], a["cell"])) & set(zip(b["detector"], b["cell"]))
+    keep = lambda t: t[[k in both for k in zip(t["detector"], t["cell"])]]  # noqa: E731
+    return keep(a), keep(b)
+
+
+def leak_ranking(per_cell: pd.DataFrame, metrics: Sequence[str] | None = None) -> pd.DataFrame:
+    """Does removing the leaking images change which detector is best? Per dataset and metric, over the cells
+    measured in both (``measured_in_both``): for every cell, every level of each axis (level curves) and the
+    mean over the cells, the detectors' order on all images and on the leak-free ones, Kendall's tau between
+    the two sets of values and ``changed``."""
+    metrics = list(metrics) if metrics is not None else metric_columns(per_cell)
+    rows = []
+    for ds, free in leak_pairs(per_cell).items():
+        a, b = measured_in_both(per_cell, ds, free)
+        found = _ranking_rows(a, b, group="cell", scope="cell", metrics=metrics)
+        curves = all_level_curves(pd.concat([a, b]), metrics)
+        for ax in AXES:
+            wide = curves[curves["axis"] == ax].pivot_table(index=["detector", "dataset", "level"], columns="metric",
+                                                            values="value").reset_index()
+            found += _ranking_rows(wide[wide["dataset"] == ds], wide[wide["dataset"] == free], group="level",
+                                   scope=f"{ax}_level", metrics=metrics)
+        means = detector_means(pd.concat([a, b]), metrics).assign(key="mean")
+        found += _ranking_rows(means[means["dataset"] == ds], means[means["dataset"] == free], group="key",
+                               scope="mean", metrics=metrics)
+        rows += [{"dataset": ds, **r} for r in found]
+    return pd.DataFrame(rows, columns=RANKING_COLUMNS)

@@ -5,9 +5,10 @@ Score convention (OpenOOD's): a HIGHER score means MORE in-distribution. Every f
 ``precision_recall_curve``).
 
 ``METRICS`` is the registry of what a per-cell table holds: its keys ARE the table's column names (``auroc``,
-``fpr95``, ``fpr95_id``, ``aupr_in``, ``aupr_out``, ``autc``, ``aufpr``, ``aufnr``, ``der95``, ``der99``,
-``auroc_m``, ``adr``), each with the function computing it from one cell's ``CellInputs``, whether lower is
-better, its label and what it needs (scores only, correctness flags, or the ID training scores too).
+``fpr95`` (exact, OOD positive), ``fpr95_openood`` (OpenOOD's procedure), ``fpr95_id``, ``aupr_in``, ``aupr_out``,
+``autc``, ``aufpr``, ``aufnr``, ``der95``, ``der99``, ``auroc_m``, ``adr``), each with the function computing it
+from one cell's ``CellInputs``, whether lower is better, its label and what it needs (scores only, correctness
+flags, or the ID training scores too).
 
 Undefined cases:
 - empty inputs, non-finite scores, or mismatched lengths raise ``BadInputError`` (a ``ValueError``; one line,
@@ -37,7 +38,7 @@ __all__ = [
     "metric", "metric_names", "metric_label", "lower_is_better", "DER_RATES",
 ]
 
-FPR_CONVENTIONS = ("openood", "id-positive")
+FPR_CONVENTIONS = ("ood-positive", "openood", "id-positive")
 _AUPR_METHODS = ("trapezoid", "average_precision")
 
 
@@ -65,7 +66,6 @@ def check_flags(x, n: int, name: str) -> np.ndarray:
     return a
 
 
-
 def _pair(id_scores, ood_scores) -> tuple[np.ndarray, np.ndarray]:
     return check_scores(id_scores, "id_scores"), check_scores(ood_scores, "ood_scores")
 
@@ -88,18 +88,21 @@ def auroc(id_scores, ood_scores) -> float:
     return float(roc_auc_score(y, s))
 
 
-def fpr_at_tpr(id_scores, ood_scores, tpr: float = 0.95, *, convention: str = "openood") -> float:
+def fpr_at_tpr(id_scores, ood_scores, tpr: float = 0.95, *, convention: str = "ood-positive") -> float:
     """False-positive rate at the first operating point whose true-positive rate reaches ``tpr`` (FPR@95).
 
-    Two conventions are in use; both are offered, by name:
+    Three conventions, by name (``FPR_CONVENTIONS``):
 
-    - ``'openood'`` (default; OpenOOD v1.5, IS-OOD): OOD is the positive class, detected by a LOW score.
-      Returns the fraction of ID images flagged as OOD at the threshold where ``tpr`` of the OOD images are
-      flagged (``roc_curve(is_ood, -score)``; FPR at the first point with TPR >= ``tpr``).
-    - ``'id-positive'`` (older papers, e.g. ODIN / Energy): ID is positive. Returns the fraction of OOD images
-      accepted as ID at the threshold where ``tpr`` of the ID images are accepted.
-
-    All thresholds are kept (``drop_intermediate=False``) so ties never shift the operating point.
+    - ``'ood-positive'`` (default; the ``fpr95`` column): OOD is the positive class, detected by a LOW score.
+      The fraction of ID images flagged as OOD at the threshold where ``tpr`` of the OOD images are flagged
+      (``roc_curve(is_ood, -score, drop_intermediate=False)``: every ROC point kept, exact on tied scores).
+    - ``'openood'`` (the ``fpr95_openood`` column): OpenOOD v1.5's ``compute_all_metrics`` number, reproduced
+      step by step: the same curve with scikit-learn's default ``drop_intermediate=True``, FPR at the first kept
+      point with TPR >= ``tpr``. Dropping collinear points is harmless without ties, but a run of tie groups
+      lies on one line and its inner points are dropped, so the first kept point can lie past the exact one:
+      on tied scores this overstates the FPR (by up to 0.11 on real detector scores). IS-OOD's code does the same.
+    - ``'id-positive'`` (the ``fpr95_id`` column; older papers, e.g. ODIN / Energy): ID is positive. The
+      fraction of OOD images accepted as ID at the threshold where ``tpr`` of the ID images are accepted (exact).
     """
     if convention not in FPR_CONVENTIONS:
         raise BadInputError(f"unknown FPR convention {convention!r}: pass one of {', '.join(FPR_CONVENTIONS)}")
@@ -107,10 +110,12 @@ def fpr_at_tpr(id_scores, ood_scores, tpr: float = 0.95, *, convention: str = "o
         raise BadInputError(f"tpr must be in (0, 1], got {tpr}: pass e.g. 0.95")
     id_s, ood_s = _pair(id_scores, ood_scores)
     y_id, s = _labels_and_scores(id_s, ood_s)
-    if convention == "openood":
-        fprs, tprs, _ = roc_curve(1 - y_id, -s, drop_intermediate=False)
-    else:
+    if convention == "id-positive":
         fprs, tprs, _ = roc_curve(y_id, s, drop_intermediate=False)
+    else:
+        fprs, tprs, _ = roc_curve(1 - y_id, -s, drop_intermediate=convention == "openood")
+    if convention == "openood":  # OpenOOD compares without tolerance
+        return float(fprs[int(np.argmax(tprs >= float(tpr)))])
     # tprs is non-decreasing and ends at 1.0, so a point reaching ``tpr`` always exists.
     return float(fprs[int(np.argmax(tprs >= float(tpr) - 1e-12))])
 
@@ -359,7 +364,8 @@ def _der_metric(rate: float) -> Callable[[CellInputs], float]:
 
 METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("auroc", lambda c: auroc(c.id_scores, c.ood_scores), False, "AUROC"),
-    Metric("fpr95", lambda c: fpr_at_tpr(c.id_scores, c.ood_scores, 0.95, convention="openood"), True,
+    Metric("fpr95", lambda c: fpr_at_tpr(c.id_scores, c.ood_scores, 0.95), True, "FPR@95"),
+    Metric("fpr95_openood", lambda c: fpr_at_tpr(c.id_scores, c.ood_scores, 0.95, convention="openood"), True,
            "FPR@95 (OpenOOD)"),
     Metric("fpr95_id", lambda c: fpr_at_tpr(c.id_scores, c.ood_scores, 0.95, convention="id-positive"), True,
            "FPR@95 (ID positive)"),

@@ -1,5 +1,7 @@
 """L3: a classifier seen as "one forward pass -> logits, penultimate features, pre-pool feature maps", plus its final
-linear layer (``fc``) and its own pooling head.
+linear layer (``fc``) and its own pooling head. ResNets (torchvision or timm: ``layer3`` -> ``layer4`` -> pool -> fc)
+also expose the output of ``layer3`` (``block3``, captured in the same pass) and ``tail``: ``layer4`` + pool + fc as
+a function of a block-3 map (RankFeat's block 3 + 4 fusion re-runs only the last block, never the whole model).
 
 Three kinds of ``ModelAdapter``: timm models (``forward_features`` / ``forward_head(pre_logits=True)`` /
 ``get_classifier()``), torchvision-style models with an ``avgpool`` and a linear ``fc`` (ResNets, RegNets;
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -43,11 +45,12 @@ class ModelAdapter:
     """A classifier seen as "one forward pass -> the kinds detectors need".
 
     Subclasses implement ``_forward(x, kinds)``, ``pool(feature_maps)``, ``_linear()``, ``logits(x)`` and set
-    ``provides``. ``identity`` keys the on-disk cache; ``input_std`` is the per-channel std of the model's input
-    normalisation (ODIN's perturbation is scaled by it).
+    ``provides`` (ResNet adapters also ``tail(block3)``). ``identity`` keys the on-disk cache; ``input_std`` is the
+    per-channel std of the model's input normalisation (ODIN's perturbation is scaled by it).
     """
 
     provides: frozenset[str] = frozenset()
+    _probe_size: tuple[int, ...] = (3, 64, 64)
 
     def __init__(self, model: nn.Module, *, name: str | None = None, input_std: Sequence[float] | None = None,
                  transform: Callable | None = None) -> None:
@@ -58,6 +61,10 @@ class ModelAdapter:
         self._identity: str | None = None
         self.device = torch.device("cpu")
         self.forward_calls = 0  # batches through the backbone (capture passes), for tests and benchmarks
+        self._captured: dict[str, torch.Tensor] = {}
+        self._capturing = False
+        self._hooks: list = []  # our hook handles (randomized_copy strips them from a copied model)
+        self._layer4: nn.Module | None = None
 
     # -- to implement -------------------------------------------------------------------------------------
     def _forward(self, x: torch.Tensor, kinds: frozenset[str]) -> dict[str, torch.Tensor]:
@@ -73,6 +80,50 @@ class ModelAdapter:
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """The classifier's logits (differentiable; used by ODIN)."""
         raise NotImplementedError
+
+    def tail(self, block3: torch.Tensor) -> torch.Tensor:
+        """Block-3 maps -> logits through the model's last block, pooling and fc (ResNets only)."""
+        raise NotImplementedError
+
+    # -- capture hooks ------------------------------------------------------------------------------------
+    def _grab(self, key: str, *, output: bool = False):
+        """A forward (pre-)hook storing the module's output (input) under ``key`` during capture passes only."""
+        def hook(module, args, out=None):
+            if self._capturing:  # only during capture passes (not ODIN's forwards)
+                self._captured[key] = out if output else args[0]
+        return hook
+
+    def _capture(self, run: Callable[[], Any]) -> tuple[Any, dict[str, torch.Tensor]]:
+        """``run()`` with the hooks armed: its result and what they captured."""
+        self._captured, self._capturing = {}, True
+        try:
+            result = run()
+        finally:
+            self._capturing = False
+        got, self._captured = self._captured, {}
+        return result, got
+
+    def _hook_block3(self) -> None:
+        """Capture ``layer3``'s output as ``block3`` when the model has ``layer3`` and ``layer4`` modules."""
+        l3, l4 = getattr(self.model, "layer3", None), getattr(self.model, "layer4", None)
+        if isinstance(l3, nn.Module) and isinstance(l4, nn.Module):
+            self._layer4 = l4
+            self._hooks.append(l3.register_forward_hook(self._grab("block3", output=True)))
+
+    def _tail_ok(self) -> bool:
+        """True when ``tail`` of the captured ``block3`` reproduces the logits of a seeded random probe batch,
+        i.e. the model really runs ``layer3 -> layer4 -> pool -> fc`` (checked once, without a capture count)."""
+        if self._layer4 is None:
+            return False
+        p = next(self.model.parameters(), None)
+        x = torch.randn(2, *self._probe_size, generator=torch.Generator().manual_seed(0))
+        try:
+            with torch.no_grad():
+                out = self._forward(x.to(p.device if p is not None else "cpu"), frozenset(CAPTURE_KINDS))
+                b3 = out.get("block3")
+                return b3 is not None and torch.allclose(self.tail(b3), out["logits"], rtol=1e-4, atol=1e-4)
+        except (RuntimeError, ValueError, TypeError, AttributeError):
+            return False
 
     # -- shared -------------------------------------------------------------------------------------------
     @property
@@ -111,11 +162,16 @@ class ModelAdapter:
     def empty_outputs(self) -> ForwardOutputs:
         """A ForwardOutputs carrying this model's fc layer and pooling (no per-image arrays)."""
         w, b = self.fc_params()
-        return ForwardOutputs(fc_weight=w, fc_bias=b, pool=self._cpu_pool)
+        return ForwardOutputs(fc_weight=w, fc_bias=b, pool=self._cpu_pool,
+                              tail=self._cpu_tail if "tail" in self.provides else None)
 
     def _cpu_pool(self, feature_maps: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             return self.pool(feature_maps.to(self.device)).float().cpu()
+
+    def _cpu_tail(self, block3: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.tail(block3.to(self.device)).float().cpu()
 
 
 class TimmAdapter(ModelAdapter):
@@ -124,7 +180,8 @@ class TimmAdapter(ModelAdapter):
 
     What it provides is found once by a probe forward of one blank image (the model's default input size):
     ``feature_maps`` when ``forward_features`` returns N x C x H x W with C = ``num_features`` (CNNs); ``fc`` when
-    ``get_classifier()`` is an ``nn.Linear`` that maps ``forward_head(pre_logits=True)`` to the model's logits."""
+    ``get_classifier()`` is an ``nn.Linear`` that maps ``forward_head(pre_logits=True)`` to the model's logits;
+    ``block3`` + ``tail`` for ResNets (``layer3``/``layer4``) whose ``forward_head(layer4(block3))`` gives them."""
 
     def __init__(self, model: nn.Module, **kwargs) -> None:
         cfg = getattr(model, "pretrained_cfg", None) or {}
@@ -137,8 +194,9 @@ class TimmAdapter(ModelAdapter):
         if not size:
             low = (cfg.get("min_input_size") or (3, 64, 64))[1:]
             size = tuple(min(int(s), max(int(m), 64)) for s, m in zip(hw, low))
-        self._input_size = (chans, *size)
+        self._input_size = self._probe_size = (chans, *size)
         self._provides: frozenset[str] | None = None
+        self._hook_block3()
 
     @property
     def provides(self) -> frozenset[str]:  # type: ignore[override]
@@ -156,18 +214,23 @@ class TimmAdapter(ModelAdapter):
                     kinds.add("fc")
             if fmap.dim() == 4 and fmap.shape[1] == getattr(self.model, "num_features", fmap.shape[1]):
                 kinds.add("feature_maps")
+            if self._tail_ok():
+                kinds |= {"block3", "tail"}
             self._provides = frozenset(kinds)
         return self._provides
 
     def _forward(self, x, kinds):
-        fmap = self.model.forward_features(x)
-        out = {"feature_maps": fmap}
+        fmap, out = self._capture(lambda: self.model.forward_features(x))
+        out["feature_maps"] = fmap
         out["features"] = self.model.forward_head(fmap, pre_logits=True)
         out["logits"] = self.model.forward_head(fmap)
         return out
 
     def pool(self, feature_maps):
         return self.model.forward_head(feature_maps, pre_logits=True)
+
+    def tail(self, block3):
+        return self.model.forward_head(self._layer4(block3))
 
     def _linear(self):
         c = self.model.get_classifier()
@@ -180,7 +243,9 @@ class TimmAdapter(ModelAdapter):
 class HookAdapter(ModelAdapter):
     """torchvision-style model whose forward ends ``... -> pool module -> flatten -> linear fc`` (ResNet, RegNet,
     Wide-ResNet, ResNeXt; EfficientNet with ``fc='classifier.1'``). One ordinary ``model(x)`` call; forward
-    pre-hooks on the pool module and on the fc layer capture the feature maps and the features."""
+    pre-hooks on the pool module and on the fc layer capture the feature maps and the features, and for ResNets
+    (``layer3``/``layer4`` whose ``fc(flatten(pool(layer4(.))))`` gives the logits) a forward hook on ``layer3``
+    the ``block3`` maps."""
 
     def __init__(self, model: nn.Module, *, fc: str = "fc", pool: str = "avgpool", **kwargs) -> None:
         if kwargs.get("input_std") is None:
@@ -195,31 +260,24 @@ class HookAdapter(ModelAdapter):
         if not isinstance(self._fc, nn.Linear):
             raise BadInputError(f"model '{self.name}': '{fc}' is a {type(self._fc).__name__}, not nn.Linear: pass "
                                 "fc= the name of its final linear layer")
-        self.provides = frozenset({"logits", "features", "feature_maps", "fc"})
-        self._captured: dict[str, torch.Tensor] = {}
-        self._capturing = False
         self.fc_name, self.pool_name = fc, pool
-        self._fc.register_forward_pre_hook(self._grab("features"))
-        self._pool.register_forward_pre_hook(self._grab("feature_maps"))
-
-    def _grab(self, key):
-        def hook(module, args):
-            if self._capturing:  # only during capture passes (not ODIN's forwards)
-                self._captured[key] = args[0]
-        return hook
+        self._hooks += [self._fc.register_forward_pre_hook(self._grab("features")),
+                        self._pool.register_forward_pre_hook(self._grab("feature_maps"))]
+        self._hook_block3()
+        self.provides = frozenset({"logits", "features", "feature_maps", "fc"})
+        if self._tail_ok():
+            self.provides |= {"block3", "tail"}
 
     def _forward(self, x, kinds):
-        self._captured, self._capturing = {}, True
-        try:
-            logits = self.model(x)
-        finally:
-            self._capturing = False
-        out = dict(self._captured, logits=logits)
-        self._captured = {}
+        logits, out = self._capture(lambda: self.model(x))
+        out["logits"] = logits
         return out
 
     def pool(self, feature_maps):
         return torch.flatten(self._pool(feature_maps), 1)
+
+    def tail(self, block3):
+        return self._fc(self.pool(self._layer4(block3)))
 
     def _linear(self):
         return self._fc
@@ -322,6 +380,17 @@ def model_classes(adapter: ModelAdapter) -> int | None:
     return int(n) if isinstance(n, int) else None
 
 
+def _unhooked_copy(adapter: ModelAdapter) -> nn.Module:
+    """A deep copy of the adapter's model without the adapter's capture hooks (the copy gets its own)."""
+    model = copy.deepcopy(adapter.model)
+    ids = {h.id for h in adapter._hooks}
+    for m in model.modules():
+        for hooks in (m._forward_hooks, m._forward_pre_hooks):
+            for i in ids & set(hooks):
+                del hooks[i]
+    return model
+
+
 def randomized_copy(adapter: ModelAdapter, seed: int = 0) -> ModelAdapter:
     """A copy of the adapter's model with every parameter re-initialised (``reset_parameters`` of each module,
     under ``torch.manual_seed(seed)``), wrapped the same way: the --sanity-random-model baseline."""
@@ -335,12 +404,9 @@ def randomized_copy(adapter: ModelAdapter, seed: int = 0) -> ModelAdapter:
 
     kw = dict(name=f"{adapter.name} (random init)", input_std=adapter.input_std, transform=adapter.transform)
     if isinstance(adapter, TimmAdapter):
-        return TimmAdapter(reset(copy.deepcopy(adapter.model)), **kw)
+        return TimmAdapter(reset(_unhooked_copy(adapter)), **kw)
     if isinstance(adapter, HookAdapter):
-        model = copy.deepcopy(adapter.model)
-        for m in model.modules():  # drop the original adapter's capture hooks from the copy
-            m._forward_pre_hooks.clear()
-        return HookAdapter(reset(model), fc=adapter.fc_name, pool=adapter.pool_name, **kw)
+        return HookAdapter(reset(_unhooked_copy(adapter)), fc=adapter.fc_name, pool=adapter.pool_name, **kw)
     if isinstance(adapter, ModuleAdapter):
         head = reset(copy.deepcopy(adapter.model))
         return ModuleAdapter(head.backbone, head.fc, head.pool, **kw)

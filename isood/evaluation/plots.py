@@ -8,8 +8,11 @@ pyplot, so nothing global changes and no display is needed).
   come from the metric registry (``metrics.METRICS``).
 - ``level_curve_figure`` / ``level_curve_png``: one metric along one axis, one line per detector (N/A levels
   leave a gap).
+- ``leak_diff_figure`` / ``leak_diff_png``: after a leak audit, the n x n grid of leak-free minus all-images
+  values of one detector and metric (``levels.leak_effect``), a diverging map centred on 0 whose blue end is
+  "better without the leaking images" (red: worse), N/A grey.
 - ``render_plots``: every heatmap and level curve of a ``CellEvaluation`` as ``{relative path: PNG bytes}``, with
-  the deterministic names of ``heatmap_name`` / ``level_curve_name``.
+  the deterministic names of ``heatmap_name`` / ``level_curve_name`` / ``leak_diff_name``.
 
 A PNG is exactly ``figsize * dpi`` pixels (no tight bounding box) and identical bytes for identical input.
 """
@@ -33,7 +36,7 @@ from matplotlib.figure import Figure
 from isood.errors import BadInputError
 
 from .cells import CellEvaluation
-from .levels import AXES, metric_columns, one_dataset
+from .levels import AXES, leak_effect, leak_pairs, metric_columns, one_dataset
 from .metrics import METRICS, lower_is_better, metric_label
 
 __all__ = [
@@ -47,6 +50,9 @@ __all__ = [
     "level_curve_png",
     "heatmap_name",
     "level_curve_name",
+    "leak_diff_name",
+    "leak_diff_figure",
+    "leak_diff_png",
     "render_plots",
     "figure_png",
     "heatmap_cmap",
@@ -72,6 +78,11 @@ def heatmap_name(dataset: str, detector: str, metric: str) -> str:
 def level_curve_name(dataset: str, axis: str, metric: str) -> str:
     """``plots/levels_<dataset>_<axis>_<metric>.png``."""
     return f"plots/levels_{_slug(dataset)}_{axis}_{metric}.png"
+
+
+def leak_diff_name(dataset: str, detector: str, metric: str) -> str:
+    """``plots/leakdiff_<dataset>_<detector>_<metric>.png``."""
+    return f"plots/leakdiff_{_slug(dataset)}_{_slug(detector)}_{metric}.png"
 
 
 def figure_png(fig: Figure, dpi: int = DPI) -> bytes:
@@ -108,10 +119,12 @@ def _text_color(rgba) -> str:
 
 def heatmap_figure(per_cell: pd.DataFrame, *, detector: str, metric: str = "auroc", dataset: str | None = None,
                    n_levels: int | None = None, title: str | None = None,
-                   figsize: tuple[float, float] = HEATMAP_SIZE) -> Figure:
+                   figsize: tuple[float, float] = HEATMAP_SIZE, cmap=None, limits: tuple[float, float] | None = None,
+                   label: str | None = None) -> Figure:
     """The n x n heatmap of ``metric`` for ``detector`` (x: semantic level, y: covariate level, origin lower
     left). Cells absent from ``per_cell`` or marked ``na`` are grey and labelled N/A; values are printed with two
-    decimals. ``n_levels`` defaults to the largest level in the table + 1."""
+    decimals. ``n_levels`` defaults to the largest level in the table + 1. ``cmap`` / ``limits`` / ``label``
+    override the metric's colour map, range and colorbar label (the leak difference maps)."""
     if metric not in per_cell.columns:
         raise BadInputError(f"metric {metric!r} is not in the per-cell table: pass one of "
                             f"{', '.join(metric_columns(per_cell))}")
@@ -124,8 +137,10 @@ def heatmap_figure(per_cell: pd.DataFrame, *, detector: str, metric: str = "auro
         v = getattr(rec, metric)
         if not rec.na and np.isfinite(v):
             grid[c, s], na[c, s] = v, False
-    cmap = heatmap_cmap(metric)
-    if _bounded(metric):
+    cmap = heatmap_cmap(metric) if cmap is None else cmap
+    if limits is not None:
+        vmin, vmax = limits
+    elif _bounded(metric):
         vmin, vmax = 0.0, 1.0
     else:
         finite = grid[np.isfinite(grid)]
@@ -136,7 +151,7 @@ def heatmap_figure(per_cell: pd.DataFrame, *, detector: str, metric: str = "auro
     cax = fig.add_axes((0.83, 0.1, 0.035, 0.8))
     img = ax.imshow(np.ma.masked_invalid(grid), origin="lower", cmap=cmap, vmin=vmin, vmax=vmax,
                     interpolation="nearest", aspect="auto")
-    fig.colorbar(img, cax=cax, label=metric_label(metric))
+    fig.colorbar(img, cax=cax, label=label or metric_label(metric))
     fontsize = 9 if n <= 8 else max(4, int(72 / n))
     for c in range(n):
         for s in range(n):
@@ -158,6 +173,30 @@ def heatmap_figure(per_cell: pd.DataFrame, *, detector: str, metric: str = "auro
 def heatmap_png(per_cell: pd.DataFrame, **kwargs) -> bytes:
     """``heatmap_figure(per_cell, **kwargs)`` as PNG bytes (640 x 560 pixels by default)."""
     return figure_png(heatmap_figure(per_cell, **kwargs))
+
+
+def leak_diff_figure(effect: pd.DataFrame, *, detector: str, metric: str = "auroc", dataset: str | None = None,
+                     n_levels: int | None = None, figsize: tuple[float, float] = HEATMAP_SIZE) -> Figure:
+    """The n x n map of ``diff`` (leak-free minus all images) of ``metric`` for ``detector`` from a
+    ``levels.leak_effect`` table; symmetric range around 0 (at least +-0.05), blue = better without the leaks."""
+    rows = effect[(effect["metric"] == metric) & (effect["detector"] == detector)]
+    rows = one_dataset(rows, dataset)
+    if rows.empty:
+        raise BadInputError(f"no leak difference for detector '{detector}', metric {metric!r}")
+    grid = rows.assign(na=rows["diff"].isna())[["detector", "dataset", "cov_level", "sem_level", "na", "diff"]]
+    finite = grid["diff"].abs()[grid["diff"].notna()]
+    top = max(0.05, float(finite.max()) if len(finite) else 0.0)
+    cmap = matplotlib.colormaps["RdBu_r" if lower_is_better(metric) else "RdBu"].with_extremes(bad=NA_COLOR)
+    ds = rows["dataset"].iloc[0]
+    return heatmap_figure(grid.rename(columns={"diff": metric}), detector=detector, metric=metric, n_levels=n_levels,
+                          figsize=figsize, cmap=cmap, limits=(-top, top),
+                          label=f"{metric_label(metric)}: leak-free - all",
+                          title=f"{detector}: {metric_label(metric)} leak-free - all images on {ds}")
+
+
+def leak_diff_png(effect: pd.DataFrame, **kwargs) -> bytes:
+    """``leak_diff_figure(effect, **kwargs)`` as PNG bytes."""
+    return figure_png(leak_diff_figure(effect, **kwargs))
 
 
 def level_curve_figure(levels: pd.DataFrame, *, metric: str = "auroc", axis: str = "sem", dataset: str | None = None,
@@ -217,6 +256,12 @@ def render_plots(result: CellEvaluation, metrics: Sequence[str] | None = None,
         for axis in AXES:
             for m in metrics:
                 out[level_curve_name(ds, axis, m)] = level_curve_png(result.levels, metric=m, axis=axis, dataset=ds)
+    if leak_pairs(per_cell):
+        effect = leak_effect(per_cell, hm)
+        for (ds, det, m), rows in effect.groupby(["dataset", "detector", "metric"], sort=False):
+            if rows["diff"].notna().any():
+                n = int(max(rows["cov_level"].max(), rows["sem_level"].max()) + 1)
+                out[leak_diff_name(ds, det, m)] = leak_diff_png(effect, detector=det, metric=m, dataset=ds, n_levels=n)
     return out
 
 

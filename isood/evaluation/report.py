@@ -2,6 +2,9 @@
 no script, no external link or resource) and a markdown summary (Table 1 + per-detector mean metrics).
 
 Both are pure string builders over a ``CellEvaluation`` and ``{relative path: PNG bytes}`` (``plots.render_plots``).
+After a leak audit (``images`` column in the per-cell table) both get a section comparing all images with the
+leak-free ones: the means side by side, where removing the leaking images changes the detectors' ranking
+(``levels.leak_ranking``, in words and as a table) and the difference heatmaps.
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ import numpy as np
 import pandas as pd
 
 from .cells import CellEvaluation
+from .levels import detector_means, leak_pairs, leak_ranking, measured_in_both
 from .metrics import lower_is_better, metric_label
-from .plots import heatmap_name, level_curve_name
+from .plots import heatmap_name, leak_diff_name, level_curve_name
 
-__all__ = ["render_html", "render_markdown", "markdown_table", "table1_frame"]
+__all__ = ["render_html", "render_markdown", "markdown_table", "table1_frame", "leak_means", "ranking_summary"]
 
 _TABLE1_METRICS = ("fpr95", "auroc")  # IS-OOD Table 1 reports FPR@95 and AUROC; the tables hold every metric
 _CSS = """
@@ -85,6 +89,90 @@ def table1_frame(result: CellEvaluation, metrics: Sequence[str] = _TABLE1_METRIC
     return pd.DataFrame(rows)
 
 
+def leak_means(result: CellEvaluation, dataset: str, free: str, metrics: Sequence[str]) -> pd.DataFrame:
+    """Per detector: each metric's mean over the cells measured on all images and on the leak-free ones
+    (``levels.measured_in_both``), both ways, and the difference (leak-free - all)."""
+    a, b = measured_in_both(result.per_cell, dataset, free)
+    ma = detector_means(a, metrics).set_index("detector")
+    mb = detector_means(b, metrics).set_index("detector")
+    rows = []
+    for det in dict.fromkeys(result.per_cell.loc[result.per_cell["dataset"] == dataset, "detector"]):
+        row = {"detector": det, "cells": int(ma.loc[det, "cells"]) if det in ma.index else 0}
+        for m in metrics:
+            va = float(ma.loc[det, m]) if det in ma.index else np.nan
+            vb = float(mb.loc[det, m]) if det in mb.index else np.nan
+            label = metric_label(m).split(" ")[0]
+            row.update({f"{label} all": va, f"{label} leak-free": vb, f"{label} diff": vb - va})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def ranking_summary(ranking: pd.DataFrame, dataset: str, metric: str) -> str:
+    """One sentence: in how many cells / levels removing the leaking images changes the detectors' order of
+    ``metric``, and the order over the cell means."""
+    r = ranking[(ranking["dataset"] == dataset) & (ranking["metric"] == metric)]
+    if r.empty:
+        return f"{metric_label(metric)}: fewer than two detectors measured in both; no ranking to compare."
+    parts = []
+    scopes = (("cell", "cells measured in both"), ("sem_level", "semantic levels"), ("cov_level", "covariate levels"))
+    for scope, what in scopes:
+        g = r[r["scope"] == scope]
+        changed = g.loc[g["changed"].astype(bool), "key"].tolist()
+        shown = f" ({', '.join(changed[:8])}{', ...' if len(changed) > 8 else ''})" if changed else ""
+        parts.append(f"{len(changed)} of {len(g)} {what}{shown}")
+    mean = r[r["scope"] == "mean"]
+    tail = ""
+    if len(mean):
+        m = mean.iloc[0]
+        how = f"changes from {m['order_all']} to " if m["changed"] else "stays "
+        tail = f"; over the mean of the cells it {how}{m['order_leak_free']} (Kendall tau {m['kendall_tau']:.2f})"
+    return f"{metric_label(metric)}: the detectors' order changes in " + ", ".join(parts) + tail + "."
+
+
+def _leak_html(result: CellEvaluation, images: Mapping[str, bytes]) -> list[str]:
+    """The report section comparing all images with the leak-free ones (empty without a leak audit)."""
+    pairs = leak_pairs(result.per_cell)
+    if not pairs:
+        return []
+    heads = [m for m in _TABLE1_METRICS if m in result.metrics] or result.metrics[:1]
+    ranking = leak_ranking(result.per_cell, heads)
+    parts = ["<h2>Leaks: all images vs leak-free images</h2>",
+             '<p class="note">Each grid dataset is scored twice: on all its images and without the images the leak '
+             'audit flags (ID classes, their hypernyms and hyponyms by default): dataset <code>&lt;name&gt;-leak-free'
+             '</code>. diff = leak-free - all. Means, level values and rankings use the cells measured in both '
+             '(a cell can become N/A once its leaks are gone). The ranking compares the detectors\' order on both, '
+             'per cell, per level and over the mean of the cells (Kendall tau between the two sets of values).</p>']
+    for ds, free in pairs.items():
+        parts.append(f"<h3>{html.escape(ds)}: mean over the cells measured in both</h3>")
+        parts.append(_html_table(leak_means(result, ds, free, heads), left=("detector",)))
+        parts.append("<ul>" + "".join(f"<li>{html.escape(ranking_summary(ranking, ds, m))}</li>" for m in heads)
+                     + "</ul>")
+        changed = ranking[(ranking["dataset"] == ds) & ranking["changed"].astype(bool)]
+        if len(changed):
+            cols = ["scope", "key", "metric", "order_all", "order_leak_free", "kendall_tau"]
+            parts.append(f"<h3>{html.escape(ds)}: where the ranking changes</h3>"
+                         + _html_table(changed[cols].head(40), left=cols[:5]))
+        for det in dict.fromkeys(result.per_cell.loc[result.per_cell["dataset"] == ds, "detector"]):
+            figs = [_figure(images[leak_diff_name(ds, det, m)], f"{det}: {metric_label(m)} leak-free - all")
+                    for m in result.metrics if leak_diff_name(ds, det, m) in images]
+            if figs:
+                parts.append(f"<h3>{html.escape(det)}: difference</h3><div class=\"grid\">{''.join(figs)}</div>")
+    return parts
+
+
+def _leak_markdown(result: CellEvaluation) -> list[str]:
+    pairs = leak_pairs(result.per_cell)
+    if not pairs:
+        return []
+    heads = [m for m in _TABLE1_METRICS if m in result.metrics] or result.metrics[:1]
+    ranking = leak_ranking(result.per_cell, heads)
+    out = ["## Leaks: all images vs leak-free images", ""]
+    for ds, free in pairs.items():
+        out += [f"### {ds}", "", markdown_table(leak_means(result, ds, free, heads)), ""]
+        out += [f"- {ranking_summary(ranking, ds, m)}" for m in heads] + [""]
+    return out
+
+
 def _img(png: bytes, alt: str) -> str:
     data = base64.b64encode(png).decode("ascii")
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
@@ -141,6 +229,7 @@ def render_html(result: CellEvaluation, images: Mapping[str, bytes], *, title: s
             if figs:
                 parts.append(f"<h3>{html.escape(det)}</h3><div class=\"grid\">{''.join(figs)}</div>")
 
+    parts += _leak_html(result, images)
     parts.append("<h2>Per-cell results</h2><details><summary>Show the table</summary>"
                  + _html_table(result.per_cell, left=("detector", "dataset", "cell")) + "</details>")
     body = "\n".join(parts)
@@ -162,4 +251,5 @@ def render_markdown(result: CellEvaluation, *, title: str = "isood evaluation",
             "## Mean over measured cells", "", markdown_table(result.means), ""]
     if sanity is not None and len(sanity):
         out += ["## Sanity check: trained vs randomly initialised model", "", markdown_table(sanity), ""]
+    out += _leak_markdown(result)
     return "\n".join(out)

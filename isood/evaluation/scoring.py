@@ -19,7 +19,7 @@ import torch
 from isood.errors import BadInputError
 
 from .capture import extract_outputs
-from .detectors import CAPTURE_KINDS, Detector, ForwardOutputs, get_detector
+from .detectors import CAPTURE_KINDS, Detector, ForwardOutputs, parse_detectors
 from .models import ModelAdapter
 
 __all__ = ["TRAIN_NAME", "DetectorScores", "resolve_detectors", "check_requirements", "fit_detectors",
@@ -54,7 +54,8 @@ class DetectorScores:
 
 
 def resolve_detectors(detectors) -> dict[str, Detector]:
-    """``detectors`` (a name, a Detector, a sequence of either, or a dict name -> Detector) as a dict."""
+    """``detectors`` (a ``--detectors`` spec such as ``'msp,knn:k=10'``, a Detector, a sequence of either, or a
+    dict name -> Detector) as a dict."""
     if isinstance(detectors, (str, Detector)):
         detectors = [detectors]
     if isinstance(detectors, Mapping):
@@ -62,8 +63,7 @@ def resolve_detectors(detectors) -> dict[str, Detector]:
     else:
         out = {}
         for d in detectors:
-            det = get_detector(d) if isinstance(d, str) else d
-            out[d if isinstance(d, str) else det.name] = det
+            out.update(parse_detectors(d) if isinstance(d, str) else {d.name: d})
     if not out:
         raise BadInputError("no detector given: pass names such as 'msp', 'energy'")
     return out
@@ -78,7 +78,8 @@ def check_requirements(detectors: Mapping[str, Detector], available: Iterable[st
         lack = d.missing(available)
         if lack:
             raise BadInputError(f"detector '{name}' needs {', '.join(sorted(lack))}, which {source} does not "
-                                f"expose (it provides {', '.join(sorted(available)) or 'nothing'}): {hint}")
+                                f"expose (it provides {', '.join(sorted(available)) or 'nothing'}): "
+                                f"{d.requirement_hint(lack) or hint}")
 
 
 def _check_train_labels(train: ForwardOutputs, source: str) -> None:

@@ -1,5 +1,6 @@
 """L3: an evaluation as an ``evaluation`` manifest: Parquet tables (``cell_metrics``, ``level_curves``, ``table1``,
-``detector_means``; with them ``scores``, ``sanity``, ``cell_metrics_random``), ``results/*.csv`` copies,
+``detector_means``; with them ``scores``, ``sanity``, ``cell_metrics_random``; after a leak audit
+``leak_effect`` and ``leak_ranking``, ``levels.leak_effect`` / ``leak_ranking``), ``results/*.csv`` copies,
 ``plots/*.png``, ``report.html``, ``summary.md`` and the dataset card; ``manifest.json`` last.
 """
 
@@ -15,6 +16,7 @@ from isood.errors import BadInputError
 from isood.kinds import EVALUATION
 
 from .cells import CellEvaluation
+from .levels import leak_effect, leak_pairs, leak_ranking
 from .plots import render_plots
 from .report import render_html, render_markdown, table1_frame
 
@@ -27,7 +29,10 @@ def evaluation_tables(result: CellEvaluation, *, scores: pd.DataFrame | None = N
     """The manifest's tables by name (optional ones only when given)."""
     tables = {"cell_metrics": result.per_cell, "level_curves": result.levels, "table1": result.summary,
               "detector_means": result.means}
-    optional = {"scores": scores, "sanity": sanity, "cell_metrics_random": random_per_cell}
+    leaks = leak_pairs(result.per_cell)
+    optional = {"scores": scores, "sanity": sanity, "cell_metrics_random": random_per_cell,
+                "leak_effect": leak_effect(result.per_cell) if leaks else None,
+                "leak_ranking": leak_ranking(result.per_cell) if leaks else None}
     return {**tables, **{k: v for k, v in optional.items() if v is not None}}
 
 

@@ -10,8 +10,9 @@ An extraction directory (``isood extract``) is a manifest of kind ``features``::
     manifest.json                  written last
 
 Shard k holds files ``[k * shard_size, (k + 1) * shard_size)`` of the sorted file list; a shard's ``.npy`` is
-renamed into place after its ``.rows.parquet`` (which carries a key of the model identity and the member files),
-so a shard exists only when complete, and a rerun skips complete shards and redoes an interrupted one.
+renamed into place after its ``.rows.parquet`` (which carries a key of the model identity, the decoding mode
+(``isood.images.DECODE_MODES``) and the member files), so a shard exists only when complete, and a rerun skips
+complete shards and redoes an interrupted one.
 Extraction runs on any ``isood.runtime.BatchEngine`` (this process, or Ray actors): every engine encodes the
 same batches with ``isood.clip.ClipEncodeWorker`` and writes the shards through the same code, so the files
 match a single local run. Job arrays (``isood.stages.extract``) write a subset of the shards into a part.

@@ -11,7 +11,7 @@ import pandas as pd
 
 from isood.clip import ClipEncoder, ClipEncodeWorker, load_clip, parse_clip_spec
 from isood.errors import BadInputError, IsoodError
-from isood.images import ImageSource, list_images
+from isood.images import REFERENCE_DECODE, ImageSource, check_decode_mode, list_images
 from isood.kinds import FEATURES
 from isood.runtime import BatchEngine, LocalEngine, default_workers
 from isood.featurestore.shards import (
@@ -90,13 +90,13 @@ def _model(clip: str | ClipEncoder, engine: BatchEngine, device: str | None) -> 
 
 
 def _encode(source: ImageSource, model: _Model, out: Path, todo: Sequence[int], keys: Mapping[int, str], *,
-            shard_size: int, batch_size: int, threads: int, engine: BatchEngine, progress: bool,
+            shard_size: int, batch_size: int, threads: int, decode: str, engine: BatchEngine, progress: bool,
             on_shard: Callable[[int], None] | None) -> dict[int, pd.DataFrame]:
     """Encode the files of shards ``todo`` on ``engine``; write each shard as soon as it is complete."""
     rels = source.table["path"].tolist()
     batches = image_batches(source.files, rels, todo, shard_size=shard_size, batch_size=batch_size)
     assembler = ShardAssembler(source.table, todo, shard_size=shard_size)
-    args = (model.encoder if model.encoder is not None else model.spec, model.device, threads)
+    args = (model.encoder if model.encoder is not None else model.spec, model.device, threads, decode)
     written: dict[int, pd.DataFrame] = {}
     total = sum(len(b["i"]) for b in batches)
     for result in engine.map(ClipEncodeWorker, args, batches, total=total,
@@ -112,14 +112,14 @@ def _encode(source: ImageSource, model: _Model, out: Path, todo: Sequence[int], 
 
 
 def _run_config(source: ImageSource, model: _Model, engine: BatchEngine, *, embed_dim: int | None,
-               shard_size: int, batch_size: int, threads: int) -> dict:
-    """The manifest config of an extraction. ``workers``: the decoding threads of the in-process engine, or
-    the workers another engine names in its config (Ray: the actors asked for); other engines add their own
-    entry (``ray``)."""
+               shard_size: int, batch_size: int, threads: int, decode: str) -> dict:
+    """The manifest config of an extraction. ``decode``: the decoding mode (``reference`` or ``fast``).
+    ``workers``: the decoding threads of the in-process engine, or the workers another engine names in its
+    config (Ray: the actors asked for); other engines add their own entry (``ray``)."""
     engine_config = engine.as_config() if engine.name != "local" else {}
     config = {"images": str(source.source), "source_kind": source.kind, "clip": model.spec,
-              "clip_identity": model.identity, "embed_dim": embed_dim, "shard_size": int(shard_size),
-              "batch_size": int(batch_size), "workers": engine_config.get("workers", threads),
+              "clip_identity": model.identity, "decode": decode, "embed_dim": embed_dim,
+              "shard_size": int(shard_size), "batch_size": int(batch_size), "workers": engine_config.get("workers", threads),
               "device": model.device, "engine": engine.name}
     if engine_config:
         config[engine.name] = engine_config
@@ -130,12 +130,14 @@ def extract_shards(source: ImageSource, clip: str | ClipEncoder, out: str | os.P
                    shards: Sequence[int] | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
                    workers: int | None = None, shard_size: int = DEFAULT_SHARD_SIZE, device: str | None = None,
                    progress: bool = True, engine: BatchEngine | None = None,
-                   on_shard: Callable[[int], None] | None = None) -> ShardRun:
-    """Make ``shards`` (default: all) of ``source`` complete in ``out``: complete shards (same model, same member
-    files and sizes) are kept, the others (re)computed on ``engine`` (default: this process). ``workers``:
-    image-decoding threads of each model worker (default ``isood.runtime.default_workers()``). The directory
-    is parked (reads as unfinished) until the caller writes its manifest."""
+                   on_shard: Callable[[int], None] | None = None, decode: str = REFERENCE_DECODE) -> ShardRun:
+    """Make ``shards`` (default: all) of ``source`` complete in ``out``: complete shards (same model, same
+    decoding mode, same member files and sizes) are kept, the others (re)computed on ``engine`` (default: this
+    process). ``workers``: image-decoding threads of each model worker (default
+    ``isood.runtime.default_workers()``); ``decode``: ``isood.images.REFERENCE_DECODE`` (default) or
+    ``FAST_DECODE``. The directory is parked (reads as unfinished) until the caller writes its manifest."""
     check_sizes(batch_size=batch_size, shard_size=shard_size)
+    check_decode_mode(decode)
     engine = engine if engine is not None else LocalEngine()
     out = Path(out)
     model = _model(clip, engine, device)
@@ -146,7 +148,7 @@ def extract_shards(source: ImageSource, clip: str | ClipEncoder, out: str | os.P
     out.mkdir(parents=True, exist_ok=True)
     rels = source.table["path"].tolist()
     keys = {k: shard_key(model.identity, rels[slice(*shard_bounds(k, shard_size, n))],
-                         source.sizes[slice(*shard_bounds(k, shard_size, n))]) for k in shards}
+                         source.sizes[slice(*shard_bounds(k, shard_size, n))], decode=decode) for k in shards}
     rows = {k: r for k in shards if (r := complete_shard(out, k, keys[k])) is not None}
     todo = [k for k in shards if k not in rows]
     if todo or not (out / "manifest.json").is_file():
@@ -156,12 +158,12 @@ def extract_shards(source: ImageSource, clip: str | ClipEncoder, out: str | os.P
         for k in todo:  # an old complete-looking shard must not survive beside a new rows file
             (out / SHARD_NAME.format(k)).unlink(missing_ok=True)
         written = _encode(source, model, out, todo, keys, shard_size=shard_size, batch_size=batch_size,
-                          threads=threads, engine=engine, progress=progress, on_shard=on_shard)
+                          threads=threads, decode=decode, engine=engine, progress=progress, on_shard=on_shard)
         rows.update(written)
     embed_dim = model.encoder.embed_dim if model.encoder is not None else shard_dim(out, shards)
     remove_stale_shards(out, set(shards))
     config = _run_config(source, model, engine, embed_dim=embed_dim, shard_size=shard_size, batch_size=batch_size,
-                        threads=threads)
+                         threads=threads, decode=decode)
     inputs = [input_record("images", source.source, sha256=source.listing_sha256)]
     return ShardRun(out, shards, n_shards, keys, rows, sorted(written), embed_dim, config, inputs)
 
@@ -188,11 +190,13 @@ def extract_features(images: str | os.PathLike, clip: str | ClipEncoder, out: st
                      batch_size: int = DEFAULT_BATCH_SIZE, workers: int | None = None,
                      shard_size: int = DEFAULT_SHARD_SIZE, device: str | None = None, progress: bool = True,
                      argv: list[str] | None = None, engine: BatchEngine | None = None,
-                     on_shard: Callable[[int], None] | None = None) -> ExtractResult:
+                     on_shard: Callable[[int], None] | None = None, decode: str = REFERENCE_DECODE) -> ExtractResult:
     """Extract L2-normalised CLIP image features of ``images`` (dataset root or file list) into the ``features``
     manifest ``out``.
 
-    Resumable: complete shards (same model, same member files and sizes) are kept; others are (re)computed.
+    Resumable: complete shards (same model, decoding mode, member files and sizes) are kept; others are
+    (re)computed. ``decode``: ``reference`` (default: PIL + the model's own preprocess) or ``fast``
+    (``isood.images.image_decoder``; never mixed with reference shards).
     ``engine``: where the model runs (default ``LocalEngine()``: this process, ``workers`` decoding threads;
     ``isood.engines.ray.RayEngine``: Ray actors, each holding one model). Every engine writes the same shards
     and manifest. ``on_shard(k)`` is called after shard k is written (tests use it to interrupt a run).
@@ -201,5 +205,5 @@ def extract_features(images: str | os.PathLike, clip: str | ClipEncoder, out: st
     source = list_images(images)
     check_output_kind(out, FEATURES)
     run = extract_shards(source, clip, out, batch_size=batch_size, workers=workers, shard_size=shard_size,
-                         device=device, progress=progress, engine=engine, on_shard=on_shard)
+                         device=device, progress=progress, engine=engine, on_shard=on_shard, decode=decode)
     return run.result(write_features_manifest(out, run.rows, run.config, run.inputs, argv=argv))

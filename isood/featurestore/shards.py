@@ -3,8 +3,8 @@ batches of a shard, assembling out-of-order batch results into shards, the index
 
 Shard k holds files ``[k * shard_size, (k + 1) * shard_size)`` of the sorted file list. Its ``.rows.parquet``
 (path, wnid, row (-1 when rejected), error; the shard key in the Parquet metadata) is written before its
-``.npy``, so a shard exists only when complete; the key (model identity + member files and sizes) tells a
-rerun whether the shard is still valid.
+``.npy``, so a shard exists only when complete; the key (model identity + decoding mode + member files and
+sizes) tells a rerun whether the shard is still valid.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from isood.errors import IsoodError
+from isood.images import REFERENCE_DECODE, check_decode_mode
 from isood.runtime import atomic_write_bytes, remove_temporaries
 from manifests.store import parquet_bytes
 
@@ -49,9 +50,12 @@ def shard_bounds(k: int, shard_size: int, n_images: int) -> tuple[int, int]:
     return k * shard_size, min(int(n_images), (k + 1) * shard_size)
 
 
-def shard_key(identity: str, paths: Sequence[str], sizes: Sequence[int]) -> str:
-    """The key of a shard: hash of the model identity and its member files (path and size)."""
-    h = hashlib.sha256(identity.encode() + b"\0")
+def shard_key(identity: str, paths: Sequence[str], sizes: Sequence[int], *, decode: str = REFERENCE_DECODE) -> str:
+    """The key of a shard: hash of the model identity, the decoding mode (``isood.images.DECODE_MODES``) and its
+    member files (path and size). The reference mode adds nothing to the hash, so shards written before modes
+    existed (all reference) keep their keys and are reused."""
+    tag = identity if decode == REFERENCE_DECODE else f"{identity}\0decode={check_decode_mode(decode)}"
+    h = hashlib.sha256(tag.encode() + b"\0")
     for r, s in zip(paths, sizes):
         h.update(f"{r}\t{s}\n".encode())
     return h.hexdigest()

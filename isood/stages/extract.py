@@ -29,7 +29,7 @@ from isood.featurestore import (
     check_sizes, extract_shards, read_shard_rows, remove_stale_shards, shard_count, shard_files,
     write_features_manifest,
 )
-from isood.images import list_images
+from isood.images import REFERENCE_DECODE, check_decode_mode, list_images
 from isood.kinds import FEATURES, FEATURES_PART
 from isood.runtime import BatchEngine, check_shard_args, link_or_copy, part_info, selected_units
 from manifests.parts import prepare_merge_output
@@ -42,8 +42,9 @@ __all__ = ["ExtractOptions", "validate", "output_kind", "task_shards", "part_tab
 @dataclass(frozen=True)
 class ExtractOptions:
     """What ``isood extract`` was asked: the images (dataset root or file list), the CLIP (``--clip`` name or a
-    loaded encoder), the output directory, sizes, decoding ``workers`` per model worker, device, and the
-    job-array task (``num_shards``, ``shard_index``)."""
+    loaded encoder), the output directory, sizes, decoding ``workers`` per model worker, device, the job-array
+    task (``num_shards``, ``shard_index``) and the decoding mode (``decode``: ``isood.images.REFERENCE_DECODE``,
+    or ``FAST_DECODE`` for ``--fast-decode``)."""
 
     images: str | os.PathLike
     clip: str | ClipEncoder
@@ -55,12 +56,14 @@ class ExtractOptions:
     num_shards: int = 1
     shard_index: int = 0
     progress: bool = True
+    decode: str = REFERENCE_DECODE
 
 
 def validate(opts: ExtractOptions) -> None:
-    """One-line errors for impossible sizes and job-array arguments."""
+    """One-line errors for impossible sizes, job-array arguments and decoding modes."""
     check_sizes(batch_size=opts.batch_size, shard_size=opts.shard_size)
     check_shard_args(opts.num_shards, opts.shard_index)
+    check_decode_mode(opts.decode)
 
 
 def output_kind(opts: ExtractOptions) -> str:
@@ -105,7 +108,8 @@ def run_extract(opts: ExtractOptions, *, engine: BatchEngine | None = None, argv
     check_output_kind(opts.out, kind)
     run = extract_shards(source, opts.clip, opts.out, shards=task_shards(len(source.files), opts),
                          batch_size=opts.batch_size, workers=opts.workers, shard_size=opts.shard_size,
-                         device=opts.device, progress=opts.progress, engine=engine, on_shard=on_shard)
+                         device=opts.device, progress=opts.progress, engine=engine, on_shard=on_shard,
+                         decode=opts.decode)
     if kind == FEATURES:
         return run.result(write_features_manifest(opts.out, run.rows, run.config, run.inputs, argv=argv))
     return run.result(write_part(run, opts, argv=argv))

@@ -14,6 +14,26 @@ from isood.evaluation.detectors import (Detector, DetectorInputError, ForwardOut
 POST_HOC = [n for n in available_detectors() if "input" not in detector_class(n).requires]
 
 
+@pytest.fixture()
+def tiny_outputs(tiny_outputs, tiny, tiny_data):
+    """conftest's outputs of the tiny net, plus ``block3`` (its first conv + ReLU) and ``tail`` (second conv + ReLU,
+    global average pool, fc): the tiny backbone seen as two blocks, as RankFeat's fusion needs."""
+    backbone, fc = tiny
+    first, rest = backbone.body[:2], backbone.body[2:]
+
+    def tail(t):
+        with torch.no_grad():
+            return fc(rest(t).mean(dim=(2, 3)))
+
+    out = []
+    for outputs, x in zip(tiny_outputs[:1] + tiny_outputs[2:], (tiny_data[0], tiny_data[2], tiny_data[3])):
+        with torch.no_grad():
+            outputs.block3 = first(x).numpy()
+        outputs.tail = tail
+        out.append(outputs)
+    return out[0], tiny_outputs[1], out[1], out[2]
+
+
 def _fit_score(name, tiny_outputs, **kw):
     tr, labels, te, _ = tiny_outputs
     d = get_detector(name, **kw)
@@ -27,7 +47,7 @@ def test_registry_lists_the_13_builtins_and_aliases():
     assert len(POST_HOC) >= 12
     for name in available_detectors():
         assert get_detector(name).name == name  # the name is given once, by the decorator
-    assert type(get_detector("ASH_B")).__name__ == "ASHB"
+    assert type(get_detector("ASH_B")).__name__ == "ASH"
     assert type(get_detector("kl-matching")).__name__ == "KLMatching"
     with pytest.raises(IsoodError, match="unknown detector 'nope'"):
         get_detector("nope")
@@ -72,6 +92,7 @@ def test_user_detector_registration(tiny_outputs):
     ("knn:k=0", ("knn", "k")), ("knn:k=abc", ("knn", "k")), ("react:percentile=150", ("react", "percentile")),
     ("msp:foo=1", ("msp", "foo")), ("dice:p=100", ("dice", "p")), ("vim:dim=0", ("vim", "dim")),
     ("energy:temperature=0", ("energy", "temperature")), ("ash:percentile=-1", ("ash", "percentile")),
+    ("ash:variant=q", ("ash", "variant")), ("rankfeat:blocks=3", ("rankfeat", "blocks")),
 ])
 def test_bad_parameters_are_one_line_detector_param_errors(spec, names):
     with pytest.raises(DetectorParamError) as info:
@@ -84,7 +105,12 @@ def test_parse_detectors_reads_parameters_and_follow_ups():
     dets = parse_detectors("msp, knn:k=7 ,ash:percentile=85,chunk=16")
     assert list(dets) == ["msp", "knn", "ash"]
     assert dets["knn"].params() == {"k": 7}
-    assert dets["ash"].params() == {"percentile": 85.0} and dets["ash"].chunk == 16  # chunk: a setting
+    assert dets["ash"].params() == {"percentile": 85.0, "variant": "b"} and dets["ash"].chunk == 16  # a setting
+    dets = parse_detectors("ash:variant=S,percentile=65,rankfeat:blocks=4")
+    assert dets["ash"].params() == {"percentile": 65.0, "variant": "s"}
+    assert dets["rankfeat"].params() == {"temperature": 1.0, "blocks": "4"}
+    assert dets["rankfeat"].requires == {"feature_maps", "fc"}  # block 4 only: no block-3 map, no tail
+    assert get_detector("rankfeat").requires == {"feature_maps", "block3", "fc", "tail"}
     with pytest.raises(IsoodError, match="unknown detector 'nope'"):
         parse_detectors("msp,nope")
     with pytest.raises(ValueError, match="twice"):
@@ -196,29 +222,43 @@ def test_dice_against_per_class_loop(tiny_outputs):
         assert got[i] == pytest.approx(logsumexp(z), rel=1e-6)
 
 
-def test_ash_b_against_numpy_sort(tiny_outputs):
+@pytest.mark.parametrize("variant", ["b", "p", "s"])
+def test_ash_shapes_the_pooled_feature_against_numpy_sort(tiny_outputs, variant):
+    """pool -> ASH -> fc -> energy (OpenOOD / the authors' placement), each variant written out per image."""
     te = tiny_outputs[2]
-    got = get_detector("ash").score(te)
+    got = get_detector("ash", variant=variant).score(te)
     w, b = te.fc_weight.astype(np.float64), te.fc_bias.astype(np.float64)
-    for i, fm in enumerate(te.feature_maps.astype(np.float64)):
-        flat = fm.ravel()
-        k = flat.size - int(round(flat.size * 0.9))
-        keep = np.argsort(-flat)[:k]
-        shaped = np.zeros_like(flat)
-        shaped[keep] = flat.sum() / k
-        h = shaped.reshape(fm.shape).mean(axis=(1, 2))
-        assert got[i] == pytest.approx(logsumexp(h @ w.T + b), rel=1e-5)
+    for i, h in enumerate(te.features.astype(np.float64)):
+        k = h.size - int(round(h.size * 0.9))  # 16 dims -> keep 2
+        keep = np.argsort(-h)[:k]
+        shaped = np.zeros_like(h)
+        shaped[keep] = h.sum() / k if variant == "b" else h[keep]
+        if variant == "s":
+            shaped *= np.exp(h.sum() / h[keep].sum())
+        assert got[i] == pytest.approx(logsumexp(shaped @ w.T + b), rel=1e-9)
+    # the shaped vector, not the map: features alone (no feature maps) are enough
+    no_maps = ForwardOutputs(features=te.features, fc_weight=te.fc_weight, fc_bias=te.fc_bias)
+    np.testing.assert_allclose(get_detector("ash", variant=variant).score(no_maps), got)
 
 
-def test_rankfeat_against_numpy_svd(tiny_outputs):
+def _rank1_removed(x):
+    u, s, vt = np.linalg.svd(x, full_matrices=False)
+    return x - s[0] * np.outer(u[:, 0], vt[0])
+
+
+def test_rankfeat_fuses_blocks_3_and_4_against_numpy_svd(tiny_outputs, tiny):
+    backbone, fc = tiny
     te = tiny_outputs[2]
-    got = get_detector("rankfeat").score(te)
+    fused, block4 = get_detector("rankfeat").score(te), get_detector("rankfeat", blocks=4).score(te)
     w, b = te.fc_weight.astype(np.float64), te.fc_bias.astype(np.float64)
-    for i, fm in enumerate(te.feature_maps.astype(np.float64)):
-        x = fm.reshape(fm.shape[0], -1)
-        u, s, vt = np.linalg.svd(x, full_matrices=False)
-        h = (x - s[0] * np.outer(u[:, 0], vt[0])).mean(axis=1)
-        assert got[i] == pytest.approx(logsumexp(h @ w.T + b), rel=1e-4)
+    for i, (fm, b3) in enumerate(zip(te.feature_maps.astype(np.float64), te.block3)):
+        z4 = _rank1_removed(fm.reshape(fm.shape[0], -1)).mean(axis=1) @ w.T + b
+        assert block4[i] == pytest.approx(logsumexp(z4), rel=1e-4)
+        m3 = _rank1_removed(b3.astype(np.float64).reshape(b3.shape[0], -1)).reshape(b3.shape)
+        with torch.no_grad():  # the last block (second conv + ReLU), pool and fc on the modified block-3 map
+            z3 = fc(backbone.body[2:](torch.tensor(m3[None], dtype=torch.float32)).mean(dim=(2, 3)))[0].numpy()
+        assert fused[i] == pytest.approx(logsumexp((z3 + z4) / 2), rel=1e-4)
+    assert not np.allclose(fused, block4, rtol=1e-3)
 
 
 def test_gradnorm_analytic_equals_autograd(tiny_outputs):
@@ -273,7 +313,9 @@ def test_forward_outputs_subset_and_concatenate(tiny_outputs):
     np.testing.assert_array_equal(both.feature_maps, te.feature_maps)
     np.testing.assert_array_equal(both.logits, te.logits)
     assert both.fc_weight is te.fc_weight and len(both) == len(te) == 40
-    assert te.available == {"logits", "features", "feature_maps", "fc"}
+    np.testing.assert_array_equal(both.block3, te.block3)
+    assert both.tail is te.tail
+    assert te.available == {"logits", "features", "feature_maps", "block3", "fc", "tail"}
     np.testing.assert_allclose(te.head(te.features), te.logits, rtol=1e-5, atol=1e-6)
 
 

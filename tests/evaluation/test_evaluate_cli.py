@@ -257,9 +257,9 @@ def test_manifest_failing_verification_is_refused(world, tmp_path):
 
 
 def test_detector_needing_feature_maps_on_a_vit(world, tmp_path):
-    r = _invoke(_args(world, tmp_path / "ev", "--detectors", "msp,ash", model="test_vit", ckpt="test_vit"))
+    r = _invoke(_args(world, tmp_path / "ev", "--detectors", "msp,rankfeat", model="test_vit", ckpt="test_vit"))
     line = _one_line_error(r)
-    assert "'ash'" in line and "feature_maps" in line and "test_vit" in line
+    assert "'rankfeat'" in line and "feature_maps" in line and "test_vit" in line
     assert not (tmp_path / "ev" / "manifest.json").exists()
 
 

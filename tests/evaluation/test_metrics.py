@@ -60,6 +60,51 @@ def test_fpr_matches_brute_force_threshold_search():
     assert M.fpr_at_tpr(id_s, ood_s, convention="id-positive") == pytest.approx(best_id)
 
 
+def _openood_fpr_by_hand(id_s, ood_s, tpr_th=0.95):
+    """OpenOOD v1.5 ``auc_and_fpr_recall``'s FPR, written out: the ROC of ``(is_ood, -conf)`` over the distinct
+    thresholds (descending), with scikit-learn's default ``drop_intermediate=True`` rule (keep the first and last
+    point and every point where the second difference of the FP or the TP counts is non-zero), a (0, 0) point
+    prepended, then the FPR at the first point with TPR >= ``tpr_th``."""
+    conf = np.r_[id_s, ood_s].astype(float)
+    is_ood = np.r_[np.zeros(len(id_s)), np.ones(len(ood_s))]
+    u = -conf
+    order = np.argsort(-u, kind="mergesort")
+    u, y = u[order], is_ood[order]
+    ends = np.r_[np.nonzero(np.diff(u))[0], len(u) - 1]  # last index of each tie group
+    tps = np.cumsum(y)[ends]
+    fps = ends + 1 - tps
+    keep = np.r_[True, (np.diff(fps, 2) != 0) | (np.diff(tps, 2) != 0), True]
+    fps, tps = np.r_[0, fps[keep]], np.r_[0, tps[keep]]
+    return (fps / fps[-1])[np.argmax(tps / tps[-1] >= tpr_th)]
+
+
+def test_fpr_openood_convention_reproduces_openood_on_tied_scores():
+    # tie groups at 1..10 hold one ID and one OOD image each: the ROC (OOD positive) runs on one diagonal from
+    # (0, .5) to (.5, 1). Exact: 19 of 20 OOD flagged at the 9th group -> 9 of 20 ID flagged. OpenOOD's curve
+    # drops the inner points of the diagonal -> the first kept point with TPR >= .95 is (.5, 1).
+    ood_s = np.r_[np.zeros(10), np.arange(1, 11)]
+    id_s = np.r_[np.arange(1, 11), np.full(10, 20.0)]
+    assert M.fpr_at_tpr(id_s, ood_s) == pytest.approx(0.45)
+    assert M.fpr_at_tpr(id_s, ood_s, convention="ood-positive") == pytest.approx(0.45)
+    assert M.fpr_at_tpr(id_s, ood_s, convention="openood") == pytest.approx(0.5) == _openood_fpr_by_hand(id_s, ood_s)
+    # random tied scores: 'openood' equals the written-out procedure, and exceeds the exact value somewhere
+    rng = np.random.default_rng(5)
+    overstated = 0
+    for _ in range(200):  # small tie groups over overlapping ranges: some consecutive groups are collinear
+        n = int(rng.integers(20, 80))
+        id_s = rng.integers(0, 40, n).astype(float)
+        ood_s = rng.integers(-15, 25, n).astype(float)
+        got = M.fpr_at_tpr(id_s, ood_s, convention="openood")
+        assert got == _openood_fpr_by_hand(id_s, ood_s)
+        exact = M.fpr_at_tpr(id_s, ood_s)
+        assert got >= exact
+        overstated += got > exact
+    assert overstated > 0
+    # without ties the two agree
+    id_s, ood_s = rng.normal(1, 1, 300), rng.normal(0, 1, 200)
+    assert M.fpr_at_tpr(id_s, ood_s, convention="openood") == M.fpr_at_tpr(id_s, ood_s)
+
+
 def test_fpr_bad_convention_and_tpr():
     with pytest.raises(ValueError, match="convention"):
         M.fpr_at_tpr([1], [0], convention="ood")
@@ -213,7 +258,8 @@ def test_bad_inputs_raise_one_line_errors(fn):
 
 # -------------------------------------------------------------------------------------- registry
 def test_registry_names_are_the_table_columns_and_match_the_functions():
-    assert list(M.METRICS) == ["auroc", "fpr95", "fpr95_id", "aupr_in", "aupr_out", "autc", "aufpr", "aufnr",
+    assert list(M.METRICS) == ["auroc", "fpr95", "fpr95_openood", "fpr95_id", "aupr_in", "aupr_out", "autc",
+                               "aufpr", "aufnr",
                                "der95", "der99", "auroc_m", "adr"]
     rng = np.random.default_rng(7)
     idd, ood = rng.normal(1, 1, 50), rng.normal(0, 1, 30)
@@ -223,7 +269,8 @@ def test_registry_names_are_the_table_columns_and_match_the_functions():
     cell = M.CellInputs(idd, ood, id_c, ood_c, gammas)
     t = M.autc(idd, ood)
     expected = {
-        "auroc": M.auroc(idd, ood), "fpr95": M.fpr_at_tpr(idd, ood, convention="openood"),
+        "auroc": M.auroc(idd, ood), "fpr95": M.fpr_at_tpr(idd, ood, convention="ood-positive"),
+        "fpr95_openood": M.fpr_at_tpr(idd, ood, convention="openood"),
         "fpr95_id": M.fpr_at_tpr(idd, ood, convention="id-positive"), "aupr_in": M.aupr_in(idd, ood),
         "aupr_out": M.aupr_out(idd, ood), "autc": t.autc, "aufpr": t.aufpr, "aufnr": t.aufnr,
         "der95": M.der(idd, ood, id_correct=id_c, ood_correct=ood_c, train_scores=tr, train_correct=tr_c,
@@ -237,10 +284,10 @@ def test_registry_names_are_the_table_columns_and_match_the_functions():
         assert m.name == name
         assert m.function(cell) == pytest.approx(expected[name])
     # lower is better exactly for the error rates and areas under error curves
-    assert {n for n in M.METRICS if M.lower_is_better(n)} == {"fpr95", "fpr95_id", "autc", "aufpr", "aufnr",
-                                                              "der95", "der99"}
-    assert M.metric_names(M.SCORES) == ("auroc", "fpr95", "fpr95_id", "aupr_in", "aupr_out", "autc", "aufpr",
-                                        "aufnr")
+    assert {n for n in M.METRICS if M.lower_is_better(n)} == {"fpr95", "fpr95_openood", "fpr95_id", "autc", "aufpr",
+                                                              "aufnr", "der95", "der99"}
+    assert M.metric_names(M.SCORES) == ("auroc", "fpr95", "fpr95_openood", "fpr95_id", "aupr_in", "aupr_out",
+                                        "autc", "aufpr", "aufnr")
     assert M.metric_names(M.CORRECTNESS) == ("auroc_m", "adr") and M.metric_names(M.TRAINING) == ("der95", "der99")
     with pytest.raises(ValueError, match="nope"):
         M.metric("nope")

@@ -8,6 +8,7 @@ from torch import nn
 
 from isood.errors import IsoodError, MissingWeightsError
 from isood.evaluation.classifiers import adapter_from_option, load_classifier
+from isood.evaluation.detectors import get_detector
 from isood.evaluation.models import HookAdapter, TimmAdapter, randomized_copy, wrap_model
 from isood.evaluation.scoring import run_detectors
 
@@ -19,11 +20,17 @@ def test_timm_adapter_matches_model_and_pool(tiny_data):
     model = timm.create_model("resnet18", pretrained=False, num_classes=5).eval()
     adapter = wrap_model(model)
     assert isinstance(adapter, TimmAdapter)
-    assert adapter.provides == {"logits", "features", "feature_maps", "fc"}
+    assert adapter.provides == {"logits", "features", "feature_maps", "fc", "block3", "tail"}
     x = torch.randn(3, 3, 32, 32)
-    out = adapter.forward(x, ["logits", "features", "feature_maps"])
+    out = adapter.forward(x, ["logits", "features", "feature_maps", "block3"])
     with torch.no_grad():
         np.testing.assert_allclose(out["logits"], model(x), rtol=1e-5, atol=1e-5)
+        # block3 = layer3's output; tail = layer4 + pool + fc on it (RankFeat's fusion)
+        stem = model.maxpool(model.act1(model.bn1(model.conv1(x))))
+        b3 = model.layer3(model.layer2(model.layer1(stem)))
+        np.testing.assert_allclose(out["block3"], b3, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(adapter.tail(b3), model.fc(model.layer4(b3).mean(dim=(2, 3))), rtol=1e-5,
+                                   atol=1e-5)
         np.testing.assert_allclose(out["features"], out["feature_maps"].mean(dim=(2, 3)), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(adapter.pool(out["feature_maps"]), out["features"], rtol=1e-6)
     w, b = adapter.fc_params()
@@ -37,8 +44,10 @@ def test_timm_vit_has_no_feature_maps():
     vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=5, img_size=32, depth=1).eval()
     adapter = wrap_model(vit)
     assert "feature_maps" not in adapter.provides and {"features", "fc"} <= adapter.provides
-    with pytest.raises(IsoodError, match="detector 'rankfeat' needs feature_maps"):
+    with pytest.raises(IsoodError, match="detector 'rankfeat' needs block3, feature_maps, tail"):
         run_detectors(adapter, ["rankfeat"], {"t": torch.randn(2, 3, 32, 32)})
+    with pytest.raises(IsoodError, match="detector 'rankfeat' needs feature_maps, which"):
+        run_detectors(adapter, [get_detector("rankfeat", blocks=4)], {"t": torch.randn(2, 3, 32, 32)})
 
 
 def test_torchvision_resnet_hook_adapter():
@@ -49,16 +58,49 @@ def test_torchvision_resnet_hook_adapter():
     adapter = wrap_model(model)
     assert isinstance(adapter, HookAdapter)
     x = torch.randn(2, 3, 32, 32)
-    out = adapter.forward(x, ["logits", "features", "feature_maps"])
+    out = adapter.forward(x, ["logits", "features", "feature_maps", "block3"])
     with torch.no_grad():
-        fmap = model.layer4(model.layer3(model.layer2(model.layer1(model.maxpool(model.relu(model.bn1(
-            model.conv1(x))))))))
+        b3 = model.layer3(model.layer2(model.layer1(model.maxpool(model.relu(model.bn1(model.conv1(x)))))))
+        fmap = model.layer4(b3)
+        tail, ref_tail = adapter.tail(b3), model.fc(fmap.mean(dim=(2, 3)))
+    assert {"block3", "tail"} <= adapter.provides
+    np.testing.assert_allclose(out["block3"], b3, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(tail, ref_tail, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(out["feature_maps"], fmap, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(out["features"], fmap.mean(dim=(2, 3)), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(out["logits"], model.fc(fmap.mean(dim=(2, 3))).detach(), rtol=1e-5, atol=1e-5)
     assert adapter.forward_calls == 1
     with pytest.raises(IsoodError, match="cannot find the layers"):
         wrap_model(nn.Sequential(nn.Flatten(), nn.Linear(12, 2)))
+
+
+def test_block3_and_tail_only_when_the_forward_chains_layer3_layer4_pool_fc():
+    """A model with layer3/layer4 modules whose forward does not run layer4 after layer3 gets no tail (the probe
+    compares tail(block3) with the real logits); a user backbone has none either."""
+    import torchvision
+
+    class SkipsLayer4(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torchvision.models.resnet18(num_classes=3)
+            self.layer3, self.layer4 = self.body.layer3, self.body.layer4
+            self.avgpool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(256, 3)
+
+        def forward(self, x):
+            b = self.body
+            h = self.layer3(b.layer2(b.layer1(b.maxpool(b.relu(b.bn1(b.conv1(x)))))))
+            return self.fc(torch.flatten(self.avgpool(h), 1))  # layer4 skipped
+
+    torch.manual_seed(0)
+    adapter = wrap_model(SkipsLayer4())
+    assert isinstance(adapter, HookAdapter) and adapter.provides == {"logits", "features", "feature_maps", "fc"}
+    assert adapter.forward_calls == 0  # the probe is not a capture pass
+    backbone = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+    assert "tail" not in wrap_model(backbone=backbone, fc=nn.Linear(4, 2)).provides
+    with pytest.raises(IsoodError, match="rankfeat:blocks=4"):
+        run_detectors(adapter, ["rankfeat"], {"t": torch.randn(2, 3, 32, 32)})
+    res = run_detectors(adapter, [get_detector("rankfeat", blocks=4)], {"t": torch.randn(2, 3, 32, 32)})
+    assert np.isfinite(res.scores["rankfeat"]["t"]).all()
 
 
 def test_load_classifier_offline_and_checkpoint(tmp_path, monkeypatch):

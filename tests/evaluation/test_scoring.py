@@ -32,14 +32,16 @@ def test_one_pass_equals_each_detector_alone_and_counts_batches(tiny, tiny_data)
     adapter = wrap_model(backbone=backbone, fc=fc, input_std=(0.5, 0.5, 0.5))
     assert isinstance(adapter, ModuleAdapter)
     train, datasets = _datasets(tiny_data)
-    names = list(POST_HOC_DETECTORS) + ["odin"]
+    # a backbone + fc module has no block 3: RankFeat on block 4 only (the fusion: test_openood_parity)
+    names = [n if n != "rankfeat" else "rankfeat:blocks=4" for n in POST_HOC_DETECTORS] + ["odin"]
     together = run_detectors(adapter, names, datasets, id_train=train, batch_size=32)
     # batches: train 120/32 -> 4, id_test 40/32 -> 2, ood 30/32 -> 1; capture passes = 7
     assert adapter.forward_calls == 7
     # ODIN alone adds forward + backward + forward on the two test sets (3 batches x 2 forwards)
     assert counter.n == 7 + 3 * 2
-    for name in names:
-        alone = run_detectors(wrap_model(backbone=backbone, fc=fc, input_std=(0.5, 0.5, 0.5)), [name], datasets,
+    for spec in names:
+        name = spec.split(":")[0]
+        alone = run_detectors(wrap_model(backbone=backbone, fc=fc, input_std=(0.5, 0.5, 0.5)), [spec], datasets,
                               id_train=train, batch_size=32)
         for ds in datasets:
             np.testing.assert_allclose(together.scores[name][ds], alone.scores[name][ds], rtol=1e-6, atol=1e-9)
@@ -54,7 +56,7 @@ def test_no_train_pass_when_no_detector_needs_fitting(tiny, tiny_data):
     backbone, fc = tiny
     adapter = wrap_model(backbone=backbone, fc=fc)
     _, datasets = _datasets(tiny_data)
-    run_detectors(adapter, ["msp", "energy", "ash", "rankfeat", "gradnorm"], datasets, batch_size=64)
+    run_detectors(adapter, ["msp", "energy", "ash", "rankfeat:blocks=4", "gradnorm"], datasets, batch_size=64)
     assert adapter.forward_calls == 2
     with pytest.raises(IsoodError, match="knn need the ID training data"):
         run_detectors(adapter, ["knn"], datasets)
@@ -65,14 +67,13 @@ def test_cache_serves_second_evaluation_without_forward(tiny, tiny_data, tmp_pat
     counter = _Counter(backbone)
     train, datasets = _datasets(tiny_data)
     ids = {"id_train": "toy-train-v1", "id_test": "toy-test-v1", "ood": "toy-ood-v1"}
-    first = run_detectors(wrap_model(backbone=backbone, fc=fc), ["msp", "knn", "ash", "odin"], datasets,
-                          id_train=train, batch_size=32, cache_dir=tmp_path, data_ids=ids, score_train=True)
+    first = run_detectors(wrap_model(backbone=backbone, fc=fc), ["msp", "knn", "rankfeat:blocks=4", "odin"],
+                          datasets, id_train=train, batch_size=32, cache_dir=tmp_path, data_ids=ids, score_train=True)
     n_first = counter.n
     assert n_first > 0
     # other detectors, same kinds already cached (+ ODIN scores cached): no forward at all
-    second = run_detectors(wrap_model(backbone=backbone, fc=fc), ["energy", "mds", "rankfeat", "odin", "knn"],
-                           datasets, id_train=train, batch_size=32, cache_dir=tmp_path, data_ids=ids,
-                           score_train=True)
+    second = run_detectors(wrap_model(backbone=backbone, fc=fc), ["energy", "mds", "ash", "odin", "knn"], datasets,
+                           id_train=train, batch_size=32, cache_dir=tmp_path, data_ids=ids, score_train=True)
     assert counter.n == n_first
     for ds in ("id_test", "ood", "id_train"):
         np.testing.assert_allclose(second.scores["odin"][ds], first.scores["odin"][ds])
@@ -113,7 +114,11 @@ def test_class_count_mismatch_and_missing_internals(tiny, tiny_data):
         run_detectors(wrap_model(backbone=backbone, fc=fc), ["mds"], {"t": test}, id_train=bad)
     flat = wrap_model(backbone=nn.Sequential(backbone, nn.AdaptiveAvgPool2d(1), nn.Flatten()), fc=fc)
     with pytest.raises(IsoodError, match="feature maps"):
-        run_detectors(flat, ["ash"], {"t": test})
+        run_detectors(flat, [get_detector("rankfeat", blocks=4)], {"t": test})
+    with pytest.raises(IsoodError, match="needs block3, tail.*rankfeat:blocks=4"):
+        run_detectors(flat, ["rankfeat"], {"t": test})
+    # ASH shapes the pooled feature: a backbone returning features is enough
+    assert np.isfinite(run_detectors(flat, ["ash"], {"t": test}).scores["ash"]["t"]).all()
 
 
 def test_extract_outputs_reads_labels_and_hashes_tensors(tiny, tiny_data, tmp_path):
@@ -175,9 +180,9 @@ def test_precomputed_outputs_score_like_captured_ones(tiny_outputs):
 def test_scores_on_cuda_equal_scores_on_cpu(tiny, tiny_data):
     backbone, fc = tiny
     train, datasets = _datasets(tiny_data)
-    names = ["msp", "energy", "knn", "mds", "react", "ash", "rankfeat", "odin"]
+    names = ["msp", "energy", "knn", "mds", "react", "ash", "rankfeat:blocks=4", "odin"]
     cpu = run_detectors(wrap_model(backbone=backbone, fc=fc), names, datasets, id_train=train, device="cpu")
     gpu = run_detectors(wrap_model(backbone=backbone, fc=fc), names, datasets, id_train=train, device="cuda")
-    for name in names:
+    for name in cpu.scores:
         for ds in datasets:
             np.testing.assert_allclose(gpu.scores[name][ds], cpu.scores[name][ds], rtol=1e-3, atol=1e-4)

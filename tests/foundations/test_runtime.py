@@ -109,3 +109,26 @@ def test_cache_dir_expands_home_and_joins(monkeypatch, tmp_path):
     assert defaults.cache_dir("text-features") == tmp_path / "my-cache" / "text-features"
     monkeypatch.delenv(defaults.ENV_CACHE_DIR)
     assert defaults.cache_dir() == tmp_path / ".cache" / "isood"
+
+
+def test_output_lock_refuses_a_second_writer_and_is_released_by_a_dead_holder(tmp_path):
+    import subprocess
+    import sys
+
+    from isood.runtime import OutputLocked, output_lock
+
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from isood.runtime import output_lock\n"
+        f"with output_lock({str(tmp_path / 'out')!r}):\n"
+        "    print('locked', flush=True); time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(OutputLocked) as e:
+            with output_lock(tmp_path / "out"):
+                pass
+        assert f"pid {holder.pid}" in str(e.value) and "\n" not in str(e.value)
+    finally:
+        holder.kill()  # SIGKILL: no cleanup code runs in the holder
+        holder.wait()
+    with output_lock(tmp_path / "out") as folder:  # the kernel dropped the dead holder's lock
+        assert folder == tmp_path / "out"

@@ -130,3 +130,68 @@ def test_worker_loads_a_named_model_and_empty_batch(tiny_clip_spec):
     out = worker({"path": [], "name": []})
     assert out["feature"].shape == (0, 32) and out["ok"].shape == (0,)
     assert encode_image_batch(worker.encoder, None).shape == (0, 32)
+
+
+# ----------------------------------------------------------------------------------------------- fast decoding
+def _photo(w: int, h: int, seed: int) -> Image.Image:
+    rng = np.random.default_rng(seed)
+    small = Image.fromarray(rng.integers(0, 256, size=(5, 7, 3), dtype=np.uint8)).resize((w, h), Image.BICUBIC)
+    a = np.asarray(small, dtype=np.float32) + rng.normal(0, 12, size=(h, w, 3))
+    return Image.fromarray(np.clip(a, 0, 255).astype(np.uint8))
+
+
+@pytest.fixture(scope="module")
+def tiny_224_encoder(tmp_path_factory):
+    """The tiny model with a 224 px input (ViT patch 32), so images are resized by ImageNet's ratios."""
+    import json
+
+    from open_clip.model import CLIP
+    from safetensors.torch import save_file
+
+    from tests.conftest import TINY_CLIP_CONFIG
+
+    cfg = json.loads(json.dumps(TINY_CLIP_CONFIG))
+    cfg["model_cfg"]["vision_cfg"].update(image_size=224, patch_size=32)
+    folder = tmp_path_factory.mktemp("tiny224")
+    torch.manual_seed(1)
+    model = CLIP(**cfg["model_cfg"])
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "open_clip_model.safetensors"))
+    (folder / "open_clip_config.json").write_text(json.dumps(cfg))
+    return load_clip(f"local-dir:{folder}", device="cpu")
+
+
+@pytest.mark.parametrize("model", ["tiny_encoder", "tiny_224_encoder"])
+def test_fast_decode_worker_keeps_cosine_to_the_reference_and_flags_bad_images(model, request, tmp_path):
+    from isood.images import FAST_DECODE, REFERENCE_DECODE
+
+    encoder = request.getfixturevalue(model)
+    files = []
+    for i, (w, h) in enumerate([(500, 375), (375, 500), (1000, 750), (700, 690), (120, 90), (64, 48)]):
+        files.append(tmp_path / f"{i}.JPEG")
+        _photo(w, h, i).save(files[-1], quality=int(75 + 4 * i))
+    files.append(tmp_path / "gray.JPEG")
+    _photo(800, 600, 9).convert("L").save(files[-1], quality=90)
+    files.append(tmp_path / "p.png")
+    _photo(900, 700, 10).save(files[-1])
+    files.append(tmp_path / "broken.JPEG")
+    files[-1].write_bytes(files[2].read_bytes()[:5000])  # truncated
+    batch = {"i": np.arange(len(files)), "path": [str(f) for f in files], "name": [f.name for f in files]}
+    ref = ClipEncodeWorker(encoder, "cpu", 1, REFERENCE_DECODE)(batch)
+    fast = ClipEncodeWorker(encoder, "cpu", 2, FAST_DECODE)(batch)
+    assert ref["ok"].tolist() == fast["ok"].tolist() == [True] * (len(files) - 1) + [False]
+    assert fast["error"][-1] and not fast["feature"][-1].any()
+    ok = ref["ok"]
+    np.testing.assert_allclose(ref["feature"][ok], _direct(encoder, files[:-1]), atol=2e-5)  # the reference path
+    cos = (ref["feature"][ok] * fast["feature"][ok]).sum(1)
+    assert cos.min() >= 0.999  # the --fast-decode promise (bench/decode.py measures it on ImageNet-like sizes)
+    assert not np.array_equal(ref["feature"][ok], fast["feature"][ok])  # another path really ran
+
+
+def test_worker_refuses_an_unknown_decode_mode(tiny_encoder):
+    from isood.errors import BadInputError
+
+    with pytest.raises(BadInputError, match="warp"):
+        ClipEncodeWorker(tiny_encoder, "cpu", 1, "warp")

@@ -67,6 +67,20 @@ def test_extract_cli_prints_summary_and_resumes(tiny_clip_spec, tiny_images, tmp
     assert manifests.verify(tmp_path / "s").ok  # untouched
 
 
+def test_fast_decode_flag_is_recorded_and_never_reuses_reference_shards(tiny_clip_spec, tiny_images, tmp_path):
+    args = ["extract", "--images", str(tiny_images), "--clip", tiny_clip_spec, "--out", str(tmp_path / "f"),
+            "--shard-size", "8", "--batch-size", "4", "--workers", "0", "--device", "cpu"]
+    res = CliRunner().invoke(app, [*args, "--fast-decode"])
+    assert res.exit_code == 0, res.output
+    assert f"{N_GOOD} images -> 32-d features, 1 rejected; shards written 3, reused 0" in res.output
+    view = manifests.read(tmp_path / "f", kind="features")
+    assert view.decode == "fast" and len(view.rejected) == 1
+    assert "shards written 0, reused 3" in CliRunner().invoke(app, [*args, "--fast-decode"]).output
+    assert "shards written 3, reused 0" in CliRunner().invoke(app, args).output  # default: reference, recomputed
+    assert manifests.read(tmp_path / "f", kind="features").decode == "reference"
+    assert "shards written 0, reused 3" in CliRunner().invoke(app, args).output
+
+
 def test_offline_weights_error_through_the_cli_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     args = ["extract", "--images", str(tmp_path), "--clip", "ViT-B-32:openai", "--out", str(tmp_path / "o")]
@@ -143,6 +157,19 @@ def test_more_tasks_than_shards(tiny_images, tiny_encoder, single, tmp_path):
     assert manifests.read(dirs[7]).meta["summary"]["shards"] == 0
     m = merge_dirs(dirs, tmp_path / "m")
     assert m.meta["content_sha256"] == manifests.read(single).meta["content_sha256"]
+
+
+def test_merge_refuses_parts_of_different_decode_modes(parts3, tiny_images, tiny_encoder, tmp_path):
+    dirs, _ = parts3
+    _run(tiny_images, tiny_encoder, tmp_path / "fast1", num_shards=3, shard_index=1, decode="fast")
+    with pytest.raises(IsoodError, match="decode"):
+        merge_dirs([dirs[0], tmp_path / "fast1", dirs[2]], tmp_path / "m")
+    fast = [tmp_path / "fast1"]
+    for i in (0, 2):
+        _run(tiny_images, tiny_encoder, tmp_path / f"fast{i}", num_shards=3, shard_index=i, decode="fast")
+        fast.append(tmp_path / f"fast{i}")
+    merge_dirs(fast, tmp_path / "merged")
+    assert manifests.read(tmp_path / "merged", kind="features").decode == "fast"
 
 
 def test_merge_refuses_what_is_not_one_complete_run(parts3, single, tiny_images, tiny_encoder, tmp_path):

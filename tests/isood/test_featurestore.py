@@ -208,6 +208,71 @@ def test_rerun_with_other_model_recomputes_every_shard(tiny_encoder, tiny_images
     assert view.dataset_version == "1.1.0" and view.clip_identity == other.identity
 
 
+def test_shard_key_names_the_decode_mode_and_keeps_reference_keys():
+    import hashlib
+
+    from isood.errors import BadInputError
+    from isood.images import FAST_DECODE, REFERENCE_DECODE
+
+    paths, sizes = ["a.png", "b.png"], [3, 4]
+    before_modes = hashlib.sha256(b"m\0" + b"a.png\t3\nb.png\t4\n").hexdigest()  # the key shards had until now
+    assert FS.shard_key("m", paths, sizes) == FS.shard_key("m", paths, sizes, decode=REFERENCE_DECODE) == before_modes
+    fast = FS.shard_key("m", paths, sizes, decode=FAST_DECODE)
+    assert fast != before_modes and fast == FS.shard_key("m", paths, sizes, decode=FAST_DECODE)
+    with pytest.raises(BadInputError, match="turbo"):
+        FS.shard_key("m", paths, sizes, decode="turbo")
+
+
+def test_fast_and_reference_shards_never_mix(tiny_encoder, tiny_images, tmp_path):
+    from isood.images import FAST_DECODE
+
+    kw = dict(shard_size=6, workers=0, progress=False)
+    out = tmp_path / "f"
+    r = FS.extract_features(tiny_images, tiny_encoder, out, decode=FAST_DECODE, **kw)
+    assert r.shards_written == [0, 1, 2] and r.n_rejected == 1
+    assert manifests.read(out, kind="features").decode == FAST_DECODE
+    fast_x, _ = FS.load_features(out)
+    assert FS.extract_features(tiny_images, tiny_encoder, out, decode=FAST_DECODE, **kw).shards_reused == [0, 1, 2]
+    r = FS.extract_features(tiny_images, tiny_encoder, out, **kw)  # the default: reference
+    assert r.shards_written == [0, 1, 2] and r.shards_reused == []
+    assert manifests.read(out, kind="features").decode == "reference"
+    x, index = FS.load_features(out)
+    np.testing.assert_allclose(x, _direct(tiny_encoder, [tiny_images / p for p in index["path"]]), atol=2e-5)
+    assert (x * fast_x).sum(1).min() >= 0.999
+    r = FS.extract_features(tiny_images, tiny_encoder, out, decode=FAST_DECODE, **kw)
+    assert r.shards_written == [0, 1, 2] and r.shards_reused == []
+
+
+class NamedEngine(LocalEngine):
+    """An engine other than 'local' (as Ray is): the driver hands the worker class and its arguments over."""
+
+    def __init__(self):
+        super().__init__(name="other")
+        self.calls = []
+
+    def map(self, worker, args, batches, *, total, description, progress):
+        self.calls.append((worker, tuple(args)))
+        return super().map(worker, args, batches, total=total, description=description, progress=progress)
+
+    def as_config(self):
+        return {"engine": "other", "workers": 1}
+
+
+def test_other_engines_build_the_same_worker_with_the_decode_mode(tiny_clip_spec, tiny_images, tmp_path):
+    from isood.clip import ClipEncodeWorker
+    from isood.images import FAST_DECODE
+
+    kw = dict(shard_size=6, workers=0, progress=False, decode=FAST_DECODE)
+    engine = NamedEngine()
+    FS.extract_features(tiny_images, tiny_clip_spec, tmp_path / "o", engine=engine, device="cpu", **kw)
+    FS.extract_features(tiny_images, tiny_clip_spec, tmp_path / "l", device="cpu", **kw)
+    (worker, args), = engine.calls
+    assert worker is ClipEncodeWorker and args[0] == tiny_clip_spec and args[3] == FAST_DECODE
+    shards = {p: h for p, h in _data_hashes(tmp_path / "l")[0].items() if p.startswith("features-")}
+    assert shards and shards == {p: h for p, h in _data_hashes(tmp_path / "o")[0].items() if p.startswith("features-")}
+    assert manifests.read(tmp_path / "o", kind="features").decode == FAST_DECODE
+
+
 def test_output_of_another_kind_and_bad_sizes_are_refused(tiny_encoder, tiny_images, tmp_path):
     manifests.write_manifest(tmp_path / "s", kind="class-filter-x", tables={}, config={})
     with pytest.raises(IsoodError, match=r"holds a 'class-filter-x' manifest, not 'features'"):

@@ -102,3 +102,191 @@ def test_decompression_bomb_is_rejected_in_threads(tmp_path, monkeypatch):
     ok, batch, bad = collate(items)
     assert ok == [1] and batch.shape == (1, 3, 8, 8) and [j for j, _ in bad] == [0, 2]
     assert collate([(None, "E: x")]) == ([], None, [(0, "E: x")])
+
+
+# ----------------------------------------------------------------------------------------------- fast decoding
+def _scene(w: int, h: int, seed: int = 0) -> Image.Image:
+    """A made-up photo: smooth colour field + noise (JPEG-like content, not flat)."""
+    rng = np.random.default_rng(seed)
+    small = Image.fromarray(rng.integers(0, 256, size=(6, 8, 3), dtype=np.uint8)).resize((w, h), Image.BICUBIC)
+    a = np.asarray(small, dtype=np.float32) + rng.normal(0, 10, size=(h, w, 3))
+    return Image.fromarray(np.clip(a, 0, 255).astype(np.uint8))
+
+
+def _pil_draft_size(w: int, h: int, d: int) -> tuple[int, int]:
+    """PIL's documented draft: the largest of 1/8, 1/4, 1/2 keeping both sides >= d, sizes rounded up."""
+    s = next(s for s in (8, 4, 2, 1) if min(w // d, h // d) >= s)
+    return -(-w // s), -(-h // s)
+
+
+def _clip_transform(size, mode="shortest"):
+    import open_clip
+
+    return open_clip.image_transform(size, is_train=False, resize_mode=mode, interpolation="bicubic")
+
+
+LEVEL = 1 / (255 * 0.26130258)  # one grey level after open_clip's normalisation (the smallest std)
+
+
+@pytest.mark.parametrize("size, mode", [(32, "shortest"), ((24, 40), "shortest"), (32, "longest"),
+                                        (32, "squash")])
+def test_tensor_steps_equal_open_clip_transform_up_to_rounding(size, mode):
+    from isood.image_tensors import pil_to_uint8, tensor_preprocess
+
+    pp = _clip_transform(size, mode)
+    steps = tensor_preprocess(pp)
+    assert steps is not None
+    for w, h in [(97, 61), (50, 80), (33, 33)]:
+        im = _scene(w, h)
+        ref, fast = pp(im), steps(pil_to_uint8(im))
+        assert fast.shape == ref.shape and fast.dtype == ref.dtype
+        diff = (fast - ref).abs()
+        # the same antialiased bicubic filter on the same grid, each rounded to uint8: pixels a grey level or
+        # two apart at most (a grid shifted by half a pixel is many levels off on this textured scene)
+        assert float(diff.max()) <= 2 * LEVEL + 1e-6 and float(diff.mean()) <= 0.5 * LEVEL
+
+
+def test_resized_size_is_torchvision_resize_of_a_pil_image():
+    from torchvision import transforms as T
+
+    from isood.image_tensors import resized_size
+
+    for size, max_size in [(32, None), (224, None), ((30, 50), None), (40, 60)]:
+        for w, h in [(500, 375), (375, 500), (333, 500), (64, 64), (1000, 70)]:
+            out = T.Resize(size, max_size=max_size)(Image.new("RGB", (w, h)))
+            assert resized_size((w, h), size, max_size) == (out.size[1], out.size[0])
+
+
+def test_draft_size_and_unknown_steps_fall_back_to_the_reference():
+    from torchvision import transforms as T
+
+    from isood.image_tensors import DRAFT_MARGIN, draft_size, tensor_preprocess
+    from isood.images import FAST_DECODE, REFERENCE_DECODE, image_decoder
+
+    pp = _clip_transform(224)
+    assert draft_size(pp) == (int(np.ceil(224 * DRAFT_MARGIN)),) * 2
+    assert draft_size(_clip_transform((224, 320))) == (int(np.ceil(320 * DRAFT_MARGIN)),) * 2  # the larger side
+    odd = T.Compose([T.Resize(32), T.Lambda(lambda x: x), T.ToTensor()])
+    assert tensor_preprocess(odd) is None
+    dec = image_decoder(odd, FAST_DECODE)
+    assert dec.preprocess is odd and dec.draft is None and not dec.jpeg_tensor and dec.mode == FAST_DECODE
+    ref = image_decoder(pp, REFERENCE_DECODE)
+    assert ref.preprocess is pp and ref.draft is None and not ref.jpeg_tensor
+    with pytest.raises(BadInputError, match="turbo"):
+        image_decoder(pp, "turbo")
+
+
+@pytest.fixture
+def decode_spy(monkeypatch):
+    """Records what the fast path decoded: ('pil', (w, h)) for a PIL image, ('jpeg-tensor', (w, h)) for
+    torchvision's JPEG decoder."""
+    import isood.image_tensors as IT
+    import isood.images as I
+
+    seen = []
+    to_uint8, decode_jpeg = IT.pil_to_uint8, I.decode_jpeg_bytes
+
+    def spy_pil(im):
+        seen.append(("pil", im.size))
+        return to_uint8(im)
+
+    def spy_jpeg(data):
+        x = decode_jpeg(data)
+        seen.append(("jpeg-tensor", (int(x.shape[-1]), int(x.shape[-2]))))
+        return x
+
+    monkeypatch.setattr(IT, "pil_to_uint8", spy_pil)
+    monkeypatch.setattr(I, "decode_jpeg_bytes", spy_jpeg)
+    return seen
+
+
+def test_fast_decode_drafts_large_jpegs_tensor_decodes_small_ones_and_pil_decodes_png(tmp_path, decode_spy):
+    from isood.images import FAST_DECODE, image_decoder
+
+    pp = _clip_transform(32)
+    dec = image_decoder(pp, FAST_DECODE)
+    big, small, gray, png = (tmp_path / n for n in ("big.jpg", "small.jpg", "gray.jpg", "big.png"))
+    _scene(400, 300).save(big, quality=90)
+    _scene(80, 60).save(small, quality=90)   # < 2 x 64 px: not drafted
+    _scene(400, 300).convert("L").save(gray, quality=90)
+    _scene(400, 300).save(png)
+    items = dec.decode([str(big), str(small), str(gray), str(png)])
+    assert all(err == "" for _, err in items)
+    d = dec.draft[0]
+    assert decode_spy == [("pil", _pil_draft_size(400, 300, d)), ("jpeg-tensor", (80, 60)),
+                          ("pil", _pil_draft_size(400, 300, d)), ("pil", (400, 300))]
+    assert _pil_draft_size(400, 300, d)[0] * _pil_draft_size(400, 300, d)[1] <= 400 * 300 / 16  # really fewer
+    for (t, _), f in zip(items, [big, small, gray, png]):
+        ref = pp(Image.open(f).convert("RGB"))
+        assert t.shape == ref.shape == (3, 32, 32)
+
+
+def test_drafted_pixels_are_mapped_onto_the_full_images_geometry(tmp_path):
+    """500x333 at 32 px: the drafted image's rounded size gives another resize width (47 vs 48 px), which
+    shifts the centre crop; the fast path resizes by the full image's geometry, the naive draft does not."""
+    from isood.image_tensors import draft_size
+    from isood.images import FAST_DECODE, decode_image, image_decoder
+
+    pp = _clip_transform(32)
+    dec = image_decoder(pp, FAST_DECODE)
+    f = tmp_path / "a.jpg"
+    _scene(500, 333, seed=3).save(f, quality=95)
+    ref = pp(Image.open(f).convert("RGB"))
+    fast, _ = decode_image(f, dec.preprocess, draft=dec.draft, jpeg_tensor=True)
+    naive, _ = decode_image(f, pp, draft=draft_size(pp))
+    fast_err, naive_err = float((fast - ref).abs().mean()), float((naive - ref).abs().mean())
+    assert fast_err < naive_err / 2
+
+
+def test_bad_images_are_rejected_not_fatal_in_both_modes(tmp_path):
+    from isood.images import FAST_DECODE, REFERENCE_DECODE, image_decoder
+
+    big, small = tmp_path / "big.jpg", tmp_path / "small.jpg"
+    _scene(400, 300).save(big, quality=90)   # drafted by the fast path
+    _scene(80, 60).save(small, quality=90)   # decoded by torchvision in the fast path
+    for f in (big, small):
+        data = f.read_bytes()
+        (tmp_path / f"cut-{f.name}").write_bytes(data[: len(data) // 2])
+        (tmp_path / f"head-{f.name}").write_bytes(data[:400])
+    (tmp_path / "garbage.JPEG").write_bytes(b"\xff\xd8\xff not a jpeg")
+    names = ["cut-big.jpg", "head-big.jpg", "cut-small.jpg", "head-small.jpg", "garbage.JPEG", "gone.jpg",
+             "big.jpg", "small.jpg"]
+    kinds = {}
+    for mode in (REFERENCE_DECODE, FAST_DECODE):
+        items = image_decoder(_clip_transform(32), mode).decode([str(tmp_path / n) for n in names], names)
+        assert [t is None for t, _ in items] == [True] * 6 + [False] * 2
+        assert all(err and str(tmp_path) not in err for _, err in items[:6])  # one line; never the absolute path
+        kinds[mode] = [err.split(":")[0] for _, err in items]
+    assert kinds[FAST_DECODE] == kinds[REFERENCE_DECODE]  # PIL judges and words what torchvision cannot decode
+
+
+def test_jpeg_header_reads_what_pil_reads(tmp_path):
+    from isood.image_tensors import jpeg_header, tensor_decodes
+
+    exif = Image.Exif()
+    exif[0x010E] = "x" * 3000  # a long APP1 segment before the frame header
+    cases = {"rgb.jpg": (_scene(123, 45), {"quality": 90, "exif": exif}),
+             "gray.jpg": (_scene(64, 80).convert("L"), {}),
+             "progressive.jpg": (_scene(90, 70), {"progressive": True}),
+             "cmyk.jpg": (_scene(50, 40).convert("CMYK"), {})}
+    for name, (im, kw) in cases.items():
+        im.save(tmp_path / name, **kw)
+        head = jpeg_header((tmp_path / name).read_bytes())
+        with Image.open(tmp_path / name) as ref:
+            assert (head.width, head.height) == ref.size and head.components == len(ref.getbands())
+        assert head.precision == 8 and head.marker == (0xC2 if name.startswith("progressive") else 0xC0)
+        assert tensor_decodes(head, (64, 64)) == (name != "cmyk.jpg")  # CMYK: PIL converts it, as the reference
+    _scene(20, 20).save(tmp_path / "a.png")
+    assert jpeg_header((tmp_path / "a.png").read_bytes()) is None and not tensor_decodes(None, None)
+    assert jpeg_header(b"\xff\xd8\xff\xe0\x00") is None  # cut inside a segment
+
+
+def test_tensor_decodes_leaves_large_and_bomb_sized_jpegs_to_pil(monkeypatch):
+    from isood.image_tensors import JpegHeader, tensor_decodes
+
+    head = JpegHeader(width=400, height=300, components=3, precision=8, marker=0xC0)
+    assert tensor_decodes(head, None) and tensor_decodes(head, (160, 160))  # 300 < 2 x 160: not drafted
+    assert not tensor_decodes(head, (150, 150))  # both sides >= 2 x 150: PIL drafts it
+    assert not tensor_decodes(head._replace(precision=12), None) and not tensor_decodes(head._replace(marker=0xC9), None)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 400 * 300 - 1)
+    assert not tensor_decodes(head, None)  # PIL judges decompression bombs

@@ -114,6 +114,38 @@ def test_non_normalised_input_is_normalised_with_a_warning(data):
         nearest_cosine_distance(query, ref, backend="faiss-flat")
 
 
+def test_prepare_features_in_blocks_matches_a_whole_array_reference():
+    """Blocked normalisation (no N x D float64 copy) = the float64 formula on the whole array, bad rows on
+    both sides of block boundaries included."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((40_000, 6)).astype(np.float32) * rng.uniform(0.5, 3.0, (40_000, 1)).astype(np.float32)
+    bad = [0, 16_383, 16_384, 32_768, 39_999]
+    x[bad[:3]] = np.nan
+    x[bad[3]] = 0.0
+    x[bad[4], 2] = np.inf
+    y, dropped = prepare_features(x, "f", warn=False)
+    assert np.flatnonzero(dropped).tolist() == bad
+    keep = ~dropped
+    want = x[keep].astype(np.float64) / np.linalg.norm(x[keep].astype(np.float64), axis=1, keepdims=True)
+    np.testing.assert_allclose(y[keep], want, atol=1e-6)
+    assert np.isnan(y[dropped]).all()
+
+
+def test_prepare_features_keeps_clean_unit_rows_without_a_copy_and_normalises_near_unit_ones():
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((100, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    y, dropped = prepare_features(x, "f", warn=False)
+    assert np.shares_memory(x, y) and not dropped.any()  # already clean: a large reference is not copied
+    x2 = x.copy()
+    x2[5] *= 1.0 + 1e-4  # off by more than float32 rounding: normalised (silently, within the 1e-3 tolerance)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y2, _ = prepare_features(x2, "f")
+    assert not np.shares_memory(x2, y2) and x2[5, 0] != y2[5, 0]
+    np.testing.assert_allclose(np.linalg.norm(y2.astype(np.float64), axis=1), 1.0, atol=1e-6)
+
+
 def test_prepare_features_returns_mask_and_unit_rows():
     x = np.array([[3.0, 4.0], [np.nan, 1.0], [0.0, 2.0]])
     with pytest.warns(UserWarning):

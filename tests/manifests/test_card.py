@@ -155,7 +155,8 @@ def test_writer_refuses_files_it_owns(tmp_path, worlds):
 
 
 def test_sources_become_splits_and_never_mix(tmp_path, worlds, load):
-    m = import_isood_lists(worlds.write_release(tmp_path / "rel"), tmp_path / "m")
+    m = import_isood_lists(worlds.write_release(tmp_path / "rel"), tmp_path / "m", na_rule="per-subset",
+                           allow_missing=True)
     images = m.frame("images")
     layout = config_layout("splits", {t: m.frame(t) for t in m.tables})
     assert layout.configs["cov_2_sem_5"] == {"in21k_train": "data/configs/cov_2_sem_5/in21k_train.parquet",
@@ -171,7 +172,8 @@ def test_sources_become_splits_and_never_mix(tmp_path, worlds, load):
 
 def test_a_cell_na_in_one_source_has_no_split_of_that_source(tmp_path, worlds, load):
     release = {"a": {(2, 5): 11}, "b": {(2, 5): 3, (0, 0): 10}}
-    m = import_isood_lists(worlds.write_release(tmp_path / "rel", release=release), tmp_path / "m")
+    m = import_isood_lists(worlds.write_release(tmp_path / "rel", release=release), tmp_path / "m",
+                           na_rule="per-subset", allow_missing=True)
     assert sorted(load(m.root, "cov_2_sem_5")) == ["a"]  # b has 3 images there: N/A for b
     assert sorted(load(m.root, "cov_0_sem_0")) == ["b"]
     assert sorted(load(m.root)) == ["a", "b"]

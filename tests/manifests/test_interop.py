@@ -19,24 +19,28 @@ from isood.stages.interop import (
     parse_list,
 )
 
-def test_import_isood_lists_reads_levels_sources_and_cells(tmp_path, worlds, load):
-    m = import_isood_lists(worlds.write_release(tmp_path / "rel"), tmp_path / "m")
+def test_import_isood_lists_per_subset_reads_levels_subsets_and_cells(tmp_path, worlds, load):
+    m = import_isood_lists(worlds.write_release(tmp_path / "rel"), tmp_path / "m", na_rule="per-subset",
+                           allow_missing=True)
     assert m.kind == "splits" and manifests.verify(m.root).ok
     images = m.frame("images")
     assert len(images) == sum(sum(c.values()) for c in worlds.RELEASE.values())
     assert images["d_sem"].isna().all() and images["d_cov"].isna().all()
-    val = images[images["source"] == "in21k-val"]
+    assert (images["subset"] == images["source"]).all()  # per-subset: each subset folder is its own split
+    val = images[images["subset"] == "in21k-val"]
     assert sorted(set(zip(val["cov_level"], val["sem_level"]))) == [(2, 5), (4, 4)]
     assert (val[val["cov_level"] == 2]["wnid"] == "n09100025").all()
-    assert images[images["source"] == "syn-is"]["wnid"].isna().all()
+    assert images[images["subset"] == "syn-is"]["wnid"].isna().all()
     assert (images["label"] == -1).all()
     cells = m.frame("cells").set_index(["source", "cell"])
     assert len(cells) == 3 * 64
     assert cells.loc[("in21k-train", "cov_2_sem_5"), "n"] == 11 and not cells.loc[("in21k-train", "cov_2_sem_5"), "na"]
     assert cells.loc[("in21k-train", "cov_7_sem_1"), "na"] and cells.loc[("in21k-val", "cov_0_sem_0"), "n"] == 0
+    assert cells.loc[("in21k-val", "cov_0_sem_0"), "missing"] and not cells.loc[("in21k-val", "cov_2_sem_5"), "missing"]
     assert m.meta["summary"]["ignored_files"] == ["README.txt"]
+    assert m.meta["command"]["config"]["na_rule"] == "per-subset"
     assert (m.root / "lists/in21k-val/cov_2_sem_5.txt").read_text().count("\n") == 10
-    # datasets: one split per source; N/A cells have no config
+    # datasets: one split per subset; N/A cells have no config
     cell = load(m.root, "cov_2_sem_5")
     assert sorted(cell) == ["in21k_train", "in21k_val"]
     assert cell["in21k_val"].num_rows == 10 and cell["in21k_train"].num_rows == 11
@@ -45,28 +49,30 @@ def test_import_isood_lists_reads_levels_sources_and_cells(tmp_path, worlds, loa
         load(m.root, "cov_7_sem_1")
 
 
-def test_isood_lists_round_trip_through_openood_export_is_identical(tmp_path, worlds):
-    first = import_isood_lists(worlds.write_release(tmp_path / "rel"), tmp_path / "m1")
+def test_per_subset_round_trip_through_the_export_is_identical(tmp_path, worlds):
+    first = import_isood_lists(worlds.write_release(tmp_path / "rel"), tmp_path / "m1", na_rule="per-subset",
+                               allow_missing=True)
     out = tmp_path / "openood"
     r = export_openood(first.root, out)
     assert r.rows == len(first.frame("images")) and r.skipped == 0
-    second = import_isood_lists(out / "benchmark_imglist" / "isood", tmp_path / "m2")
+    second = import_isood_lists(out / "imglist" / "rel", tmp_path / "m2", na_rule="per-subset", allow_missing=True)
     for t in ("images", "cells", "edges"):
         pd.testing.assert_frame_equal(first.frame(t), second.frame(t))
     assert first.meta["content_sha256"] == second.meta["content_sha256"]
     out2 = tmp_path / "openood2"
-    export_openood(second.root, out2)
-    for f in (out / "benchmark_imglist").rglob("*.txt"):
+    export_openood(second.root, out2, name="rel")
+    for f in out.rglob("*.txt"):
         assert f.read_bytes() == (out2 / f.relative_to(out)).read_bytes()
 
 
 def test_export_writes_openood_imglists_and_configs(tmp_path, worlds):
-    m = import_isood_lists(worlds.write_release(tmp_path / "rel"), tmp_path / "m")
+    m = import_isood_lists(worlds.write_release(tmp_path / "rel"), tmp_path / "m", na_rule="per-subset",
+                           allow_missing=True)
     out = tmp_path / "openood"
-    r = export_openood(m.root, out, data_dir="images/")
+    r = export_openood(m.root, out, data_dir="images/", name="isood")
     lines = (out / "benchmark_imglist/isood/in21k-val/test_cov_2_sem_5.txt").read_text().splitlines()
     assert len(lines) == 10 and lines[0] == "n09100025/n09100025_0.JPEG -1"
-    # every non-empty (source, cell) has a list; only non-N/A ones are registered for OpenOOD
+    # every non-empty (subset, cell) has a list; only non-N/A ones are registered for OpenOOD
     assert len(r.imglists) == 6
     assert sorted(r.registered) == ["in21k_train_cov_0_sem_0", "in21k_train_cov_2_sem_5", "in21k_val_cov_2_sem_5",
                                     "syn_is_cov_1_sem_6"]
@@ -75,7 +81,7 @@ def test_export_writes_openood_imglists_and_configs(tmp_path, worlds):
     assert near["datasets"] == ["in21k_train_cov_0_sem_0"]  # semantic level < 4 of 8
     assert sorted(far["datasets"]) == ["in21k_train_cov_2_sem_5", "in21k_val_cov_2_sem_5", "syn_is_cov_1_sem_6"]
     entry = far["in21k_val_cov_2_sem_5"]
-    assert entry == {"data_dir": "images/in21k-val/",
+    assert entry == {"data_dir": "images/",  # one image root: the listed paths are relative to it
                      "imglist_path": "benchmark_imglist/isood/in21k-val/test_cov_2_sem_5.txt"}
     assert (out / entry["imglist_path"]).is_file()
     cfg = yaml.safe_load((out / EXPORT_YAML).read_text())["ood_dataset"]
@@ -86,6 +92,10 @@ def test_export_writes_openood_imglists_and_configs(tmp_path, worlds):
         for line in f.read_text().splitlines():
             name, extra = line.split(" ", 1)
             assert not name.startswith("/") and int(extra) == -1
+    # the release-format lists: bare paths (OOD label -1), every listed cell of each subset, none the release lacked
+    assert (out / "imglist/isood/in21k-val/cov_2_sem_5.txt").read_text() == (
+        "".join(f"n09100025/n09100025_{i}.JPEG\n" for i in range(10)))
+    assert sorted(p.name for p in (out / "imglist/isood/in21k-val").iterdir()) == ["cov_2_sem_5.txt", "cov_4_sem_4.txt"]
 
 
 def test_export_of_a_pipeline_splits_manifest_skips_rows_without_level(tmp_path, worlds):
@@ -137,9 +147,9 @@ def test_malformed_lines_name_file_and_line(tmp_path, fmt, content, line, what):
         f = tmp_path / "rel/in21k-val/cov_0_sem_1.txt"
         f.parent.mkdir(parents=True)
         f.write_text(content)
-        run = lambda: import_isood_lists(tmp_path / "rel", tmp_path / "m")  # noqa: E731
+        run = lambda: import_isood_lists(tmp_path / "rel", tmp_path / "m", allow_missing=True)  # noqa: E731
         name = "in21k-val/cov_0_sem_1.txt"
-        cli = ["import", "isood-lists", str(tmp_path / "rel"), "--out", str(tmp_path / "m")]
+        cli = ["import", "isood-lists", str(tmp_path / "rel"), "--out", str(tmp_path / "m"), "--allow-missing"]
     else:
         f = tmp_path / "list.txt"
         f.write_text(content)
@@ -162,30 +172,44 @@ def test_release_problems_are_named(tmp_path):
     (rel / "a").mkdir(parents=True)
     (rel / "a/cov_8_sem_0.txt").write_text("x/1.jpg\n")
     with pytest.raises(Exception, match=r"a/cov_8_sem_0.txt: cell cov_8_sem_0 is outside the 8x8 grid; pass --levels 9"):
-        import_isood_lists(rel, tmp_path / "m")
-    m = import_isood_lists(rel, tmp_path / "m9", n_levels=9)
+        import_isood_lists(rel, tmp_path / "m", allow_missing=True)
+    m = import_isood_lists(rel, tmp_path / "m9", n_levels=9, allow_missing=True)
     assert len(m.frame("cells")) == 81
     (rel / "a/cov_8_sem_0.txt").unlink()
     (rel / "a/cov_0_sem_0.txt").write_text("x/1.jpg\nx/2.jpg\n")
-    (rel / "a/cov_1_sem_0.txt").write_text("x/3.jpg\nx/1.jpg\n")
-    with pytest.raises(ListFormatError, match=r"a/cov_1_sem_0.txt:2: 'x/1.jpg' is already listed at a/cov_0_sem_0.txt:1"):
-        import_isood_lists(rel, tmp_path / "m2")
+    (rel / "a/cov_1_sem_0.txt").write_text("x/3.jpg\n./x/1.jpg\n")  # the same image, listed with './'
+    with pytest.raises(ListFormatError, match=r"a/cov_1_sem_0.txt:2: './x/1.jpg' is already listed at a/cov_0_sem_0.txt:1"):
+        import_isood_lists(rel, tmp_path / "m2", allow_missing=True)
+    (rel / "b").mkdir()
+    (rel / "b/cov_1_sem_0.txt").write_text("x/1.jpg\n")  # another subset may list it
+    (rel / "a/cov_1_sem_0.txt").write_text("x/3.jpg\n")
+    assert len(import_isood_lists(rel, tmp_path / "m2", allow_missing=True).frame("images")) == 4
     with pytest.raises(Exception, match="no cov_"):
         import_isood_lists(tmp_path / "m9" / "data", tmp_path / "m3")
+    (rel / "c").mkdir()
+    (rel / "c/cov_0_sem_0.txt").write_text("")
+    with pytest.raises(Exception, match=r"--na-rule 'sometimes'"):
+        import_isood_lists(rel, tmp_path / "m4", allow_missing=True, na_rule="sometimes")
+    (rel / "cov_0_sem_0.txt").write_text("")  # lists at the top and in sub-folders: two benchmarks
+    with pytest.raises(Exception, match=r"not side by side.*--na-rule per-subset"):
+        import_isood_lists(rel, tmp_path / "m4", allow_missing=True)
 
 
 def test_cli_import_and_export(tmp_path, worlds):
     rel = worlds.write_release(tmp_path / "rel")
     runner = CliRunner()
-    res = runner.invoke(app, ["import", "isood-lists", str(rel), "--out", str(tmp_path / "m")])
+    res = runner.invoke(app, ["import", "isood-lists", str(rel), "--out", str(tmp_path / "m"), "--na-rule",
+                              "per-subset", "--allow-missing"])
     assert res.exit_code == 0, res.output
     m = manifests.read(tmp_path / "m", kind="splits")
     assert m.dataset_version == "1.0.0" and len(m.images) == 52 and "52" in res.stdout.split()
+    assert m.na_rule == "per-subset" and m.subsets == ["in21k-train", "in21k-val", "syn-is"]
     res = runner.invoke(app, ["export", "openood", str(tmp_path / "m"), "--out", str(tmp_path / "o")])
     assert res.exit_code == 0, res.output
     info = json.loads((tmp_path / "o" / EXPORT_INFO).read_text())
     assert len(info["datasets"]) == 6 and sum(not d["na"] for d in info["datasets"]) == 4
     assert [int(n) for n in re.findall(r"\d+", res.stdout)[:4]] == [6, 4, 2, 52]  # imglists, registered, N/A, rows
+    assert info["name"] == "rel" and (tmp_path / "o/imglist/rel/in21k-val/cov_2_sem_5.txt").is_file()
     # re-export into the same folder replaces the earlier export; a foreign non-empty folder is refused
     assert runner.invoke(app, ["export", "openood", str(tmp_path / "m"), "--out", str(tmp_path / "o")]).exit_code == 0
     (tmp_path / "busy").mkdir()

@@ -2,13 +2,14 @@
 
 Every score is HIGHER = MORE in-distribution. ``get_detector(name, **params)`` builds one by name;
 ``available_detectors()`` lists the names; ``@register_detector(name)`` adds a user's ``Detector`` subclass;
-``parse_detectors('msp,knn:k=10')`` reads the CLI's ``--detectors``.
+``parse_detectors('msp,knn:k=10')`` reads the CLI's ``--detectors``; ``pytorch-ood:Name`` and
+``from_pytorch_ood(detector)`` score with pytorch-ood's detectors (``isood[pytorch-ood]``).
 """
 
 from .base import (CAPTURE_KINDS, KINDS, Detector, DetectorInputError, ForwardOutputs, TemperatureDetector,
-                   energy, feature_map_energy, global_average_pool, softmax)
+                   energy, global_average_pool, softmax)
 from .registry import (UnknownDetectorError, available_detectors, detector_class, get_detector, parse_detectors,
-                       register_detector)
+                       register_detector, register_namespace)
 
 # importing the modules registers the built-in detectors
 from .msp import MSP  # noqa: E402
@@ -20,10 +21,11 @@ from .knn import KNN  # noqa: E402
 from .vim import ViM, default_vim_dim  # noqa: E402
 from .react import ReAct  # noqa: E402
 from .dice import DICE  # noqa: E402
-from .ash import ASHB, ash_b  # noqa: E402
+from .ash import ASH, ash_shape  # noqa: E402
 from .rankfeat import RankFeat, remove_rank1  # noqa: E402
 from .gradnorm import GradNorm  # noqa: E402
 from .klm import KLMatching  # noqa: E402
+from .pytorch_ood import PytorchOODDetector, from_pytorch_ood, pytorch_ood_detector  # noqa: E402
 
 BUILTIN_DETECTORS = tuple(available_detectors())
 """The 13 built-in detector names (sorted)."""
@@ -33,7 +35,8 @@ POST_HOC_DETECTORS = tuple(n for n in BUILTIN_DETECTORS if "input" not in detect
 __all__ = [
     "CAPTURE_KINDS", "KINDS", "BUILTIN_DETECTORS", "POST_HOC_DETECTORS", "Detector", "TemperatureDetector",
     "DetectorInputError", "ForwardOutputs", "UnknownDetectorError", "available_detectors", "detector_class",
-    "get_detector", "parse_detectors", "register_detector", "energy", "feature_map_energy", "global_average_pool",
-    "softmax", "MSP", "MaxLogit", "Energy", "ODIN", "MDS", "KNN", "ViM", "ReAct", "DICE", "ASHB", "RankFeat",
-    "GradNorm", "KLMatching", "ash_b", "remove_rank1", "default_vim_dim",
+    "get_detector", "parse_detectors", "register_detector", "register_namespace", "energy", "global_average_pool",
+    "softmax", "MSP", "MaxLogit", "Energy", "ODIN", "MDS", "KNN", "ViM", "ReAct", "DICE", "ASH", "RankFeat",
+    "GradNorm", "KLMatching", "ash_shape", "remove_rank1", "default_vim_dim", "PytorchOODDetector",
+    "from_pytorch_ood", "pytorch_ood_detector",
 ]

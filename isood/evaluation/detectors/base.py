@@ -5,8 +5,13 @@ A detector declares in ``requires`` what it needs from the classifier's forward 
 - ``'logits'``       (N, C) class logits;
 - ``'features'``     (N, D) penultimate features (the input of the final linear layer);
 - ``'feature_maps'`` (N, C', H, W) the last feature maps before global pooling;
+- ``'block3'``       (N, C'', H'', W'') the output of the block before the last (a ResNet's ``layer3``);
 - ``'fc'``           the final linear layer ``logits = features @ W.T + b`` (``fc_weight`` (C, D), ``fc_bias`` (C,));
+- ``'tail'``         the model's last block + pooling + fc as a function ``block3 maps -> logits`` (RankFeat);
 - ``'input'``        the model itself on the input batch (gradient-based input perturbation; only ODIN).
+
+``requires`` is a class attribute; a detector whose needs depend on a hyper-parameter (RankFeat's ``blocks``)
+sets it per instance in ``__init__``.
 
 ``Detector`` is an abstract base with template methods: ``fit(outputs, labels=None)`` checks the requirements
 once, then calls the subclass's ``_fit`` and marks the detector fitted; ``score(outputs)`` (also ``detector(outputs)``)
@@ -34,12 +39,12 @@ from isood.errors import BadInputError, DetectorParamError, IsoodError
 
 __all__ = [
     "KINDS", "CAPTURE_KINDS", "DetectorInputError", "ForwardOutputs", "Detector", "TemperatureDetector",
-    "global_average_pool", "energy", "softmax", "feature_map_energy",
+    "global_average_pool", "energy", "softmax",
 ]
 
-CAPTURE_KINDS = ("logits", "features", "feature_maps")
-KINDS = CAPTURE_KINDS + ("fc", "input")
-_PER_IMAGE = ("logits", "features", "feature_maps", "labels")
+CAPTURE_KINDS = ("logits", "features", "feature_maps", "block3")
+KINDS = CAPTURE_KINDS + ("fc", "tail", "input")
+_PER_IMAGE = ("logits", "features", "feature_maps", "block3", "labels")
 
 
 class DetectorInputError(IsoodError):
@@ -56,26 +61,32 @@ class ForwardOutputs:
     """What one forward pass over a dataset captured (NumPy arrays; absent kinds are ``None``).
 
     ``pool`` maps captured feature maps (a torch tensor) to penultimate features with the model's own head
-    (defaults to global average pooling); ``labels`` are the dataset's labels when it yields them.
+    (defaults to global average pooling); ``tail`` (when the model has one) maps ``block3`` maps to logits
+    through the model's last block, pooling and fc; ``labels`` are the dataset's labels when it yields them.
     Users with their own arrays build one with ``ForwardOutputs.from_arrays(logits=..., features=...)``.
     """
 
     logits: np.ndarray | None = None
     features: np.ndarray | None = None
     feature_maps: np.ndarray | None = None
+    block3: np.ndarray | None = None
     fc_weight: np.ndarray | None = None
     fc_bias: np.ndarray | None = None
     labels: np.ndarray | None = None
     pool: Callable[[torch.Tensor], torch.Tensor] = field(default=global_average_pool, repr=False, compare=False)
+    tail: Callable[[torch.Tensor], torch.Tensor] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_arrays(cls, *, logits=None, features=None, feature_maps=None, fc_weight=None, fc_bias=None,
-                    labels=None, pool: Callable[[torch.Tensor], torch.Tensor] | None = None) -> "ForwardOutputs":
+    def from_arrays(cls, *, logits=None, features=None, feature_maps=None, block3=None, fc_weight=None,
+                    fc_bias=None, labels=None, pool: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                    tail: Callable[[torch.Tensor], torch.Tensor] | None = None) -> "ForwardOutputs":
         """Outputs from arrays (numpy, torch tensors or lists): logits (N, C), features (N, D), feature_maps
-        (N, C', H, W), fc_weight (C, D), fc_bias (C,), labels (N,); per-image arrays must agree on N."""
-        ranks = {"logits": 2, "features": 2, "feature_maps": 4, "fc_weight": 2, "fc_bias": 1, "labels": 1}
-        given = {"logits": logits, "features": features, "feature_maps": feature_maps, "fc_weight": fc_weight,
-                 "fc_bias": fc_bias, "labels": labels}
+        (N, C', H, W), block3 (N, C'', H'', W''), fc_weight (C, D), fc_bias (C,), labels (N,); per-image arrays
+        must agree on N. ``pool``: feature maps -> features; ``tail``: block3 maps -> logits (torch functions)."""
+        ranks = {"logits": 2, "features": 2, "feature_maps": 4, "block3": 4, "fc_weight": 2, "fc_bias": 1,
+                 "labels": 1}
+        given = {"logits": logits, "features": features, "feature_maps": feature_maps, "block3": block3,
+                 "fc_weight": fc_weight, "fc_bias": fc_bias, "labels": labels}
         arrays = {k: None if v is None else as_array(v, k, ndim=ranks[k]) for k, v in given.items()}
         sizes = {k: arrays[k].shape[0] for k in _PER_IMAGE if arrays[k] is not None}
         if len(set(sizes.values())) > 1:
@@ -83,7 +94,7 @@ class ForwardOutputs:
         w, b = arrays["fc_weight"], arrays["fc_bias"]
         if b is not None and (w is None or b.shape[0] != w.shape[0]):
             raise BadInputError("fc_bias needs fc_weight with one row per bias entry: pass both (C, D) and (C,)")
-        return cls(**arrays, pool=pool or global_average_pool)
+        return cls(**arrays, pool=pool or global_average_pool, tail=tail)
 
     def __len__(self) -> int:
         for k in _PER_IMAGE:
@@ -94,20 +105,22 @@ class ForwardOutputs:
 
     @property
     def available(self) -> frozenset[str]:
-        """The kinds present (``'fc'`` when the final layer's weight is known)."""
+        """The kinds present (``'fc'`` when the final layer's weight is known, ``'tail'`` when the last block is)."""
         got = {k for k in CAPTURE_KINDS if getattr(self, k) is not None}
         if self.fc_weight is not None:
             got.add("fc")
+        if self.tail is not None:
+            got.add("tail")
         return frozenset(got)
 
     def subset(self, index) -> "ForwardOutputs":
-        """Rows ``index`` (slice, integer or boolean array) of every per-image array; fc and pool are shared."""
+        """Rows ``index`` (slice, integer or boolean array) of every per-image array; fc, pool, tail are shared."""
         return replace(self, **{k: (getattr(self, k)[index] if getattr(self, k) is not None else None)
                                 for k in _PER_IMAGE})
 
     @staticmethod
     def concatenate(parts: Iterable["ForwardOutputs"]) -> "ForwardOutputs":
-        """Stack the per-image arrays of several parts (fc and pool are taken from the first)."""
+        """Stack the per-image arrays of several parts (fc, pool and tail are taken from the first)."""
         parts = list(parts)
         if not parts:
             raise BadInputError("nothing to concatenate: pass at least one ForwardOutputs")
@@ -145,19 +158,6 @@ def energy(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     """Negative free energy ``T * logsumexp(logits / T)`` (Liu et al., NeurIPS 2020): higher = more ID."""
     z = np.asarray(logits, dtype=np.float64)
     return temperature * logsumexp(z / temperature, axis=1)
-
-
-def feature_map_energy(outputs: ForwardOutputs, transform: Callable[[torch.Tensor], torch.Tensor],
-                       temperature: float = 1.0, chunk: int = 256) -> np.ndarray:
-    """Energy of the head applied to ``pool(transform(feature_maps))``, in chunks of ``chunk`` images: the
-    common tail of feature-map detectors (ASH, RankFeat), run on captured maps without a new backbone pass."""
-    scores = []
-    with torch.no_grad():
-        for i in range(0, len(outputs), chunk):
-            fm = torch.from_numpy(np.ascontiguousarray(outputs.feature_maps[i:i + chunk])).float()
-            feats = outputs.pool(transform(fm)).double().numpy()
-            scores.append(energy(outputs.head(feats), temperature))
-    return np.concatenate(scores)
 
 
 def _is_int(v: Any) -> bool:
@@ -219,18 +219,22 @@ class Detector(abc.ABC):
         """One score per image of checked outputs."""
 
     # -- requirements -------------------------------------------------------------------------------------
-    @classmethod
-    def missing(cls, available: Iterable[str]) -> frozenset[str]:
+    def missing(self, available: Iterable[str]) -> frozenset[str]:
         """The captured kinds this detector needs that ``available`` lacks (``'input'`` is never captured)."""
-        return frozenset(cls.requires) - {"input"} - set(available)
+        return frozenset(self.requires) - {"input"} - set(available)
+
+    def requirement_hint(self, lack: frozenset[str]) -> str:
+        """What to pass instead when the kinds ``lack`` are missing ("" when nothing but another model helps)."""
+        return ""
 
     def check(self, outputs: ForwardOutputs, *, fitting: bool = False) -> None:
         """``DetectorInputError`` when ``outputs`` lack a required kind or images, or the detector is unfitted."""
         lack = self.missing(outputs.available)
         if lack:
+            hint = self.requirement_hint(lack) or f"capture {sorted(self.requires - {'input'})} (a model exposing them)"
             raise DetectorInputError(
                 f"detector '{self.name}' needs {', '.join(sorted(lack))} from the forward pass, which these "
-                f"outputs lack: capture {sorted(self.requires - {'input'})} (a model exposing them)")
+                f"outputs lack: {hint}")
         if not fitting and not self.fitted:
             raise DetectorInputError(f"detector '{self.name}' is not fitted: call fit(id_train_outputs) first")
         if len(outputs) == 0:

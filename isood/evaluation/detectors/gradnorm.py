@@ -4,8 +4,12 @@ with respect to the fc weight ``W``.
 
 Analytic form (no backward pass): with ``z = W h + b`` and ``p = softmax(z / T)``,
 ``d KL / d W = (1 / T) (p - 1/C) h^T``, hence ``S(x) = ||h||_1 * ||p - 1/C||_1 / T`` (the L1 norm of a rank-1
-matrix factorises). The original code backpropagates ``sum_c -log p_c`` instead, which is ``C`` times the KL up
-to a constant: the ranking (hence every metric) is the same. Default ``T = 1`` (paper / OpenOOD v1.5)."""
+matrix factorises). Default ``T = 1`` (paper / OpenOOD v1.5).
+
+Difference from OpenOOD v1.5 (exact, a constant factor): its ``GradNormPostprocessor`` (like the original code)
+backpropagates ``sum_c -log p_c`` (targets all ones, 1000 columns hard-coded), whose gradient is ``C`` times the
+KL's: OpenOOD's score = ``C`` x this one. Every metric is the same (rankings are unchanged and AUTC's min-max
+normalisation absorbs the factor)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """KL-Matching (Hendrycks et al., "Scaling out-of-distribution detection for real-world settings", ICML 2022):
 class templates ``d_c`` = mean softmax of the ID (training) images PREDICTED as class ``c``; score
 ``S(x) = -min_c KL(softmax(z(x)) || d_c)``. As OpenOOD v1.5, the minimum runs over all templates; classes that
-no fitting image is predicted as have no template."""
+no fitting image is predicted as have no template (OpenOOD averages an empty set into a NaN template). OpenOOD
+fits the templates on its ID ``val`` split; isood on the ID data it is fitted on (``--id-train``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,12 @@
 """KNN (Sun et al., "Out-of-distribution detection with deep nearest neighbors", ICML 2022):
 ``S(x) = -|| z - z_(k) ||_2`` with ``z = h / ||h||`` and ``z_(k)`` the k-th nearest L2-normalised ID training
 feature. Exact search with faiss ``IndexFlatL2``; ``k = 50`` (OpenOOD v1.5 default; the paper uses 1000 on the
-full ImageNet training set)."""
+full ImageNet training set).
+
+Difference from OpenOOD v1.5 (exact, by a monotone transform): its ``KNNPostprocessor`` returns minus the SQUARED
+distance (faiss' ``IndexFlatL2`` distances, not square-rooted; its normaliser also adds 1e-10 to every entry, which
+shifts both vectors alike and leaves the distances unchanged). Same ranking, so AUROC, FPR@95, AUPR, AUROC_M and
+DER are identical; AUTC (scale-dependent) differs."""
 
 from __future__ import annotations
 

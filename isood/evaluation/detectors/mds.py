@@ -3,7 +3,8 @@ the OpenOOD v1.5 variant: penultimate features, no input pre-processing, no feat
 
 Fit on ID training features with their REAL class labels: ``mu_c`` = class means,
 ``Sigma = 1/N sum_i (h_i - mu_{y_i})(h_i - mu_{y_i})^T``; score
-``S(x) = max_c -(h - mu_c)^T Sigma^+ (h - mu_c)``.
+``S(x) = max_c -(h - mu_c)^T Sigma^+ (h - mu_c)``. In float64: equal to OpenOOD's steps run in float64 (OpenOOD
+inverts the covariance in float32).
 """
 
 from __future__ import annotations

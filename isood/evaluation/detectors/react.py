@@ -1,6 +1,7 @@
 """ReAct: rectified activations (Sun et al., NeurIPS 2021): clip the penultimate activations at ``c``,
 the ``percentile``-th percentile (default 90) of all ID training activations, re-run the fc layer on the clipped
-features and score with the energy (T = 1): ``S(x) = logsumexp(W min(h, c) + b)``."""
+features and score with the energy (T = 1): ``S(x) = logsumexp(W min(h, c) + b)``. OpenOOD v1.5 takes the
+percentile over its ID ``val`` split; isood over the ID data it is fitted on (``--id-train``)."""
 
 from __future__ import annotations
 

@@ -9,6 +9,9 @@
 
 Registering the same class again (a re-run notebook cell defines it anew: same module and qualified name) replaces
 the entry; a different class under a taken name is an error unless ``overwrite=True``.
+
+A namespace resolves ``prefix:Name`` names through a factory (``register_namespace``): ``pytorch-ood:ViM`` builds
+the adapter of pytorch-ood's ViM (``isood.evaluation.detectors.pytorch_ood``).
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from isood.errors import BadInputError, DetectorParamError, IsoodError
 
 from .base import KINDS, Detector
 
-__all__ = ["UnknownDetectorError", "register_detector", "get_detector", "detector_class", "available_detectors",
-           "parse_detectors"]
+__all__ = ["UnknownDetectorError", "register_detector", "register_namespace", "get_detector", "detector_class",
+           "available_detectors", "parse_detectors"]
 
 _REGISTRY: dict[str, type[Detector]] = {}
 _ALIASES: dict[str, str] = {}
+_NAMESPACES: dict[str, Callable[[str, dict], Detector]] = {}
 
 
 class UnknownDetectorError(IsoodError):
@@ -67,19 +71,36 @@ def register_detector(name: str, cls: type[Detector] | None = None, *, aliases: 
     return add(cls) if cls is not None else add
 
 
+def register_namespace(prefix: str, factory: Callable[[str, dict], Detector]) -> None:
+    """Resolve names ``prefix:Name`` (``get_detector``, ``--detectors prefix:Name:key=value``) with
+    ``factory(Name, params) -> Detector``."""
+    _NAMESPACES[_norm(prefix)] = factory
+
+
+def _namespace(name: str) -> tuple[Callable[[str, dict], Detector], str] | None:
+    """``(factory, Name)`` when ``name`` is ``prefix:Name`` of a registered namespace."""
+    prefix, sep, rest = name.partition(":")
+    factory = _NAMESPACES.get(_norm(prefix)) if sep else None
+    return (factory, rest.strip()) if factory is not None else None
+
+
 def detector_class(name: str) -> type[Detector]:
     """The class registered as ``name`` (case-insensitive; ``_`` == ``-``; aliases accepted)."""
     key = _norm(name)
     key = _ALIASES.get(key, key)
     if key not in _REGISTRY:
-        raise UnknownDetectorError(
-            f"unknown detector '{name}': pass one of {', '.join(available_detectors())} or register_detector() yours")
+        spaces = "".join(f", {p}:<Name>" for p in _NAMESPACES)
+        raise UnknownDetectorError(f"unknown detector '{name}': pass one of {', '.join(available_detectors())}"
+                                   f"{spaces} or register_detector() yours")
     return _REGISTRY[key]
 
 
 def get_detector(name: str, **params) -> Detector:
     """A new instance of the detector registered as ``name`` with hyper-parameters ``params``; an unknown or
-    out-of-range parameter is a one-line ``DetectorParamError``."""
+    out-of-range parameter is a one-line ``DetectorParamError``. ``prefix:Name`` goes to its namespace."""
+    spaced = _namespace(name)
+    if spaced is not None:
+        return spaced[0](spaced[1], params)
     cls = detector_class(name)
     known = cls.parameters()
     unknown = sorted(set(params) - set(known))
@@ -118,7 +139,12 @@ def _tokens(spec: str | Sequence[str]) -> list[tuple[str, dict]]:
         raise BadInputError("--detectors is empty: pass names such as msp,energy,knn")
     order: list[tuple[str, dict]] = []
     for tok in tokens:
-        if ":" in tok:
+        if ":" in tok and _namespace(tok) is not None:  # prefix:Name[:key=value]
+            prefix, name, tok = (tok.split(":", 2) + [""])[:3]
+            order.append((f"{prefix.strip()}:{name.strip()}", {}))
+            if not tok.strip():
+                continue
+        elif ":" in tok:
             name, tok = tok.split(":", 1)
             order.append((name.strip(), {}))
         elif "=" not in tok:
@@ -136,8 +162,9 @@ def _tokens(spec: str | Sequence[str]) -> list[tuple[str, dict]]:
 def parse_detectors(spec: str | Sequence[str]) -> dict[str, Detector]:
     """``'msp,energy,knn:k=10,react:percentile=95'`` -> ``{'msp': MSP(), ..., 'knn': KNN(k=10), ...}``.
 
-    Comma-separated registry names (``available_detectors()``); ``name:key=value`` passes a hyper-parameter and a
-    following bare ``key=value`` adds another to the same detector (``ash:percentile=85,chunk=64``). Unknown
+    Comma-separated registry names (``available_detectors()``) or ``pytorch-ood:Name``; ``name:key=value`` passes a
+    hyper-parameter and a following bare ``key=value`` adds another to the same detector
+    (``ash:percentile=85,chunk=64``, ``pytorch-ood:KNN:k=10``). Unknown
     names raise ``UnknownDetectorError``, bad parameters ``DetectorParamError`` (one line each)."""
     out: dict[str, Detector] = {}
     for name, params in _tokens(spec):

@@ -6,6 +6,10 @@ mean_train ||(h - u) R||``. Score ``S(x) = logsumexp(z) - alpha ||(h - u) R||`` 
 
 ``dim`` default (None): the ViM paper's rule, as used by OpenOOD v1.5 for ImageNet: 1000 when the feature has
 >= 2048 dims (ResNet-50), 512 when >= 768 (ViT-B), otherwise half the feature dimension.
+
+Difference from OpenOOD v1.5: computed in float64 (symmetric ``eigh``). OpenOOD runs the same steps on float32
+features (``np.linalg.eig`` of a float32 covariance), so its eigenvectors near the ``dim`` cut differ slightly;
+isood equals OpenOOD's steps run in float64.
 """
 
 from __future__ import annotations

@@ -2,81 +2,98 @@
 
 Imports (each: parse the list files -> build the tables (pure) -> write a manifest with its dataset card):
 
-- `import_isood_lists(DIR)`: the IS-OOD release layout, per-cell path lists named `cov_{c}_sem_{s}.txt`
-  (0-based; a prefix such as `test_cov_2_sem_5.txt` is allowed), possibly in sub-folders per source
-  (`in21k-train/`, `in21k-val/`, `syn-is/`): the source of a list is its folder relative to DIR ('' at the top).
-  Lines are `path` or OpenOOD's `path label`. Result: kind `splits`, table `images` (path, wnid, d_sem, d_cov,
-  sem_level, cov_level, cell, source, label) with d_sem / d_cov NaN (the release has levels, not values), levels
-  from the file names, label -1 (OpenOOD's OOD label) where a line has none; `cells` per source
-  (`isood.grid.cell_table` + source); `edges` (`isood.grid.edges_table`) with NaN bounds (unknown); per-cell
-  lists `lists/<source>/cov_{c}_sem_{s}.txt`.
+- `import_isood_lists(DIR)`: an IS-OOD release folder (`release`): per-cell path lists named
+  `cov_{c}_sem_{s}.txt` (0-based; a prefix such as `test_cov_2_sem_5.txt` is allowed), in one sub-folder per
+  subset (`imagenet21k/train/`, `imagenet21k/val/`) or at the top (`SynIS/`): the subset of a list is its
+  folder relative to DIR ('' at the top). Lines are `path` or OpenOOD's `path label`; paths are kept exactly as
+  listed (the release's `./imagenet21k_train/...`). The release's rule is followed by default
+  (`na_rule="pooled"`): a cell is the pool of its lists across the subsets, N/A when the pooled count is below
+  the threshold (10), rows ordered cell by cell and subset by subset; `"per-subset"` decides each subset on
+  its own. Every subset must hold all n_levels^2 lists (a missing one is an error naming the cells, or with
+  `allow_missing` a `missing` flag per cell). Result: kind `splits`, table `images` (path, wnid, d_sem, d_cov,
+  sem_level, cov_level, cell, subset, [source for per-subset], label) with d_sem / d_cov NaN, levels from the
+  file names, label -1 (OpenOOD's OOD label) where a line has none; `cells` (every cell: n, na, missing,
+  missing_in; per subset with `source`/`subset` for per-subset); `edges` with NaN bounds; a copy of every list
+  under `lists/<subset>/`. Streamed (``manifests.stream``): 12M rows import in bounded memory.
 - `import_imagenet_ood(FILE)`: one relative image path per line -> kind `image-list` (path, wnid, label=-1).
 - `import_openood_imglist(FILE)`: OpenOOD's `path label` per line -> kind `image-list` (path, wnid, label).
 
 The wnid of an image path is `wordnet_tools.wnids.wnid_from_path` (None when the path names no class).
 
-Export: `export_openood(MANIFEST, OUT)` reads a splits, syn-is or image-list manifest and writes OpenOOD v1.5
-benchmark imglists (`path label` lines, label -1 for OOD unless the manifest has a `label` column), one per cell
-(per source and cell), under `OUT/benchmark_imglist/<name>/[<source>/]test_cov_{c}_sem_{s}.txt`, plus
+Export: `export_openood(MANIFEST, OUT)` reads a splits, syn-is or image-list manifest one row group at a time
+and writes, with NAME the imported release's folder name (`imagenet21k`) or `isood` (`--name`):
 
+- `OUT/imglist/NAME/[<subset>/]cov_{c}_sem_{s}.txt` (grid manifests): the release's own layout and line format
+  (paths exactly as imported, `path` alone for OOD label -1), every cell of every subset (empty lists
+  included, lists the release lacked left out), so the release's evaluation code (`datasets.py`: data_root
+  holding `imglist/imagenet21k/{train,val}/`, one image root) reads the export unchanged;
+- `OUT/benchmark_imglist/NAME/[<source>/]test_cov_{c}_sem_{s}.txt`: OpenOOD v1.5 imglists (`path label`),
+  one per cell with images, the pooled cell's subsets one after the other (per source for per-subset
+  manifests);
 - `OUT/openood_data_info.json`: an entry shaped like OpenOOD's `evaluation_api.datasets.DATA_INFO[...]["ood"]`
-  (`near` / `far` groups of datasets with `data_dir` and `imglist_path` relative to OpenOOD's data root), one
-  dataset per non-N/A cell (N/A as the manifest's `cells` table says), so `Evaluator.eval_ood()` reports every
-  cell as its own row. OpenOOD averages each group, so cells are grouped by semantic level: near = lower half of
-  the levels, far = upper half (a group with no cell gets every cell). N/A cells' lists are written too (round
-  trips keep every row) but not registered.
+  (`near` / `far` groups of datasets with `data_dir` (one image root, `--data-dir`) and `imglist_path`
+  relative to OpenOOD's data root), one dataset per non-N/A cell (N/A as the manifest's `cells` table says:
+  pooled cells for a pooled import), so `Evaluator.eval_ood()` reports every cell as its own row. OpenOOD
+  averages each group, so cells are grouped by semantic level: near = lower half of the levels, far = upper
+  half (a group with no cell gets every cell). N/A cells' lists are written too (round trips keep every row)
+  but not registered.
 - `OUT/openood_ood_dataset.yml`: the same as an OpenOOD `configs/datasets/...` `ood_dataset:` block.
 
-Round trips are exact: `import_isood_lists(OUT/benchmark_imglist/<name>)` of an export of an imported release
-gives the same tables and the same content hash; likewise for image lists through `import_openood_imglist`.
-Malformed lines raise `ListFormatError` naming the file and line number. Modules: `imports` (parsing and the
-three imports) and `openood` (the export); their public names are re-exported here.
+Round trips are exact: `import_isood_lists(OUT/imglist/NAME)` of an export of an imported release gives the same
+tables and the same content hash; likewise for image lists through `import_openood_imglist`. Malformed lines
+raise `ListFormatError` naming the file and line number. Modules: `lines` (Arrow line parsing and writing),
+`imports` (the exact line parser and the image-list imports), `release` (the IS-OOD release import) and
+`openood` (the export); their public names are re-exported here.
 """
 
 from __future__ import annotations
 
 from isood.stages.interop.imports import (
-    LIST_NAME_RE,
-    CellList,
     ListEntry,
     ListFormatError,
-    Release,
-    cell_list_texts,
-    cell_of_list,
-    find_cell_lists,
     image_list_table,
     import_imagenet_ood,
-    import_isood_lists,
     import_openood_imglist,
     parse_lines,
     parse_list,
-    read_isood_lists,
-    release_cells,
-    release_edges,
-    release_images,
 )
 from isood.stages.interop.openood import (
+    BENCHMARK_DIR,
     EXPORT_INFO,
     EXPORT_KINDS,
     EXPORT_YAML,
-    ExportPlan,
+    RELEASE_DIR,
     ExportResult,
     cell_datasets,
     data_info,
+    export_lines,
     export_openood,
-    imglist_lines,
     na_flags,
     near_far,
     ood_dataset_config,
-    plan_export,
-    single_dataset,
+    release_list_names,
+)
+from isood.stages.interop.release import (
+    LIST_NAME_RE,
+    NA_RULES,
+    CellList,
+    ReleaseLists,
+    cell_of_list,
+    check_subsets,
+    find_cell_lists,
+    import_isood_lists,
+    list_order,
+    missing_lists,
+    release_cells,
+    release_edges,
+    scan_release,
 )
 
 __all__ = [
-    "LIST_NAME_RE", "ListFormatError", "ListEntry", "CellList", "Release", "parse_lines", "parse_list",
-    "cell_of_list", "find_cell_lists", "release_images", "release_cells", "release_edges", "cell_list_texts",
-    "read_isood_lists", "import_isood_lists", "image_list_table", "import_imagenet_ood", "import_openood_imglist",
-    "EXPORT_INFO", "EXPORT_YAML", "EXPORT_KINDS", "ExportResult", "ExportPlan", "imglist_lines", "na_flags",
-    "cell_datasets", "single_dataset", "near_far", "data_info", "ood_dataset_config", "plan_export",
-    "export_openood",
+    "LIST_NAME_RE", "NA_RULES", "ListFormatError", "ListEntry", "CellList", "ReleaseLists", "parse_lines",
+    "parse_list", "cell_of_list", "find_cell_lists", "missing_lists", "check_subsets", "list_order",
+    "scan_release", "release_cells", "release_edges", "import_isood_lists", "image_list_table",
+    "import_imagenet_ood", "import_openood_imglist", "EXPORT_INFO", "EXPORT_YAML", "EXPORT_KINDS", "BENCHMARK_DIR",
+    "RELEASE_DIR", "ExportResult", "export_lines", "na_flags", "cell_datasets", "release_list_names", "near_far",
+    "data_info", "ood_dataset_config", "export_openood",
 ]

@@ -1,5 +1,6 @@
-"""Export of a splits, syn-is or image-list manifest as OpenOOD v1.5 benchmark imglists plus its configs (read
-the manifest -> plan the imglists and configs (pure) -> write); see ``isood.stages.interop`` for the layout."""
+"""Export of a splits, syn-is or image-list manifest as OpenOOD v1.5 benchmark imglists plus its configs, and
+of a grid manifest as release-format lists (read the manifest one row group at a time -> lines per file (pure,
+vectorised) -> write staged files, committed together); see ``isood.stages.interop`` for the layout."""
 
 from __future__ import annotations
 
@@ -13,23 +14,29 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import yaml
 
 from isood.defaults import NA_THRESHOLD, OOD_LABEL
 from isood.errors import BadInputError
 from isood.grid import cell_name
-from isood.kinds import GRID_KINDS, IMAGE_LIST, SPLITS, SYN_IS
+from isood.kinds import GRID_KINDS, IMAGE_LIST, SPLITS, SYN_IS, SplitsView
 from isood.runtime import atomic_write_bytes
+from isood.stages.interop.lines import has_bytes, has_odd_bytes, string_bytes, write_lines
 from manifests import Manifest, read
+from manifests.stream import StagedFile
 
 __all__ = [
-    "EXPORT_INFO", "EXPORT_YAML", "EXPORT_KINDS", "ExportResult", "ExportPlan", "imglist_lines", "na_flags",
-    "cell_datasets", "single_dataset", "near_far", "data_info", "ood_dataset_config", "plan_export",
+    "EXPORT_INFO", "EXPORT_YAML", "EXPORT_KINDS", "BENCHMARK_DIR", "RELEASE_DIR", "ExportResult", "export_lines",
+    "na_flags", "cell_datasets", "cell_keys", "near_far", "data_info", "ood_dataset_config", "release_list_names",
     "export_openood",
 ]
 
 EXPORT_INFO = "openood_data_info.json"
 EXPORT_YAML = "openood_ood_dataset.yml"
+BENCHMARK_DIR = "benchmark_imglist"  # OpenOOD imglists: <BENCHMARK_DIR>/<name>/[<source>/]test_<cell>.txt
+RELEASE_DIR = "imglist"  # release-format lists: <RELEASE_DIR>/<name>/[<subset>/]cov_{c}_sem_{s}.txt
 #: The kinds `export_openood` reads (they have an `images` table of relative paths).
 EXPORT_KINDS = (SPLITS, SYN_IS, IMAGE_LIST)
 
@@ -41,80 +48,64 @@ class ExportResult:
     registered: list[str] = field(default_factory=list)  # datasets in openood_data_info.json (non-N/A)
     rows: int = 0
     skipped: int = 0  # rows without a cell (level -1)
+    release_lists: list[str] = field(default_factory=list)  # release-format lists written (relative to out)
 
 
-def imglist_lines(images: pd.DataFrame, *, where: str) -> pd.Series:
-    """One OpenOOD imglist line (`path label\\n`) per image (pure); label OOD_LABEL where there is none. A path
-    with whitespace (which OpenOOD cannot parse) is an error naming it."""
-    bad = images["path"].astype(str).str.contains(r"\s", regex=True)
-    if bad.any():
-        raise BadInputError(f"{where}: image path {images['path'][bad].iloc[0]!r} contains whitespace, which "
-                            "OpenOOD imglists cannot hold; rename the files")
-    labels = (images["label"].fillna(OOD_LABEL).astype(np.int64) if "label" in images.columns
-              else pd.Series(OOD_LABEL, index=images.index, dtype=np.int64))
-    return images["path"].astype(str) + " " + labels.astype(str) + "\n"
-
-
-def _sources(frame: pd.DataFrame) -> pd.Series:
-    if "source" not in frame.columns:
-        return pd.Series("", index=frame.index, dtype=object)
-    return frame["source"].fillna("").astype(str)
+# ------------------------------------------------------------------------------------------------ pure steps
+def export_lines(batch: pa.Table, *, where: str) -> tuple[pa.Array, pa.Array]:
+    """Per image, its OpenOOD imglist line (`path label`, label OOD_LABEL where there is none) and its
+    release-format line (the path alone when the label is OOD_LABEL, as the releases list OOD images), without
+    the newline (pure). A path with whitespace (which neither format can hold) is an error naming it."""
+    path = pc.cast(batch.column("path").combine_chunks(), pa.string())  # large_string from pandas writers too
+    raw = string_bytes(path)
+    if has_bytes(raw, " ", "\t") or has_odd_bytes(raw):  # whitespace is a space, a control or a non-ASCII character
+        bad = pc.match_substring_regex(path, r"[\s\x{0b}\x{1c}-\x{1f}\x{85}\p{Z}]")
+        if pc.any(bad).as_py():
+            raise BadInputError(f"{where}: image path {pc.filter(path, bad)[0].as_py()!r} contains whitespace, "
+                                "which OpenOOD imglists cannot hold; rename the files")
+    if "label" in batch.column_names:
+        label = pc.fill_null(pc.cast(batch.column("label").combine_chunks(), pa.int64()), OOD_LABEL)
+    else:
+        label = pa.array(np.full(len(path), OOD_LABEL, np.int64))
+    if not len(path) or pc.all(pc.equal(label, OOD_LABEL)).as_py():  # OOD lists: no label to print
+        return pc.binary_join_element_wise(path, str(OOD_LABEL), " "), path
+    openood = pc.binary_join_element_wise(path, pc.cast(label, pa.string()), " ")
+    return openood, pc.if_else(pc.equal(label, OOD_LABEL), path, openood)
 
 
 def na_flags(cells: pd.DataFrame) -> dict[tuple[str, str], bool]:
-    """``(source, cell) -> na`` from a manifest's `cells` table (source '' when the table has no source)."""
-    return {(s, str(c)): bool(na) for s, c, na in zip(_sources(cells), cells["cell"], cells["na"])}
-
-
-@dataclass(frozen=True)
-class ExportPlan:
-    """What an OpenOOD export writes: imglist texts by path (relative to the export folder), one dataset record
-    per imglist, the rows without a cell and the number of levels seen."""
-
-    files: dict[str, str]
-    datasets: list[dict]
-    skipped: int = 0
-    n_levels: int = 1
+    """``(source, cell) -> na`` from a manifest's `cells` table (source '' when the table has none: pooled)."""
+    src = cells["source"].fillna("").astype(str) if "source" in cells.columns else [""] * len(cells)
+    return {(s, str(c)): bool(na) for s, c, na in zip(src, cells["cell"], cells["na"])}
 
 
 def _slug(text: str) -> str:
     return re.sub(r"\W+", "_", text).strip("_")
 
 
-def _data_dir_for(data_dir: str, source: str) -> str:
-    return data_dir + (source.rstrip("/") + "/" if source else "")
+def cell_datasets(counts: Mapping[tuple[str, int, int], int], na_of: Mapping[tuple[str, str], bool], *,
+                  base: str, data_dir: str, na_threshold: int = NA_THRESHOLD) -> list[dict]:
+    """One dataset record per (source, cov, sem) with rows (pure): its imglist `base/[<source>/]test_<cell>.txt`,
+    one `data_dir` for all (the paths are relative to one root), N/A from `na_of` (``na_flags``), else a count
+    below `na_threshold`."""
+    out = []
+    for (s, c, sem), n in sorted(counts.items()):
+        cell = cell_name(c, sem)
+        na = na_of.get((s, cell), na_of.get(("", cell), n < na_threshold))
+        out.append({"dataset": f"{_slug(s)}_{cell}" if s else cell, "source": s, "cell": cell, "cov_level": int(c),
+                    "sem_level": int(sem), "n": int(n), "na": bool(na), "data_dir": data_dir,
+                    "imglist_path": "/".join(x for x in (base, s, f"test_{cell}.txt") if x)})
+    return out
 
 
-def cell_datasets(images: pd.DataFrame, lines: pd.Series, na_of: Mapping[tuple[str, str], bool], *, base: str,
-                  data_dir: str, na_threshold: int = NA_THRESHOLD) -> ExportPlan:
-    """One imglist per (source, cell) of a grid manifest's images (pure). Rows with level -1 on an axis are
-    skipped; `na_of` (`na_flags` of the cells table) decides N/A, else a count below `na_threshold`. The number
-    of levels is the highest level seen + 1."""
-    src = _sources(images)
-    cov, sem = images["cov_level"], images["sem_level"]
-    has = cov.notna() & sem.notna() & (cov >= 0) & (sem >= 0)
-    keyed = pd.DataFrame({"source": src, "cov": cov.where(has, -1).astype(int),
-                          "sem": sem.where(has, -1).astype(int)})[has]
-    n_levels = int(max(keyed["cov"].max(), keyed["sem"].max(), 0)) + 1 if len(keyed) else 1
-    files: dict[str, str] = {}
-    datasets: list[dict] = []
-    for (s, c, l), idx in sorted(keyed.groupby(["source", "cov", "sem"], sort=True).groups.items()):
-        cell = cell_name(c, l)
-        rel = "/".join(x for x in (base, s, f"test_{cell}.txt") if x)
-        files[rel] = "".join(lines.loc[idx])
-        na = na_of.get((s, cell), na_of.get(("", cell), len(idx) < na_threshold))
-        datasets.append({"dataset": f"{_slug(s)}_{cell}" if s else cell, "source": s, "cell": cell,
-                         "cov_level": int(c), "sem_level": int(l), "n": int(len(idx)), "na": bool(na),
-                         "data_dir": _data_dir_for(data_dir, s), "imglist_path": rel})
-    return ExportPlan(files=files, datasets=datasets, skipped=int((~has).sum()), n_levels=n_levels)
-
-
-def single_dataset(lines: pd.Series, *, base: str, name: str, data_dir: str) -> ExportPlan:
-    """One imglist of every image (a manifest without a grid), registered as one dataset (pure)."""
-    rel = f"{base}/test_{name}.txt"
-    return ExportPlan(files={rel: "".join(lines)}, datasets=[{
-        "dataset": name, "source": "", "cell": None, "cov_level": None, "sem_level": None, "n": len(lines),
-        "na": False, "data_dir": data_dir, "imglist_path": rel}])
+def release_list_names(subsets: Sequence[str], n_levels: int, *, base: str,
+                       missing: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+    """Every release-format list of a grid: `base/[<subset>/]cov_{c}_sem_{s}.txt` for every subset and cell
+    (the release's loader opens them all), but a list the imported release lacked (pure)."""
+    missing = missing or {}
+    return ["/".join(x for x in (base, s, f"{cell_name(c, sem)}.txt") if x)
+            for s in subsets for c in range(n_levels) for sem in range(n_levels)
+            if cell_name(c, sem) not in missing.get(s, ())]
 
 
 def near_far(datasets: Sequence[dict], n_levels: int) -> tuple[list[dict], list[dict]]:
@@ -136,9 +127,9 @@ def _group(datasets: Sequence[dict], *, root: str, key: str) -> dict:
     return g
 
 
-def data_info(plan: ExportPlan, *, name: str, num_classes: int, manifest: Manifest) -> dict:
+def data_info(datasets: Sequence[dict], n_levels: int, *, name: str, num_classes: int, manifest: Manifest) -> dict:
     """The `openood_data_info.json` record: OpenOOD's `DATA_INFO[...]["ood"]` shape plus every dataset (pure)."""
-    near, far = near_far(plan.datasets, plan.n_levels)
+    near, far = near_far(datasets, n_levels)
     return {
         "format": "isood openood export 1",
         "name": name,
@@ -146,16 +137,17 @@ def data_info(plan: ExportPlan, *, name: str, num_classes: int, manifest: Manife
         "ood": {"near": _group(near, root="", key="imglist_path"), "far": _group(far, root="", key="imglist_path")},
         "usage": "from openood.evaluation_api.datasets import DATA_INFO; "
                  f"DATA_INFO['imagenet']['ood'] = json.load(open('{EXPORT_INFO}'))['ood']; "
-                 "copy benchmark_imglist/ into OpenOOD's data root and put the images under data_dir",
-        "datasets": plan.datasets,
+                 f"copy {BENCHMARK_DIR}/ into OpenOOD's data root and put the images under data_dir",
+        "datasets": list(datasets),
         "manifest": {"path": str(manifest.root), "kind": manifest.kind, "dataset_version": manifest.dataset_version,
                      "content_sha256": manifest.content_sha256},
     }
 
 
-def ood_dataset_config(plan: ExportPlan, *, name: str, num_classes: int, data_root: str) -> dict:
+def ood_dataset_config(datasets: Sequence[dict], n_levels: int, *, name: str, num_classes: int,
+                       data_root: str) -> dict:
     """The OpenOOD `configs/datasets/...` `ood_dataset:` block of an export (pure)."""
-    near, far = near_far(plan.datasets, plan.n_levels)
+    near, far = near_far(datasets, n_levels)
     return {"ood_dataset": {
         "name": f"{name}_ood", "num_classes": num_classes, "dataset_class": "ImglistDataset",
         "interpolation": "bilinear", "batch_size": 256, "shuffle": False, "pre_size": 256, "image_size": 224,
@@ -165,16 +157,125 @@ def ood_dataset_config(plan: ExportPlan, *, name: str, num_classes: int, data_ro
     }}
 
 
-def plan_export(manifest: Manifest, *, name: str, data_dir: str) -> ExportPlan:
-    """The imglists of a splits / syn-is manifest (one per source and cell, N/A from its `cells` table) or of an
-    image list (one)."""
-    images = manifest.frame("images")
-    lines = imglist_lines(images, where=str(manifest.root))
-    base = f"benchmark_imglist/{name}"
-    if manifest.kind in GRID_KINDS:
-        return cell_datasets(images, lines, na_flags(manifest.cells), base=base, data_dir=data_dir,
-                             na_threshold=manifest.na_threshold)
-    return single_dataset(lines, base=base, name=name, data_dir=data_dir)
+# ------------------------------------------------------------------------------------------------ streaming
+class _LineFiles:
+    """Text files filled line by line, each staged (``manifests.stream.StagedFile``) and committed together."""
+
+    def __init__(self, out: Path) -> None:
+        self.out, self.files, self.rows = out, {}, {}
+
+    def write(self, rel: str, lines: pa.Array) -> None:
+        if rel not in self.files:
+            self.files[rel], self.rows[rel] = StagedFile(self.out / rel), 0
+        write_lines(self.files[rel], lines)
+        self.rows[rel] += len(lines)
+
+    def commit(self) -> None:
+        for f in self.files.values():
+            f.commit()
+
+    def abort(self) -> None:
+        for f in self.files.values():
+            f.abort()
+
+
+def _write_grouped(files: _LineFiles, keys: np.ndarray, names: Mapping[int, str], lines: pa.Array) -> None:
+    """Append each line to the file its key names (line order kept within a file)."""
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    bounds = np.flatnonzero(np.diff(sorted_keys)) + 1
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(order)]):
+        if hi > lo:
+            files.write(names[int(sorted_keys[lo])], pc.take(lines, pa.array(order[lo:hi])))
+
+
+@dataclass
+class _Stream:
+    """What one pass over the images wrote: rows per (source, cov, sem), rows without a cell, subsets seen."""
+
+    counts: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    skipped: int = 0
+    subsets: set[str] = field(default_factory=set)
+    rows: int = 0
+
+
+def cell_keys(batch: pa.Table, column: str | None, n_levels: int) -> tuple[np.ndarray, dict[int, tuple[str, int, int]]]:
+    """Each row's (``column`` value or '', cov, sem) as a code, and the key of every code that occurs (pure)."""
+    cov = batch.column("cov_level").to_numpy().astype(np.int64)
+    sem = batch.column("sem_level").to_numpy().astype(np.int64)
+    values, idx = [""], np.zeros(batch.num_rows, np.int64)
+    if column is not None:
+        enc = pc.dictionary_encode(pc.fill_null(batch.column(column).combine_chunks(), ""))
+        values, idx = enc.dictionary.to_pylist(), enc.indices.to_numpy().astype(np.int64)
+    codes = (idx * n_levels + cov) * n_levels + sem
+    keys = {}
+    for code in np.unique(codes).tolist():
+        rest, s = divmod(code, n_levels)
+        i, c = divmod(rest, n_levels)
+        keys[code] = (values[i], c, s)
+    return codes, keys
+
+
+def _stream_grid(m: Manifest, files: _LineFiles, *, base: str, release_base: str) -> _Stream:
+    """One pass over a grid manifest's images: every row with a cell goes to its OpenOOD imglist (per source
+    and cell) and its release-format list (per subset and cell)."""
+    names, n_levels = m.schema("images").names, m.n_levels
+    src_col = "source" if "source" in names else None
+    sub_col = "subset" if "subset" in names else src_col
+    columns = [c for c in ("path", "label", "cov_level", "sem_level", src_col, sub_col) if c and c in names]
+    st = _Stream()
+    for batch in m.batches("images", columns=list(dict.fromkeys(columns))):
+        n_in = batch.num_rows
+        cov, sem = (pc.fill_null(batch.column(c), -1) for c in ("cov_level", "sem_level"))
+        batch = batch.filter(pc.and_(pc.greater_equal(cov, 0), pc.greater_equal(sem, 0)))
+        st.rows, st.skipped = st.rows + n_in, st.skipped + n_in - batch.num_rows
+        if not batch.num_rows:
+            continue
+        openood, release = export_lines(batch, where=str(m.root))
+        codes, keys = cell_keys(batch, src_col, n_levels)
+        for code, n in zip(*np.unique(codes, return_counts=True)):
+            st.counts[keys[int(code)]] = st.counts.get(keys[int(code)], 0) + int(n)
+        _write_grouped(files, codes, {k: "/".join(x for x in (base, s, f"test_{cell_name(c, sem)}.txt") if x)
+                                      for k, (s, c, sem) in keys.items()}, openood)
+        if sub_col != src_col:
+            codes, keys = cell_keys(batch, sub_col, n_levels)
+        st.subsets.update(s for s, _, _ in keys.values())
+        _write_grouped(files, codes, {k: "/".join(x for x in (release_base, s, f"{cell_name(c, sem)}.txt") if x)
+                                      for k, (s, c, sem) in keys.items()}, release)
+    return st
+
+
+def _missing_cells(cells: pd.DataFrame) -> dict[str, list[str]]:
+    """subset -> the cells whose list the imported release lacked (the `cells` table's `missing_in`)."""
+    out: dict[str, list[str]] = {}
+    if {"missing", "missing_in"} <= set(cells.columns):
+        for cell, flag, where in zip(cells["cell"], cells["missing"], cells["missing_in"].fillna("")):
+            for s in (str(where).split(",") if bool(flag) else []):
+                out.setdefault(s, []).append(str(cell))
+    return out
+
+
+def _export_grid(m: Manifest, files: _LineFiles, *, name: str, data_dir: str) -> tuple[list[dict], int, _Stream]:
+    base, release_base = f"{BENCHMARK_DIR}/{name}", f"{RELEASE_DIR}/{name}"
+    st = _stream_grid(m, files, base=base, release_base=release_base)
+    cells = m.cells
+    datasets = cell_datasets(st.counts, na_flags(cells), base=base, data_dir=data_dir, na_threshold=m.na_threshold)
+    subsets = (m.subsets if isinstance(m, SplitsView) else []) or sorted(st.subsets) or [""]
+    for rel in release_list_names(subsets, m.n_levels, base=release_base, missing=_missing_cells(cells)):
+        if rel not in files.files:
+            files.write(rel, pa.array([], pa.string()))
+    return datasets, m.n_levels, st
+
+
+def _export_list(m: Manifest, files: _LineFiles, *, name: str, data_dir: str) -> tuple[list[dict], int, _Stream]:
+    rel, st = f"{BENCHMARK_DIR}/{name}/test_{name}.txt", _Stream()
+    names = m.schema("images").names
+    for batch in m.batches("images", columns=[c for c in ("path", "label") if c in names]):
+        files.write(rel, export_lines(batch, where=str(m.root))[0])
+        st.rows += batch.num_rows
+    files.write(rel, pa.array([], pa.string()))
+    return [{"dataset": name, "source": "", "cell": None, "cov_level": None, "sem_level": None, "n": st.rows,
+             "na": False, "data_dir": data_dir, "imglist_path": rel}], 1, st
 
 
 def _prepare_out(out: Path, name: str) -> None:
@@ -183,26 +284,41 @@ def _prepare_out(out: Path, name: str) -> None:
     if out.is_dir() and any(out.iterdir()):
         if not (out / EXPORT_INFO).is_file():
             raise BadInputError(f"--out {out} is not empty and holds no earlier isood export; pass a new folder")
-        shutil.rmtree(out / "benchmark_imglist" / name, ignore_errors=True)
+        for top in (BENCHMARK_DIR, RELEASE_DIR):
+            shutil.rmtree(out / top / name, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
 
 
-def export_openood(manifest_dir: str | os.PathLike, out: str | os.PathLike, *, name: str = "isood",
+def _default_name(m: Manifest) -> str:
+    """An imported release keeps its folder name (`imagenet21k`), so its loader finds `imglist/imagenet21k/`."""
+    release = m.release_name if isinstance(m, SplitsView) else None
+    return release if release and re.fullmatch(r"[A-Za-z0-9][\w.-]*", release) else "isood"
+
+
+def export_openood(manifest_dir: str | os.PathLike, out: str | os.PathLike, *, name: str | None = None,
                    data_root: str = "./data/", data_dir: str = "images_largescale/",
                    num_classes: int = 1000) -> ExportResult:
-    """Write OpenOOD v1.5 imglists per cell plus configs (see the module docstring)."""
+    """Write OpenOOD v1.5 imglists per cell plus configs, and a grid's release-format lists (see the module
+    docstring of ``isood.stages.interop``); the images are read one row group at a time."""
     m = read(manifest_dir, kind=EXPORT_KINDS)
+    name = name or _default_name(m)
     if not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name):
         raise BadInputError(f"--name {name!r}: use letters, digits, '_', '-' or '.'")
-    plan = plan_export(m, name=name, data_dir=data_dir)
     out = Path(out)
     _prepare_out(out, name)
-    for rel, text in plan.files.items():
-        atomic_write_bytes(out / rel, text.encode())
-    info = data_info(plan, name=name, num_classes=num_classes, manifest=m)
+    files = _LineFiles(out)
+    try:
+        export = _export_grid if m.kind in GRID_KINDS else _export_list
+        datasets, n_levels, st = export(m, files, name=name, data_dir=data_dir)
+        files.commit()
+    except BaseException:
+        files.abort()
+        raise
+    info = data_info(datasets, n_levels, name=name, num_classes=num_classes, manifest=m)
     atomic_write_bytes(out / EXPORT_INFO, (json.dumps(info, indent=2) + "\n").encode())
-    config = ood_dataset_config(plan, name=name, num_classes=num_classes, data_root=data_root)
+    config = ood_dataset_config(datasets, n_levels, name=name, num_classes=num_classes, data_root=data_root)
     atomic_write_bytes(out / EXPORT_YAML, yaml.safe_dump(config, sort_keys=False).encode())
-    return ExportResult(out=out, imglists={d["dataset"]: d["imglist_path"] for d in plan.datasets},
-                        registered=[d["dataset"] for d in plan.datasets if not d["na"]],
-                        rows=sum(d["n"] for d in plan.datasets) + plan.skipped, skipped=plan.skipped)
+    release = sorted(rel for rel in files.files if rel.startswith(RELEASE_DIR + "/"))
+    return ExportResult(out=out, imglists={d["dataset"]: d["imglist_path"] for d in datasets},
+                        registered=[d["dataset"] for d in datasets if not d["na"]], rows=st.rows,
+                        skipped=st.skipped, release_lists=release)

@@ -6,7 +6,9 @@ model (``--id`` / ``--test`` are image sources, extracted on the fly into ``OUT/
 ``OUT/features-test``, or precomputed feature sets); LAID is loaded (``--laid``) or trained on text triplets of
 labels x open_clip's 80 ImageNet templates encoded by the same CLIP (``isood.laid_training``); each test image
 gets D_sem = min_ID d(x_sem, id_sem) and D_cov likewise (``isood.shift``); both are binned into ``levels``
-equal-width levels (``isood.grid``), giving cells ``cov_{c}_sem_{s}``.
+equal-width levels (``isood.grid``), giving cells ``cov_{c}_sem_{s}``. The search is exact unless
+``--ann-recall R`` asks for an approximate one tuned to recall@1 R; what it achieved (held-out recall@1, level
+and cell agreement, parameters) goes into the summary as ``ann`` (:func:`ann_summary`, ``SplitsView.ann``).
 
 The stage is small named steps: load (config, inputs, feature sets) -> pure steps (:func:`clean_features`,
 :func:`filter_test_rows`, :func:`measure_shift`, :func:`bin_shifts`) -> write (:func:`write_splits`). The
@@ -30,12 +32,12 @@ from __future__ import annotations
 from isood.stages.splits.config import BuildConfig, load_build_config, parse_quantile, splits_config
 from isood.stages.splits.job import BuildResult, build_splits
 from isood.stages.splits.load import FeatureSet
-from isood.stages.splits.steps import (DROPPED_COLUMNS, Grid, bin_shifts, clean_features, dropped_rows,
-                                       filter_test_rows, measure_shift, rejected_rows)
+from isood.stages.splits.steps import (DROPPED_COLUMNS, LEVEL_AGREEMENT_TARGET, Grid, ann_summary, bin_shifts,
+                                       clean_features, dropped_rows, filter_test_rows, measure_shift, rejected_rows)
 from isood.stages.splits.write import cell_lists, write_splits
 
 __all__ = [
     "BuildConfig", "load_build_config", "parse_quantile", "splits_config", "FeatureSet", "Grid", "BuildResult",
     "DROPPED_COLUMNS", "build_splits", "clean_features", "dropped_rows", "rejected_rows", "filter_test_rows",
-    "measure_shift", "bin_shifts", "cell_lists", "write_splits",
+    "measure_shift", "bin_shifts", "ann_summary", "LEVEL_AGREEMENT_TARGET", "cell_lists", "write_splits",
 ]

@@ -41,6 +41,7 @@ class BuildConfig:
     laid_steps: int | None = None
     seed: int = 0
     backend: str = "auto"
+    ann_recall: float | None = None
     batch_size: int = 64
     workers: int | None = None
     shard_size: int = 10_000
@@ -102,6 +103,22 @@ def read_toml(config_file: str | os.PathLike) -> dict[str, Any]:
     return values
 
 
+def _check_ann(cfg: BuildConfig) -> None:
+    """--ann-recall is a number in (0, 1] and asks for approximate search (not an exact --backend)."""
+    r = cfg.ann_recall
+    if r is None:
+        return
+    try:
+        value = float(r)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if isinstance(r, bool) or not 0.0 < value <= 1.0:
+        raise BadInputError(f"--ann-recall must be a number in (0, 1] (e.g. 0.99), got {r!r}")
+    if cfg.backend in ("torch", "faiss-flat"):
+        raise BadInputError(f"--ann-recall {value:g} asks for approximate search but --backend {cfg.backend} is exact; "
+                            "pass --backend auto or faiss-ivf, or drop --ann-recall")
+
+
 def _check(cfg: BuildConfig) -> BuildConfig:
     """Validate the merged options (one-line errors) and normalise paths to strings."""
     cfg = replace(cfg, clip_quantile=parse_quantile(cfg.clip_quantile))
@@ -109,6 +126,7 @@ def _check(cfg: BuildConfig) -> BuildConfig:
         v = getattr(cfg, name)
         if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "na_threshold" else 1):
             raise BadInputError(f"--{name.replace('_', '-')} must be a positive integer, got {v!r}")
+    _check_ann(cfg)
     for name in ("id", "test", "out"):
         if not getattr(cfg, name):
             raise BadInputError(f"--{name} is required (on the command line or in --config)")

@@ -17,8 +17,8 @@ from isood.runtime import BatchEngine, progress_bar
 from isood.stages.splits.config import BuildConfig, splits_config
 from isood.stages.splits.load import (FeatureSet, Inputs, check_destination, check_feature_sets, extract_set,
                                       extracted_files, load_encoder, load_inputs, load_precomputed, train_laid)
-from isood.stages.splits.steps import (bin_shifts, clean_features, empty_dropped, filter_test_rows, measure_shift,
-                                       rejected_rows)
+from isood.stages.splits.steps import (ann_summary, bin_shifts, clean_features, empty_dropped, filter_test_rows,
+                                       measure_shift, rejected_rows)
 from isood.stages.splits.write import write_splits
 
 __all__ = ["BuildResult", "build_splits"]
@@ -80,7 +80,8 @@ def _clean_and_filter(cfg: BuildConfig, sets: Mapping[str, FeatureSet], inputs: 
     keep, filtered = filter_test_rows(idx_test, kept_wnids=inputs.kept_wnids,
                                       id_wnids=set(idx_id["wnid"]) if cfg.exclude_id_classes else None)
     parts.append(filtered)
-    x_test, idx_test = x_test[keep], idx_test.loc[keep].reset_index(drop=True)
+    if not keep.all():
+        x_test, idx_test = x_test[keep], idx_test.loc[keep].reset_index(drop=True)
     if len(x_test) == 0:
         raise BadInputError("no test images left (empty --test set, or all removed by --class-filter / "
                             "--exclude-id-classes)")
@@ -109,15 +110,19 @@ def build_splits(cfg: BuildConfig, *, warn: Warn | None = None, argv: list[str] 
     laid, fit_seconds = train_laid(cfg, inputs, encoder, dim=x_id.shape[1])
     with progress_bar(cfg.progress, transient=True) as bar:
         bar.add_task(f"measuring shift of {len(x_test)} test images against {len(x_id)} ID images", total=None)
-        d_sem, d_cov = measure_shift(x_test, x_id, laid, backend=cfg.backend, device=cfg.device)
-    grid = bin_shifts(idx_test, d_sem, d_cov, n_levels=cfg.levels, na_threshold=cfg.na_threshold,
+        found = measure_shift(x_test, x_id, laid, backend=cfg.backend, device=cfg.device, ann_recall=cfg.ann_recall,
+                              seed=cfg.seed)
+    grid = bin_shifts(idx_test, found.d_sem, found.d_cov, n_levels=cfg.levels, na_threshold=cfg.na_threshold,
                       clip=cfg.clip_quantile)
+    ann = ann_summary(found.ann, grid.edges, warn=note)
     ids, test = sets["id"], sets["test"]
     summary = {
         "test_images": int(len(grid.images)), "id_images": int(len(x_id)), "dropped": int(len(dropped)),
         "cells": int(len(grid.cells)), "cells_na": int(grid.cells["na"].sum()),
         "laid_orthogonality_error": laid.orthogonality_error, "laid_fit_seconds": fit_seconds, "warnings": notes,
     }
+    if ann is not None:
+        summary["ann"] = ann
     view = write_splits(
         cfg.out, images=grid.images, cells=grid.cells, edges=grid.edges, dropped=dropped,
         config=splits_config(cfg, clip_identity=inputs.clip_identity or ids.identity, id_root=ids.root,

@@ -5,19 +5,23 @@ of the manifest's ``dropped`` table (set, path, wnid, reason)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from isood.defaults import QUANTILE_CLIP
 from isood.errors import BadInputError
-from isood.grid import assign_levels, cell_names, cell_table, edges_table
+from isood.ann import AnnReport
+from isood.grid import assign_levels, axis_edges, cell_names, cell_table, edges_table
 from isood.laid import LAID
-from isood.shift import prepare_features, shift_distances
+from isood.shift import ShiftSearch, held_out_levels, prepare_features, shift_search
 
 __all__ = ["DROPPED_COLUMNS", "Grid", "empty_dropped", "dropped_rows", "rejected_rows", "clean_features",
-           "filter_test_rows", "measure_shift", "bin_shifts"]
+           "filter_test_rows", "measure_shift", "bin_shifts", "ann_summary", "LEVEL_AGREEMENT_TARGET"]
+
+#: Below this held-out level agreement an approximate search is reported in the warnings.
+LEVEL_AGREEMENT_TARGET = 0.999
 
 #: Columns of the ``dropped`` table.
 DROPPED_COLUMNS = ("set", "path", "wnid", "reason")
@@ -49,7 +53,9 @@ def clean_features(features: np.ndarray, index: pd.DataFrame, set_name: str, *,
     Returns (clean features, their index, ``dropped`` rows or None); each problem is reported to ``warn``.
     """
     x, mask = prepare_features(features, f"--{set_name} features", warn=warn or False)
-    dropped = dropped_rows(set_name, index.loc[mask], "non-finite or zero feature") if mask.any() else None
+    if not mask.any():  # nothing dropped: no copy of a large feature set
+        return x, index.reset_index(drop=True), None
+    dropped = dropped_rows(set_name, index.loc[mask], "non-finite or zero feature")
     return x[~mask], index.loc[~mask].reset_index(drop=True), dropped
 
 
@@ -73,10 +79,11 @@ def filter_test_rows(index: pd.DataFrame, *, kept_wnids: Iterable[str] | None = 
 
 
 def measure_shift(x_test: np.ndarray, x_id: np.ndarray, laid: LAID, *, backend: str = "auto",
-                  device: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(D_sem, D_cov) of every test row against the ID rows through ``laid`` (``device`` 'auto'/'' = default)."""
+                  device: str | None = None, ann_recall: float | None = None, seed: int = 0) -> ShiftSearch:
+    """(D_sem, D_cov, ann reports) of every test row against the ID rows through ``laid`` (``device``
+    'auto'/'' = default; ``ann_recall``: approximate search tuned to that recall@1, see ``isood.ann``)."""
     device = None if device in (None, "", "auto") else device
-    return shift_distances(x_test, x_id, laid, backend=backend, device=device)
+    return shift_search(x_test, x_id, laid, backend=backend, device=device, ann_recall=ann_recall, seed=seed)
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,3 +111,36 @@ def bin_shifts(index: pd.DataFrame, d_sem: np.ndarray, d_cov: np.ndarray, *, n_l
     images["cell"] = cell_names(images["cov_level"], images["sem_level"])
     cells = cell_table(cov_levels, sem_levels, n_levels, na_threshold)
     return Grid(images, cells, edges_table(sem_edges, cov_edges))
+
+
+def ann_summary(reports: Mapping[str, AnnReport] | None, edges: pd.DataFrame, *,
+                warn: Warn | None = None) -> dict | None:
+    """What a recall-tuned search achieved, for the manifest's summary: per axis the chosen parameters, recall@1
+    on the tuning and held-out samples and the held-out level agreement under the grid's ``edges``; the
+    held-out cell agreement (both levels unchanged). ``warn`` hears of a held-out recall significantly
+    (2 standard errors) below the target and of a level agreement below :data:`LEVEL_AGREEMENT_TARGET`."""
+    if not reports:
+        return None
+    axes, same_cell = {}, None
+    for axis, report in reports.items():
+        lv_exact, lv_approx = held_out_levels(report, axis_edges(edges, axis))
+        same = lv_exact == lv_approx
+        same_cell = same if same_cell is None else same_cell & same
+        entry = {**report.as_dict(), "level_agreement": float(np.mean(same)) if len(same) else 1.0}
+        axes[axis] = entry
+        n, target = max(report.check_queries, 1), report.target_recall
+        if report.check_queries and report.recall_check < target - 2 * np.sqrt(target * (1 - target) / n):
+            _say(warn, f"approximate search ({axis}): recall@1 {report.recall_check:.4f} on {n} held-out images, "
+                       f"below --ann-recall {target:g}")
+        if entry["level_agreement"] < LEVEL_AGREEMENT_TARGET:
+            _say(warn, f"approximate search ({axis}): {1 - entry['level_agreement']:.2%} of {n} held-out images "
+                       "change level; raise --ann-recall or search exactly")
+    first = next(iter(reports.values()))
+    cell = float(np.mean(same_cell)) if same_cell is not None and len(same_cell) else 1.0
+    return {"target_recall": first.target_recall, "held_out_images": int(first.check_queries),
+            "cell_agreement": cell, "axes": axes}
+
+
+def _say(warn: Warn | None, message: str) -> None:
+    if warn is not None:
+        warn(message)

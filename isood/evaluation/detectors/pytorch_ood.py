@@ -1,0 +1,226 @@
+"""pytorch-ood detectors as isood detectors: ``from_pytorch_ood(detector)`` and ``--detectors pytorch-ood:Name``.
+
+pytorch-ood (``pip install 'isood[pytorch-ood]'``; tested with 0.4) scores mean MORE OOD: the adapter negates them
+(isood: higher = more ID). It feeds a detector the captured outputs that its representation API consumes, so
+there is no new forward pass:
+
+- ``LogitsDetector`` (MaxSoftmax, EnergyBased, MaxLogit, Entropy, GEN, KLMatching, ...): ``logits``, through
+  ``fit_logits`` / ``predict_logits``;
+- ``FeaturesDetector`` (ViM, KNN, Mahalanobis, RMD, DICE, fDBD, NCI, SHE, ...): the penultimate ``features``,
+  through ``fit_features`` / ``predict_features``;
+- ``FeatureMapsDetector`` (ASH, ReAct, RankFeat, SCALE, ...): the pre-pool ``feature_maps``, through
+  ``fit_feature_maps`` / ``predict_feature_maps``; a missing ``head`` (maps -> logits) is the model's pool + fc.
+
+Detectors that need the model on the input (``GradientDetector``: ODIN, GradNorm, MCD, ...) or several layers
+(``StructuredDetector``) cannot score captured outputs and are refused by name.
+
+By name (``pytorch-ood:ViM``, ``pytorch-ood:KNN:k=10``) the detector is built at its first fit or score, from the
+outputs: ``model`` / ``encoder`` / ``backbone`` = None, ``w`` / ``b`` = the fc layer, ``head`` = the fc layer
+(features) or pool + fc (feature maps); ViM's ``d`` defaults to isood's ViM rule. Fitting labels are the ID
+training labels when the data has them, else all 0 (pytorch-ood reads labels < 0 as OOD); the class-conditional
+detectors (Mahalanobis, RMD, GMM, SHE) and TemperatureScaling need real labels.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from isood.errors import BadInputError, DetectorParamError
+
+from .base import Detector, DetectorInputError, ForwardOutputs
+from .registry import UnknownDetectorError, register_namespace
+from .vim import default_vim_dim
+
+__all__ = ["PREFIX", "PytorchOODDetector", "from_pytorch_ood", "pytorch_ood_detector", "pytorch_ood_names"]
+
+PREFIX = "pytorch-ood"
+INSTALL = "pip install 'isood[pytorch-ood]'"
+_BASES = (("LogitsDetector", "logits"), ("FeaturesDetector", "features"), ("FeatureMapsDetector", "feature_maps"))
+_MODEL_ARGS = ("model", "encoder", "backbone")
+_FC_ARGS = ("w", "b", "head")
+_NEEDS_LABELS = frozenset({"Mahalanobis", "RMD", "GMM", "SHE", "TemperatureScaling"})
+_DEFAULTS = {("ViM", "d"): default_vim_dim}  # name, parameter -> f(feature dim)
+
+
+def _library():
+    """``(pytorch_ood.api, pytorch_ood.detector)``; a one-line error naming the extra when it is missing."""
+    try:
+        from pytorch_ood import api, detector
+    except ImportError:
+        raise BadInputError(f"pytorch-ood detectors need the pytorch-ood package: {INSTALL}") from None
+    return api, detector
+
+
+def _representation(cls: type) -> str | None:
+    """'logits' / 'features' / 'feature_maps' from the pytorch-ood base class, None for the others."""
+    api, _ = _library()
+    for base, kind in _BASES:
+        b = getattr(api, base, None)
+        if b is not None and issubclass(cls, b):
+            return kind
+    return None
+
+
+def pytorch_ood_names() -> list[str]:
+    """The pytorch-ood detector classes that can score captured outputs (logits, features or feature maps)."""
+    api, module = _library()
+    return sorted(n for n, c in vars(module).items()
+                  if inspect.isclass(c) and issubclass(c, api.Detector) and _representation(c) is not None)
+
+
+class _PoolFC(nn.Module):
+    """Feature maps -> logits with the model's own pooling and fc layer (a FeatureMapsDetector's ``head``)."""
+
+    def __init__(self, pool, fc: nn.Linear) -> None:
+        super().__init__()
+        self.pool_fn, self.fc = pool, fc
+
+    def forward(self, maps: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.pool_fn(maps).to(self.fc.weight.dtype))
+
+
+def _linear(outputs: ForwardOutputs) -> nn.Linear:
+    w, b = (torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)) for a in outputs.fc())
+    fc = nn.Linear(w.shape[1], w.shape[0])
+    with torch.no_grad():
+        fc.weight.copy_(w), fc.bias.copy_(b)
+    return fc.eval()
+
+
+def _head(kind: str, outputs: ForwardOutputs) -> nn.Module:
+    fc = _linear(outputs)
+    return _PoolFC(outputs.pool, fc) if kind == "feature_maps" else fc
+
+
+class PytorchOODDetector(Detector):
+    """A pytorch-ood detector scoring isood's captured outputs; sign flipped (higher = more ID). Build one with
+    ``from_pytorch_ood(detector)`` or by name (``pytorch_ood_detector('ViM', d=64)``, ``pytorch-ood:ViM``)."""
+
+    name = PREFIX
+
+    def __init__(self, detector: Any = None, *, cls: type | None = None, params: dict | None = None,
+                 inputs: str | None = None, needs_labels: bool | None = None, chunk: int = 1024) -> None:
+        self.chunk = self._param("chunk", chunk, int, lambda v: v >= 1, ">= 1")
+        self.detector, self.cls, self.kwargs = detector, cls or type(detector), dict(params or {})
+        kind = inputs or _representation(self.cls)
+        if kind not in ("logits", "features", "feature_maps"):
+            raise BadInputError(f"pytorch-ood's {self.cls.__name__} does not score logits, features or feature "
+                                "maps: pass inputs='logits'|'features'|'feature_maps' or a detector of that kind")
+        self.kind, self.name = kind, f"{PREFIX}:{self.cls.__name__}"
+        fc_needed = (detector is None and kind != "logits" and bool(set(self._signature()) & set(_FC_ARGS))) or (
+            kind == "feature_maps" and getattr(detector, "head", True) is None)
+        self.requires = frozenset({kind} | ({"fc"} if fc_needed else set()))
+        self.needs_fit = bool(getattr(detector if detector is not None else self.cls, "requires_fit", False))
+        self.needs_labels = self.cls.__name__ in _NEEDS_LABELS if needs_labels is None else bool(needs_labels)
+
+    def _signature(self) -> dict[str, inspect.Parameter]:
+        return dict(list(inspect.signature(self.cls.__init__).parameters.items())[1:])
+
+    def params(self) -> dict[str, Any]:
+        """The parameters given by name, or the wrapped detector's ``get_hyperparameters()``."""
+        if self.detector is not None and not self.kwargs and hasattr(self.detector, "get_hyperparameters"):
+            return dict(self.detector.get_hyperparameters())
+        return dict(self.kwargs)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name}, {self.params()})"
+
+    # -- building, fitting, scoring ------------------------------------------------------------------------
+    def _built(self, outputs: ForwardOutputs):
+        """The pytorch-ood detector: built from ``outputs`` at first use when given by name; a missing ``head``
+        of a feature-map detector is filled with the model's pool + fc."""
+        if self.detector is None:
+            args = dict(self.kwargs)
+            for p in self._signature().values():
+                if p.name in args or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                    continue
+                if p.name in _MODEL_ARGS:
+                    args[p.name] = None
+                elif p.name in ("w", "b"):
+                    args[p.name] = torch.from_numpy(np.asarray(outputs.fc()[p.name == "b"], np.float32))
+                elif p.name == "head":
+                    args[p.name] = _head(self.kind, outputs)
+                elif (self.cls.__name__, p.name) in _DEFAULTS:
+                    args[p.name] = _DEFAULTS[self.cls.__name__, p.name](outputs.features.shape[1])
+            try:
+                self.detector = self.cls(**args)
+            except (TypeError, ValueError, AssertionError) as e:
+                raise DetectorParamError(f"{self.name}: {str(e).splitlines()[0] if str(e) else type(e).__name__}; "
+                                         "see pytorch-ood's documentation of its parameters") from None
+        if self.kind == "feature_maps" and getattr(self.detector, "head", True) is None:
+            self.detector.head = _head(self.kind, outputs)
+        return self.detector
+
+    def _inputs(self, outputs: ForwardOutputs, rows: slice = slice(None)) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(getattr(outputs, self.kind)[rows], dtype=np.float32))
+
+    def _call(self, method: str, *args):
+        det = self.detector
+        fn = getattr(det, f"{method}_{self.kind}", None) or getattr(det, f"{method}_features")
+        try:
+            return fn(*args)
+        except (ValueError, AssertionError, RuntimeError) as e:
+            raise DetectorInputError(f"{self.name}: pytorch-ood's {method} failed: "
+                                     f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+
+    def _fit(self, outputs: ForwardOutputs, labels: np.ndarray | None) -> None:
+        self._built(outputs)
+        y = labels if labels is not None else outputs.labels
+        if y is None and self.needs_labels:
+            raise DetectorInputError(f"detector '{self.name}' needs the real class labels of the ID training "
+                                     "images: pass labels")
+        y = torch.zeros(len(outputs), dtype=torch.long) if y is None else torch.as_tensor(np.asarray(y)).long()
+        self._call("fit", self._inputs(outputs), y)
+
+    def _score(self, outputs: ForwardOutputs) -> np.ndarray:
+        self._built(outputs)
+        parts = []
+        with torch.no_grad():
+            for i in range(0, len(outputs), self.chunk):
+                s = self._call("predict", self._inputs(outputs, slice(i, i + self.chunk)))
+                parts.append(-np.asarray(torch.as_tensor(s).detach().cpu().double().numpy()).reshape(-1))
+        return np.concatenate(parts)
+
+
+def from_pytorch_ood(detector: Any, *, inputs: str | None = None,
+                     needs_labels: bool | None = None) -> PytorchOODDetector:
+    """An isood ``Detector`` scoring captured outputs with the pytorch-ood ``detector`` (built by you, e.g.
+    ``ViM(None, d=64, w=fc.weight, b=fc.bias)``), scores negated. ``inputs`` ('logits' / 'features' /
+    'feature_maps') is read from its pytorch-ood base class (>= 0.4) unless given; ``needs_labels`` (real ID
+    training labels for fitting) is True for the class-conditional ones (Mahalanobis, RMD, GMM, SHE) and
+    TemperatureScaling."""
+    _library()
+    return PytorchOODDetector(detector, inputs=inputs, needs_labels=needs_labels)
+
+
+def pytorch_ood_detector(name: str, params: dict | None = None) -> PytorchOODDetector:
+    """The pytorch-ood detector class ``name`` (case-insensitive) with constructor ``params``, built from the
+    outputs at first use: what ``--detectors pytorch-ood:NAME:key=value`` resolves to."""
+    api, module = _library()
+    supported = {n.lower(): n for n in pytorch_ood_names()}
+    if name.strip().lower() not in supported:
+        raise UnknownDetectorError(f"unknown or unsupported pytorch-ood detector '{name}' (scoring captured outputs "
+                                   f"needs a logits, features or feature-map detector): pass one of "
+                                   f"{', '.join(sorted(supported.values()))}")
+    cls = getattr(module, supported[name.strip().lower()])
+    det = PytorchOODDetector(cls=cls, params=params)
+    sig = det._signature()
+    auto = set(_MODEL_ARGS) | set(_FC_ARGS) | {p for (c, p) in _DEFAULTS if c == cls.__name__}
+    allowed = [p for p in sig if p not in auto and sig[p].kind not in (inspect.Parameter.VAR_POSITIONAL,
+                                                                      inspect.Parameter.VAR_KEYWORD)]
+    unknown = sorted(set(det.kwargs) - set(sig))
+    if unknown:
+        raise DetectorParamError(f"{det.name}: unknown parameter {unknown[0]!r}; pass one of: "
+                                 f"{', '.join(allowed) or 'none'}")
+    missing = [p for p in allowed if sig[p].default is inspect.Parameter.empty and p not in det.kwargs]
+    if missing:
+        raise DetectorParamError(f"{det.name} needs {missing[0]}: pass {PREFIX}:{cls.__name__}:{missing[0]}=VALUE")
+    return det
+
+
+register_namespace(PREFIX, pytorch_ood_detector)

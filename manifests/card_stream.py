@@ -1,0 +1,184 @@
+"""Dataset cards of manifests whose main table is too large for memory (millions of rows).
+
+``MainTableStream`` writes a kind's main table piece by piece (``manifests.stream.ParquetStream``) and, in the
+same pass, a staged Parquet file per (``split_by`` value, ``config_by`` value) of its rows, the `datasets`
+configs the kind's ``CardSpec`` may ask for. ``write_streamed`` then plans the configs exactly as
+``manifests.card.config_layout`` does for an in-memory table (``plan_configs``), renames the staged files the
+plan keeps into `data/configs/<config>/<split>.parquet`, deletes the others (e.g. N/A cells), and hands over to
+``manifests.card.write_with_card``. A main table already written as Parquet (``table_files``) is partitioned in
+a second pass instead (``streamed_layout``). Memory stays bounded by a row group either way. Like
+``manifests.card``, this module knows no kind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from isood.errors import ManifestError
+from manifests.card import (
+    CONFIGS_DIR,
+    ConfigLayout,
+    add_other_tables,
+    allowed_splits,
+    card_spec,
+    plan_configs,
+    write_with_card,
+)
+from manifests.store import Manifest
+from manifests.stream import ROW_GROUP_ROWS, ParquetStream, key_counts, partition_parquet, string_keys
+
+__all__ = ["MainTableStream", "streamed_layout", "finish_stream", "write_streamed"]
+
+
+class MainTableStream:
+    """A kind's main table (its ``CardSpec.main``) written piece by piece to `data/<main>.parquet`, with a
+    staged copy of its rows per (split_by value, config_by value) for the `datasets` configs."""
+
+    def __init__(self, root: str | Path, kind: str, schema: pa.Schema, *, row_group_rows: int = ROW_GROUP_ROWS,
+                 plain_columns: Sequence[str] = ()) -> None:
+        card = card_spec(kind, {})
+        if card.main is None:
+            raise ManifestError(f"{kind}: the kind's card names no main table to stream")
+        self.root, self.kind, self.name = Path(root), kind, card.main
+        self.rel = f"data/{card.main}.parquet"
+        self.columns = [c if c and c in schema.names else None for c in (card.split_by, card.config_by)]
+        self.main = ParquetStream(self.root / self.rel, schema, row_group_rows=row_group_rows,
+                                  plain_columns=plain_columns)
+        self.options = dict(row_group_rows=row_group_rows, buffered=False, plain_columns=plain_columns)
+        self.parts: dict[tuple[str, str], ParquetStream] = {}
+
+    def write(self, piece: pa.Table) -> None:
+        """Append rows to the main table and to the staged copy of each of their keys."""
+        self.main.write(piece)
+        if not any(self.columns) or not piece.num_rows:
+            return
+        codes, keys = string_keys(piece, self.columns)
+        if len(keys) == 1:
+            self._part(next(iter(keys.values()))).write(piece)
+            return
+        order = np.argsort(codes, kind="stable")
+        sorted_codes = codes[order]
+        bounds = np.flatnonzero(np.diff(sorted_codes)) + 1
+        for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(order)]):
+            self._part(keys[int(sorted_codes[lo])]).write(piece.take(pa.array(order[lo:hi])))
+
+    def _part(self, key: tuple[str, str]) -> ParquetStream:
+        if key not in self.parts:
+            path = self.root / CONFIGS_DIR / f"part-{len(self.parts)}.parquet"
+            self.parts[key] = ParquetStream(path, self.main.schema, **self.options)
+        return self.parts[key]
+
+    def abort(self) -> None:
+        for s in [self.main, *self.parts.values()]:
+            if not s.staged.done:
+                s.abort()
+
+
+def _card_tables(root: Path, tables: Mapping[str, pd.DataFrame | pa.Table], table_files: Mapping[str, str],
+                 main: str) -> dict[str, pd.DataFrame]:
+    frames = {n: (t.to_pandas() if isinstance(t, pa.Table) else t) for n, t in tables.items()}
+    return {**frames, **{n: pq.read_table(root / rel).to_pandas() for n, rel in table_files.items() if n != main}}
+
+
+def _plan(kind: str, main: str, main_rel: str, columns: Sequence[str | None],
+          pairs: Iterable[tuple[str, str]], others: Mapping[str, pd.DataFrame], meta: Mapping[str, Any],
+          paths: Mapping[str, str]) -> tuple[ConfigLayout, dict[tuple[str, str], list[str]]]:
+    card = card_spec(kind, {main: None, **others})
+    split_col, config_col = columns
+    allowed = (allowed_splits(card.allowed_configs(others, meta) if card.allowed_configs else None)
+               if config_col else None)
+    layout, routes = plan_configs(card, main, pairs, split_col=split_col, config_col=config_col, allowed=allowed)
+    layout.configs = {c: {s: (main_rel if p == f"data/{main}.parquet" else p) for s, p in sp.items()}
+                      for c, sp in layout.configs.items()}
+    add_other_tables(layout, paths)
+    return layout, routes
+
+
+def streamed_layout(root: Path, kind: str, main: str, main_rel: str, others: Mapping[str, pd.DataFrame],
+                    meta: Mapping[str, Any], paths: Mapping[str, str]) -> ConfigLayout:
+    """The configs of a main table already written as Parquet: its per-config files are written now
+    (``partition_parquet``, one row group at a time) and listed in ``written``."""
+    card = card_spec(kind, {main: None, **others})
+    names = pq.read_schema(root / main_rel).names
+    columns = [c if c and c in names else None for c in (card.split_by, card.config_by)]
+    counts = key_counts(root / main_rel, columns)
+    layout, routes = _plan(kind, main, main_rel, columns, counts, others, meta, paths)
+    written = partition_parquet(root / main_rel, columns, {k: [root / r for r in rels] for k, rels in routes.items()})
+    layout.written = sorted(p.relative_to(root).as_posix() for p in written)
+    return layout
+
+
+def _place_parts(stream: MainTableStream, routes: Mapping[tuple[str, str], list[str]]) -> list[str]:
+    """Rename each staged copy onto the one config file that holds exactly its rows; files gathering several
+    keys (the per-split copies of `all`) are partitioned from the main table; unused copies are deleted."""
+    by_file: dict[str, list[tuple[str, str]]] = {}
+    for key, rels in routes.items():
+        for rel in rels:
+            by_file.setdefault(rel, []).append(key)
+    placed, gathered = [], {}
+    for rel, keys in sorted(by_file.items()):
+        if len(keys) == 1 and keys[0] in stream.parts and not stream.parts[keys[0]].staged.done:
+            stream.parts[keys[0]].commit(stream.root / rel)
+            placed.append(rel)
+        else:
+            for key in keys:
+                gathered.setdefault(key, []).append(stream.root / rel)
+    for part in stream.parts.values():
+        if not part.staged.done:
+            part.abort()
+    if gathered:
+        written = partition_parquet(stream.root / stream.rel, stream.columns, gathered)
+        placed += [p.relative_to(stream.root).as_posix() for p in written]
+    return sorted(placed)
+
+
+def finish_stream(stream: MainTableStream, *, tables: Mapping[str, pd.DataFrame | pa.Table],
+                  config: Mapping[str, Any], table_files: Mapping[str, str] | None = None
+                  ) -> tuple[ConfigLayout, dict[str, str]]:
+    """Commit a streamed main table and place its config files (as ``config_layout`` plans them for these
+    other ``tables`` and ``config``); returns the layout and the table files (the main one added), for
+    ``write_with_card(layout=..., table_files=...)``. On an error every staged file is deleted."""
+    root, table_files = stream.root, dict(table_files or {})
+    meta = {"kind": stream.kind, "command": {"config": dict(config)}}
+    try:
+        stream.main.commit()
+        table_files[stream.name] = stream.rel
+        paths = {**{n: f"data/{n}.parquet" for n in tables}, **table_files}
+        others = _card_tables(root, tables, table_files, stream.name)
+        layout, routes = _plan(stream.kind, stream.name, stream.rel, stream.columns, stream.parts, others, meta,
+                               paths)
+        layout.written = _place_parts(stream, routes)
+    except BaseException:
+        stream.abort()
+        raise
+    return layout, table_files
+
+
+def write_streamed(root: str | Path, *, kind: str, stream: MainTableStream | None = None,
+                   tables: Mapping[str, pd.DataFrame | pa.Table], config: Mapping[str, Any],
+                   table_files: Mapping[str, str] | None = None, inputs: Iterable[dict] = (),
+                   files: Mapping[str, bytes | str] | None = None, existing_files: Iterable[str] = (),
+                   summary: Mapping[str, Any] | None = None, note: str = "", argv: list[str] | None = None,
+                   title: str | None = None) -> Manifest:
+    """``manifests.card.write_with_card`` (same arguments) for a main table written by ``stream``
+    (``finish_stream``) or given in ``table_files`` (partitioned here, ``streamed_layout``)."""
+    root, table_files = Path(root), dict(table_files or {})
+    if stream is not None:
+        layout, table_files = finish_stream(stream, tables=tables, config=config, table_files=table_files)
+    else:
+        main = card_spec(kind, {**tables, **table_files}).main
+        if main not in table_files:
+            raise ManifestError(f"{kind}: write_streamed needs a stream or the main table {main!r} in table_files")
+        meta = {"kind": kind, "command": {"config": dict(config)}}
+        paths = {**{n: f"data/{n}.parquet" for n in tables}, **table_files}
+        layout = streamed_layout(root, kind, main, table_files[main], _card_tables(root, tables, table_files, main),
+                                 meta, paths)
+    return write_with_card(root, kind=kind, tables=tables, config=config, inputs=inputs, files=files,
+                           existing_files=existing_files, table_files=table_files, layout=layout, summary=summary,
+                           note=note, argv=argv, title=title)
