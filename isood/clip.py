@@ -274,7 +274,8 @@ class ClipEncodeWorker:
     ``ClipEncodeWorker(clip, device, decode_threads, decode)``: ``clip`` a ``--clip`` name (loaded here, on
     ``device``) or an already loaded ``ClipEncoder`` (used as is); ``decode`` the decoding mode
     (``isood.images.REFERENCE_DECODE`` or ``FAST_DECODE``, see ``isood.images.image_decoder``). A call takes a
-    batch ``{'path': files, 'name': relative paths (for error messages), 'i': row ids (echoed)}`` and returns
+    batch ``{'path': files, 'name': relative paths (for error messages), 'i': row ids (echoed)}`` (and
+    optionally ``'refused'``: per file '' or why the listing refused it; such a file is not opened) and returns
     ``{'i', 'feature' (n, D) float32, zeros where unreadable, 'ok' (n,) bool, 'error' (n,) str ('' when ok)}``:
     images decoded by ``decode_threads`` threads, the readable ones encoded in ONE forward pass (so the batch
     composition fixes the numerics).
@@ -291,7 +292,10 @@ class ClipEncodeWorker:
         paths = [str(p) for p in batch["path"]]
         n = len(paths)
         names = [str(x) for x in batch["name"]] if "name" in batch else paths
-        items = self.decoder.decode(paths, names, self.pool)
+        refused = [str(r) for r in batch.get("refused", ())] or [""] * n
+        read = [j for j in range(n) if not refused[j]]
+        decoded = iter(self.decoder.decode([paths[j] for j in read], [names[j] for j in read], self.pool))
+        items = [next(decoded) if not refused[j] else (None, refused[j]) for j in range(n)]
         ok_pos, tensor, bad = collate(items)
         feats = np.zeros((n, self.encoder.embed_dim), np.float32)
         ok = np.zeros(n, dtype=bool)

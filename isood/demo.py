@@ -22,6 +22,7 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 import manifests
+from isood.errors import BadInputError
 from isood.laid import LAID, fit_laid
 from isood.runtime import atomic_write_bytes
 from isood.shift import shift_distances
@@ -29,7 +30,7 @@ from isood.simulate import PlantedWorld, make_planted_world, random_orthogonal, 
 from isood.stages.splits import BuildConfig, BuildResult, build_splits
 from wordnet_tools.jobs import run_filter
 
-__all__ = ["PlantedReport", "PlantedRun", "planted_report", "write_planted_features", "run_planted",
+__all__ = ["PlantedReport", "PlantedRun", "planted_report", "write_planted_features", "run_planted", "check_seed",
            "run_class_filter", "FILTER_ARGS", "FILTER_EXCLUDE"]
 
 
@@ -107,9 +108,17 @@ def write_planted_features(world: PlantedWorld, root: Path) -> tuple[Path, Path]
     return dirs[0], dirs[1]
 
 
+def check_seed(seed: int) -> int:
+    """``seed`` when it is an integer >= 0 (numpy's generators refuse others), else a one-line error."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise BadInputError(f"--seed must be an integer >= 0, got {seed!r}")
+    return int(seed)
+
+
 def run_planted(out: str | Path, *, seed: int = 0, progress: bool = True,
                 warn: Callable[[str], None] | None = None) -> PlantedRun:
     """Planted world -> LAID -> `build-splits` on precomputed features -> ground-truth report."""
+    check_seed(seed)
     out = Path(out)
     world = make_planted_world(seed=seed)
     world_dir = out / "planted-world"

@@ -125,7 +125,11 @@ def load_labels(spec: str | Path | None = DEFAULT_LABELS) -> Labels:
     if path.is_dir():
         wnids = load_synset_list(path)
         names = imagenet_names()
-        return Labels(_labels_frame(((w, names.get(w, "")) for w in wnids), str(path)),
+        unnamed = [w for w in wnids if not names.get(w)]
+        if unnamed:  # never dropped silently: a class of the dataset would be missing from the labels
+            raise LabelError(f"--labels {path}: {len(unnamed)} wnid folder(s) have no known name (e.g. {unnamed[0]}); "
+                             "pass a labels file with 'wnid<TAB>label' lines instead")
+        return Labels(_labels_frame(((w, names[w]) for w in wnids), str(path)),
                       f"dataset root {path} ({len(wnids)} wnids)")
     if path.is_file():
         frame = labels_from_lines(_read_lines(path), str(path))

@@ -77,7 +77,7 @@ def _fit_with_progress(A: np.ndarray, S: np.ndarray, C: np.ndarray, texts: list[
             bar.update(task, total=total, completed=step + 1,
                        description=f"training LAID (loss {losses['total']:.3f})")
 
-        return fit_laid(A, S, C, seed=seed, steps=steps or DEFAULT_FIT_OPTIONS["steps"], texts=texts,
+        return fit_laid(A, S, C, seed=seed, steps=DEFAULT_FIT_OPTIONS["steps"] if steps is None else steps, texts=texts,
                         callback=callback)
 
 

@@ -4,6 +4,7 @@ output folder (pure: they run before anything is loaded or written)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
@@ -91,8 +92,9 @@ def check_options(opts: SynOptions, *, previous_kind: str | None, engine: str = 
                             "overwrites other kinds)")
     if opts.prompts_only and previous_kind == KIND:
         raise BadInputError(f"{out} holds a generated Syn-IS set; pass another --out for --prompts-only")
-    if opts.per_cell < 1:
-        raise BadInputError(f"--per-cell must be >= 1, got {opts.per_cell}")
-    if opts.images_per_prompt < 1:
-        raise BadInputError(f"--images-per-prompt must be >= 1, got {opts.images_per_prompt}")
+    for flag, value, least in (("--per-cell", opts.per_cell, 1), ("--images-per-prompt", opts.images_per_prompt, 1),
+                               ("--seed", opts.seed, 0), ("n_levels", opts.n_levels, 1),
+                               ("na_threshold", opts.na_threshold, 0), ("laid_triplets", opts.laid_triplets, 1)):
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < least:
+            raise BadInputError(f"{flag} must be an integer >= {least}, got {value!r}")
     opts.settings()

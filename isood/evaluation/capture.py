@@ -20,7 +20,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
-from isood.errors import BadInputError
+from isood.errors import BadInputError, IsoodError
+from isood.images import read_rgb
 from isood.runtime import atomic_write_bytes, track
 
 from .detectors import CAPTURE_KINDS, Detector, ForwardOutputs
@@ -29,7 +30,7 @@ from .models import ModelAdapter
 __all__ = ["CACHE_VERSION", "OutputCache", "cache_key", "score_kind", "as_loader", "split_batch", "ImageList",
            "default_transform", "extract_outputs"]
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: 16-bit images scaled to 8 bits (isood.images.to_rgb), bombs refused before decoding
 
 
 # ================================================================================================== data
@@ -62,7 +63,9 @@ def split_batch(batch) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 
 class ImageList(torch.utils.data.Dataset):
-    """A torch dataset of image files: ``(transform(RGB image), label)``; an unreadable file is a one-line error."""
+    """A torch dataset of image files: ``(transform(RGB image), label)``, decoded as ``isood.images.read_rgb``
+    decodes them (a decompression bomb refused from its header, 16-bit images scaled to 8 bits); an unreadable
+    file is a one-line error (every image of an evaluation must be scored)."""
 
     def __init__(self, files: Sequence[Path], labels: Sequence[int], transform: Callable) -> None:
         self.files = [Path(f) for f in files]
@@ -73,15 +76,30 @@ class ImageList(torch.utils.data.Dataset):
         return len(self.files)
 
     def __getitem__(self, i: int):
-        from PIL import Image, UnidentifiedImageError
+        import warnings
+
+        from PIL import Image
 
         try:
-            with Image.open(self.files[i]) as im:
-                img = im.convert("RGB")
-        except (OSError, UnidentifiedImageError) as e:
+            with warnings.catch_warnings():  # read_rgb refuses what PIL only warns about
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                img = read_rgb(self.files[i])
+        except Exception as e:  # missing, truncated, not an image, a bomb, a decoder's ValueError: one line
             raise BadInputError(f"cannot read image {self.files[i]}: {type(e).__name__}: remove or replace it") \
                 from None
         return self.transform(img), int(self.labels[i])
+
+
+def worker_message(error: BaseException) -> str:
+    """The one-line message of an error a DataLoader worker raised: torch re-raises it with the worker's whole
+    traceback in the message ('Caught X in DataLoader worker process 0. Original Traceback ...'); its last line
+    carries the original message."""
+    text = str(error)
+    if "Original Traceback" not in text:
+        return text
+    last = [ln for ln in text.strip().splitlines() if ln.strip()][-1]
+    head, sep, tail = last.partition(": ")
+    return tail if sep and " " not in head else last
 
 
 def default_transform() -> Callable:
@@ -157,17 +175,20 @@ def _forward_passes(adapter: ModelAdapter, loader, kinds: frozenset[str], inputs
     labels: list[np.ndarray] = []
     scored: dict[str, list[np.ndarray]] = {n: [] for n in inputs}
     total = len(loader) if hasattr(loader, "__len__") else None
-    for batch in track(loader, total, desc, progress):
-        x, y = split_batch(batch)
-        x = x.to(adapter.device)
-        if kinds:
-            out = adapter.forward(x, kinds)
-            for k in kinds:
-                parts[k].append(out[k].detach().float().cpu().numpy())
-        if y is not None:
-            labels.append(y.cpu().numpy())
-        for n, d in inputs.items():
-            scored[n].append(d.score_inputs(adapter.logits, x, adapter.input_std))
+    try:
+        for batch in track(loader, total, desc, progress):
+            x, y = split_batch(batch)
+            x = x.to(adapter.device)
+            if kinds:
+                out = adapter.forward(x, kinds)
+                for k in kinds:
+                    parts[k].append(out[k].detach().float().cpu().numpy())
+            if y is not None:
+                labels.append(y.cpu().numpy())
+            for n, d in inputs.items():
+                scored[n].append(d.score_inputs(adapter.logits, x, adapter.input_std))
+    except IsoodError as e:  # raised in a DataLoader worker: one line, not the worker's traceback
+        raise type(e)(worker_message(e)) from None
     got = {k: _cat(v) for k, v in parts.items()}
     if labels:
         got["labels"] = np.concatenate(labels)
@@ -208,9 +229,9 @@ def extract_outputs(adapter: ModelAdapter, data, kinds: Iterable[str] = ("logits
         new = {k: v for k, v in captured.items() if k not in got}
         new.update({score_kinds[n]: s for n, s in scored.items()})
         got.update(new)
-        if cache is not None:
-            for k, v in new.items():
-                cache.save(k, v)
+        if cache is not None:  # labels first: a killed run cannot leave outputs cached without their labels
+            for k in sorted(new, key=lambda k: k != "labels"):
+                cache.save(k, new[k])
     outputs = adapter.empty_outputs()
     for k in kinds:
         setattr(outputs, k, got[k])

@@ -74,6 +74,10 @@ def labels_for(wnids: Sequence[str], classes: Sequence[str], *, strict: bool, wh
     index = {w: i for i, w in enumerate(classes)}
     if strict:
         missing = sorted(set(wnids) - set(index))
+        if "" in missing:
+            n = sum(1 for w in wnids if not w)
+            raise BadInputError(f"{what}: {n} image(s) have no wnid in their path; put each class in a wnid "
+                                "folder (e.g. n01440764/) or pass precomputed outputs with labels")
         if missing:
             raise BadInputError(f"{what}: classes {', '.join(missing[:5])} are not ID classes of the model "
                                 "(not in --id-train / --classes): remove them or fix the class list")

@@ -48,6 +48,7 @@ from .cells import CellEvaluation
 from .classes import class_list, labels_for, outputs_labels, read_class_file, wnids_of
 from .classifiers import adapter_from_option
 from .detectors import Detector, parse_detectors
+from .metrics import METRICS
 from .models import ModelAdapter, model_classes, randomized_copy, wrap_model
 from .outputs import is_outputs_dir, load_outputs
 from .scoring import DetectorScores, check_requirements, run_detectors, score_precomputed
@@ -99,13 +100,31 @@ class EvaluateResult:
 
 
 # ================================================================================================ inputs
+#: Integer options and their least value (``None`` = the default, allowed where the field is optional).
+_LEAST = {"batch_size": 1, "workers": 0, "na_threshold": 1, "seed": 0, "num_classes": 1}
+
+
 def _check_options(opts: EvaluateOptions) -> None:
+    """One-line errors, before anything is read: required paths, counts below their least value, leak rules."""
     for flag, value in (("--splits", opts.splits), ("--out", opts.out), ("--id-test", opts.id_test),
                         ("--id-train", opts.id_train)):
         if value is None:
             raise BadInputError(f"{flag} is required")
-    if opts.na_threshold < 1:
-        raise BadInputError(f"--na-threshold must be >= 1, got {opts.na_threshold}")
+    for name, least in _LEAST.items():
+        value = getattr(opts, name)
+        if value is None and name == "num_classes":
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise BadInputError(f"--{name.replace('_', '-')} must be an integer >= {least}, got {value!r}")
+    parse_rules(opts.leak_rules, option="--leak-rules")
+    unknown = [m for m in _plot_metrics(opts) or () if m not in METRICS]
+    if unknown:
+        raise BadInputError(f"--plot-metrics {', '.join(unknown)}: unknown metric; pass among {', '.join(METRICS)}")
+
+
+def _plot_metrics(opts: EvaluateOptions) -> list[str] | None:
+    """The ``--plot-metrics`` names, or None (every computed metric)."""
+    return [m.strip() for m in opts.plot_metrics.split(",") if m.strip()] if opts.plot_metrics else None
 
 
 def load_grid(path: str | Path, kind: str, flag: str) -> GridView:
@@ -337,7 +356,7 @@ def run_evaluate(opts: EvaluateOptions, *, adapter=None, argv: list[str] | None 
     meta = run_meta(opts, model_name=model_name, detectors=detectors,
                     n_id_classes=len(classes) if classes is not None else n_model,
                     datasets=[ID_TEST, *grids], scores=scores, leaking=leaking)
-    plot_metrics = [m.strip() for m in opts.plot_metrics.split(",") if m.strip()] if opts.plot_metrics else None
+    plot_metrics = _plot_metrics(opts)
     manifest = write_evaluation(
         evaluation, opts.out, inputs=run_inputs(opts, grids, sets, audit),
         scores=scores_table(scores, sets, leaking),

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 from isood.clip import ClipEncoder, ClipEncodeWorker, load_clip, parse_clip_spec
@@ -63,10 +64,15 @@ class ShardRun:
         return ExtractResult(manifest, n_ok, n_bad, sorted(self.written), reused, self.embed_dim)
 
 
-def check_sizes(*, batch_size: int, shard_size: int) -> None:
-    """One-line error unless both sizes are >= 1."""
-    if int(shard_size) < 1 or int(batch_size) < 1:
-        raise BadInputError("--shard-size and --batch-size must be >= 1")
+def check_sizes(*, batch_size: int, shard_size: int, workers: int | None = None) -> None:
+    """One-line errors naming the option: ``--batch-size`` and ``--shard-size`` must be >= 1, ``--workers`` (the
+    decoding threads; 0: decode in the model's own thread; None: the default) >= 0."""
+    for flag, value, least in (("--batch-size", batch_size, 1), ("--shard-size", shard_size, 1),
+                               ("--workers", workers, 0)):
+        if value is None and flag == "--workers":
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise BadInputError(f"{flag} must be an integer >= {least}, got {value!r}")
 
 
 @dataclass
@@ -94,7 +100,8 @@ def _encode(source: ImageSource, model: _Model, out: Path, todo: Sequence[int], 
             on_shard: Callable[[int], None] | None) -> dict[int, pd.DataFrame]:
     """Encode the files of shards ``todo`` on ``engine``; write each shard as soon as it is complete."""
     rels = source.table["path"].tolist()
-    batches = image_batches(source.files, rels, todo, shard_size=shard_size, batch_size=batch_size)
+    refused = source.refused if any(source.refused) else None
+    batches = image_batches(source.files, rels, todo, shard_size=shard_size, batch_size=batch_size, refused=refused)
     assembler = ShardAssembler(source.table, todo, shard_size=shard_size)
     args = (model.encoder if model.encoder is not None else model.spec, model.device, threads, decode)
     written: dict[int, pd.DataFrame] = {}
@@ -121,6 +128,8 @@ def _run_config(source: ImageSource, model: _Model, engine: BatchEngine, *, embe
               "clip_identity": model.identity, "decode": decode, "embed_dim": embed_dim,
               "shard_size": int(shard_size), "batch_size": int(batch_size), "workers": engine_config.get("workers", threads),
               "device": model.device, "engine": engine.name}
+    if source.follow_symlinks:  # recorded only when opted in: the default keeps older manifests' bytes
+        config["follow_symlinks"] = True
     if engine_config:
         config[engine.name] = engine_config
     return config
@@ -136,7 +145,7 @@ def extract_shards(source: ImageSource, clip: str | ClipEncoder, out: str | os.P
     process). ``workers``: image-decoding threads of each model worker (default
     ``isood.runtime.default_workers()``); ``decode``: ``isood.images.REFERENCE_DECODE`` (default) or
     ``FAST_DECODE``. The directory is parked (reads as unfinished) until the caller writes its manifest."""
-    check_sizes(batch_size=batch_size, shard_size=shard_size)
+    check_sizes(batch_size=batch_size, shard_size=shard_size, workers=workers)
     check_decode_mode(decode)
     engine = engine if engine is not None else LocalEngine()
     out = Path(out)
@@ -147,8 +156,10 @@ def extract_shards(source: ImageSource, clip: str | ClipEncoder, out: str | os.P
     shards = list(range(n_shards)) if shards is None else list(shards)
     out.mkdir(parents=True, exist_ok=True)
     rels = source.table["path"].tolist()
+    refused = source.refused or [""] * n
     keys = {k: shard_key(model.identity, rels[slice(*shard_bounds(k, shard_size, n))],
-                         source.sizes[slice(*shard_bounds(k, shard_size, n))], decode=decode) for k in shards}
+                         source.sizes[slice(*shard_bounds(k, shard_size, n))], decode=decode,
+                         refused=refused[slice(*shard_bounds(k, shard_size, n))]) for k in shards}
     rows = {k: r for k in shards if (r := complete_shard(out, k, keys[k])) is not None}
     todo = [k for k in shards if k not in rows]
     if todo or not (out / "manifest.json").is_file():
@@ -186,13 +197,14 @@ def write_features_manifest(out: str | os.PathLike, shard_rows: Mapping[int, pd.
                  "shards": n_shards})
 
 
-def extract_features(images: str | os.PathLike, clip: str | ClipEncoder, out: str | os.PathLike, *,
+def extract_features(images: str | os.PathLike | ImageSource, clip: str | ClipEncoder, out: str | os.PathLike, *,
                      batch_size: int = DEFAULT_BATCH_SIZE, workers: int | None = None,
                      shard_size: int = DEFAULT_SHARD_SIZE, device: str | None = None, progress: bool = True,
                      argv: list[str] | None = None, engine: BatchEngine | None = None,
-                     on_shard: Callable[[int], None] | None = None, decode: str = REFERENCE_DECODE) -> ExtractResult:
-    """Extract L2-normalised CLIP image features of ``images`` (dataset root or file list) into the ``features``
-    manifest ``out``.
+                     on_shard: Callable[[int], None] | None = None, decode: str = REFERENCE_DECODE,
+                     follow_symlinks: bool = False) -> ExtractResult:
+    """Extract L2-normalised CLIP image features of ``images`` (dataset root or file list, or one already listed
+    by ``isood.images.list_images``) into the ``features`` manifest ``out``.
 
     Resumable: complete shards (same model, decoding mode, member files and sizes) are kept; others are
     (re)computed. ``decode``: ``reference`` (default: PIL + the model's own preprocess) or ``fast``
@@ -200,9 +212,12 @@ def extract_features(images: str | os.PathLike, clip: str | ClipEncoder, out: st
     ``engine``: where the model runs (default ``LocalEngine()``: this process, ``workers`` decoding threads;
     ``isood.engines.ray.RayEngine``: Ray actors, each holding one model). Every engine writes the same shards
     and manifest. ``on_shard(k)`` is called after shard k is written (tests use it to interrupt a run).
+    ``follow_symlinks``: also read files whose links lead outside the image root (default: rejected,
+    ``isood.images``).
     """
-    check_sizes(batch_size=batch_size, shard_size=shard_size)
-    source = list_images(images)
+    check_sizes(batch_size=batch_size, shard_size=shard_size, workers=workers)
+    source = (images if isinstance(images, ImageSource)
+              else list_images(images, follow_symlinks=follow_symlinks))
     check_output_kind(out, FEATURES)
     run = extract_shards(source, clip, out, batch_size=batch_size, workers=workers, shard_size=shard_size,
                          device=device, progress=progress, engine=engine, on_shard=on_shard, decode=decode)

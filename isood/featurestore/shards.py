@@ -50,14 +50,17 @@ def shard_bounds(k: int, shard_size: int, n_images: int) -> tuple[int, int]:
     return k * shard_size, min(int(n_images), (k + 1) * shard_size)
 
 
-def shard_key(identity: str, paths: Sequence[str], sizes: Sequence[int], *, decode: str = REFERENCE_DECODE) -> str:
+def shard_key(identity: str, paths: Sequence[str], sizes: Sequence[int], *, decode: str = REFERENCE_DECODE,
+              refused: Sequence[str] | None = None) -> str:
     """The key of a shard: hash of the model identity, the decoding mode (``isood.images.DECODE_MODES``) and its
-    member files (path and size). The reference mode adds nothing to the hash, so shards written before modes
-    existed (all reference) keep their keys and are reused."""
+    member files (path, size, and whether the listing refused it: ``refused`` aligned with ``paths``, '' when
+    read). The reference mode and files not refused add nothing to the hash, so shards written before modes and
+    refusals existed keep their keys and are reused."""
     tag = identity if decode == REFERENCE_DECODE else f"{identity}\0decode={check_decode_mode(decode)}"
     h = hashlib.sha256(tag.encode() + b"\0")
-    for r, s in zip(paths, sizes):
-        h.update(f"{r}\t{s}\n".encode())
+    marks = refused if refused is not None else [""] * len(paths)
+    for r, s, why in zip(paths, sizes, marks):
+        h.update(f"{r}\t{s}{chr(9) + 'refused' if why else ''}\n".encode())
     return h.hexdigest()
 
 
@@ -68,18 +71,22 @@ def shard_files(shards: Iterable[int]) -> list[str]:
 
 
 def image_batches(files: Sequence[str | os.PathLike], names: Sequence[str], shards: Iterable[int], *,
-                  shard_size: int, batch_size: int) -> list[dict[str, Any]]:
+                  shard_size: int, batch_size: int, refused: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """The work batches of the given shards, for an engine: ``{'i': file ids, 'path': files, 'name': relative
-    paths}``; a batch never straddles two shards (each shard starts a new batch), so every engine and every
-    job-array split encodes the same batches."""
+    paths}``, plus ``'refused'`` (why each file is not read, '' when it is) when ``refused`` is given; a batch
+    never straddles two shards (each shard starts a new batch), so every engine and every job-array split
+    encodes the same batches."""
     n = len(files)
     out = []
     for k in shards:
         lo, hi = shard_bounds(k, shard_size, n)
         for s in range(lo, hi, max(1, int(batch_size))):
             e = min(hi, s + int(batch_size))
-            out.append({"i": np.arange(s, e, dtype=np.int64), "path": [str(files[j]) for j in range(s, e)],
-                        "name": [str(names[j]) for j in range(s, e)]})
+            batch = {"i": np.arange(s, e, dtype=np.int64), "path": [str(files[j]) for j in range(s, e)],
+                     "name": [str(names[j]) for j in range(s, e)]}
+            if refused is not None:
+                batch["refused"] = [str(refused[j]) for j in range(s, e)]
+            out.append(batch)
     return out
 
 

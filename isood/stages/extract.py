@@ -43,8 +43,9 @@ __all__ = ["ExtractOptions", "validate", "output_kind", "task_shards", "part_tab
 class ExtractOptions:
     """What ``isood extract`` was asked: the images (dataset root or file list), the CLIP (``--clip`` name or a
     loaded encoder), the output directory, sizes, decoding ``workers`` per model worker, device, the job-array
-    task (``num_shards``, ``shard_index``) and the decoding mode (``decode``: ``isood.images.REFERENCE_DECODE``,
-    or ``FAST_DECODE`` for ``--fast-decode``)."""
+    task (``num_shards``, ``shard_index``), the decoding mode (``decode``: ``isood.images.REFERENCE_DECODE``,
+    or ``FAST_DECODE`` for ``--fast-decode``) and ``follow_symlinks`` (``--follow-symlinks``: also read files
+    whose links lead outside the image root; by default they are rejected, see ``isood.images``)."""
 
     images: str | os.PathLike
     clip: str | ClipEncoder
@@ -57,11 +58,12 @@ class ExtractOptions:
     shard_index: int = 0
     progress: bool = True
     decode: str = REFERENCE_DECODE
+    follow_symlinks: bool = False
 
 
 def validate(opts: ExtractOptions) -> None:
-    """One-line errors for impossible sizes, job-array arguments and decoding modes."""
-    check_sizes(batch_size=opts.batch_size, shard_size=opts.shard_size)
+    """One-line errors for impossible sizes and thread counts, job-array arguments and decoding modes."""
+    check_sizes(batch_size=opts.batch_size, shard_size=opts.shard_size, workers=opts.workers)
     check_shard_args(opts.num_shards, opts.shard_index)
     check_decode_mode(opts.decode)
 
@@ -103,7 +105,7 @@ def run_extract(opts: ExtractOptions, *, engine: BatchEngine | None = None, argv
                 on_shard: Callable[[int], None] | None = None) -> ExtractResult:
     """``isood extract``: validate, list, extract this task's shards on ``engine``, write the manifest."""
     validate(opts)
-    source = list_images(opts.images)
+    source = list_images(opts.images, follow_symlinks=opts.follow_symlinks)
     kind = output_kind(opts)
     check_output_kind(opts.out, kind)
     run = extract_shards(source, opts.clip, opts.out, shards=task_shards(len(source.files), opts),

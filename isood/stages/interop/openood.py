@@ -22,7 +22,7 @@ from isood.defaults import NA_THRESHOLD, OOD_LABEL
 from isood.errors import BadInputError
 from isood.grid import cell_name
 from isood.kinds import GRID_KINDS, IMAGE_LIST, SPLITS, SYN_IS, SplitsView
-from isood.runtime import atomic_write_bytes
+from isood.runtime import TMP_PREFIX, atomic_write_bytes
 from isood.stages.interop.lines import has_bytes, has_odd_bytes, string_bytes, write_lines
 from manifests import Manifest, read
 from manifests.stream import StagedFile
@@ -281,7 +281,7 @@ def _export_list(m: Manifest, files: _LineFiles, *, name: str, data_dir: str) ->
 def _prepare_out(out: Path, name: str) -> None:
     if out.exists() and not out.is_dir():
         raise BadInputError(f"--out {out} is a file; pass a folder")
-    if out.is_dir() and any(out.iterdir()):
+    if out.is_dir() and any(not p.name.startswith(TMP_PREFIX) for p in out.iterdir()):  # not the --out lock
         if not (out / EXPORT_INFO).is_file():
             raise BadInputError(f"--out {out} is not empty and holds no earlier isood export; pass a new folder")
         for top in (BENCHMARK_DIR, RELEASE_DIR):
@@ -300,6 +300,8 @@ def export_openood(manifest_dir: str | os.PathLike, out: str | os.PathLike, *, n
                    num_classes: int = 1000) -> ExportResult:
     """Write OpenOOD v1.5 imglists per cell plus configs, and a grid's release-format lists (see the module
     docstring of ``isood.stages.interop``); the images are read one row group at a time."""
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+        raise BadInputError(f"--num-classes must be an integer >= 1 (the ID classifier's classes), got {num_classes!r}")
     m = read(manifest_dir, kind=EXPORT_KINDS)
     name = name or _default_name(m)
     if not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name):

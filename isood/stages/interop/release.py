@@ -322,6 +322,9 @@ def import_isood_lists(directory: str | os.PathLike, out: str | os.PathLike, *, 
     """Import an IS-OOD release folder of per-cell lists as a `splits` manifest (see the module docstring):
     `images` (path as listed, wnid, NaN shifts, levels, cell, subset, label) streamed in row groups of
     ``row_group_rows``, `cells` by ``na_rule``, `edges` (unknown bounds), a copy of every list under `lists/`."""
+    for flag, value, least in (("--levels", n_levels, 1), ("--na-threshold", na_threshold, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise BadInputError(f"{flag} must be an integer >= {least}, got {value!r}")
     rel = scan_release(directory, n_levels=n_levels, na_rule=na_rule, allow_missing=allow_missing)
     out = Path(out)
     check_output_kind(out, SPLITS)
