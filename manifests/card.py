@@ -38,7 +38,8 @@ from manifests.schema import CardSpec, kind_spec
 from manifests.store import MANIFEST_FILE, Manifest, parquet_bytes, read, write_manifest
 
 __all__ = ["CARD_FILE", "CONFIGS_DIR", "ConfigLayout", "config_layout", "dataset_card", "write_with_card", "add_card",
-           "markdown_table", "split_name", "card_spec", "allowed_splits", "plan_configs", "add_other_tables"]
+           "markdown_table", "split_name", "card_spec", "card_frames", "allowed_splits", "plan_configs",
+           "add_other_tables"]
 
 CARD_FILE = "README.md"
 CONFIGS_DIR = "data/configs"  # derived per-config Parquet files live here (regenerated on every write)
@@ -68,6 +69,21 @@ def card_spec(kind: str, tables: Mapping[str, Any]) -> CardSpec:
         return spec.card
     first = sorted(tables)[0] if tables else None
     return CardSpec(title=f"isood {kind} manifest", description=f"An isood {kind} manifest.", main=first)
+
+
+def card_frames(kind: str, main: str | None, tables: Mapping[str, pd.DataFrame | pa.Table], *,
+                root: Path | None = None, table_files: Mapping[str, str] | None = None) -> dict[str, pd.DataFrame]:
+    """The tables a kind's card is drawn from, as DataFrames: ``main`` (when in ``tables``) and the tables its
+    callbacks read (``CardSpec.reads``; None: every table), from ``tables`` or read from the ``table_files``
+    under ``root`` (never the main one: a streamed main table is not loaded). Other tables are only named."""
+    names = {*tables, *(table_files or {})}
+    card = card_spec(kind, dict.fromkeys(names))
+    wanted = names if card.reads is None else {main, *card.reads}
+    frames = {n: _frame(t) for n, t in tables.items() if n in wanted}
+    for n, rel in (table_files or {}).items():
+        if n in wanted and n != main and n not in frames:
+            frames[n] = pq.read_table(Path(root or ".") / rel).to_pandas()
+    return frames
 
 
 @dataclass
@@ -149,14 +165,16 @@ def add_other_tables(layout: ConfigLayout, paths: Mapping[str, str]) -> None:
             layout.configs[name] = {"train": paths[name]}
 
 
-def config_layout(kind: str, tables: Mapping[str, pd.DataFrame | pa.Table], meta: Mapping[str, Any] | None = None
-                  ) -> ConfigLayout:
-    """Which configs a manifest of `kind` with these tables gets, and the derived Parquet files behind them."""
-    tables = {name: _frame(t) for name, t in tables.items()}
+def config_layout(kind: str, tables: Mapping[str, pd.DataFrame | pa.Table], meta: Mapping[str, Any] | None = None,
+                  *, paths: Mapping[str, str] | None = None) -> ConfigLayout:
+    """Which configs a manifest of `kind` with these tables gets, and the derived Parquet files behind them.
+    ``paths``: tables written elsewhere (``write_manifest(table_files=...)``), name -> relative path, that get a
+    config too; only the tables the card reads (``card_frames``) are converted to DataFrames."""
     card = card_spec(kind, tables)
     main_name = card.main if card.main in tables else (sorted(tables)[0] if tables else None)
     if main_name is None:
         return ConfigLayout()
+    names, tables = list(tables), card_frames(kind, main_name, tables)
     main = tables[main_name]
     split_col = card.split_by if card.split_by and card.split_by in main.columns else None
     config_col = card.config_by if card.config_by and card.config_by in main.columns else None
@@ -173,7 +191,7 @@ def config_layout(kind: str, tables: Mapping[str, pd.DataFrame | pa.Table], meta
             by_file.setdefault(rel, set()).add(f"{s}\x00{v}")
     for rel, wanted in sorted(by_file.items()):
         layout.files[rel] = main[keys.isin(wanted).to_numpy()].reset_index(drop=True)
-    add_other_tables(layout, {name: f"data/{name}.parquet" for name in tables})
+    add_other_tables(layout, {**{name: f"data/{name}.parquet" for name in names}, **(paths or {})})
     return layout
 
 
@@ -290,9 +308,9 @@ def dataset_card(manifest_meta: Mapping[str, Any], tables: Mapping[str, pd.DataF
     ``layout`` and ``n_rows`` (rows of the main table): given when the main table was streamed
     (``streamed_layout``) and ``tables`` holds the other tables only."""
     kind = manifest_meta["kind"]
-    tables = {name: _frame(t) for name, t in tables.items()}
     card = card_spec(kind, tables)
     layout = layout or config_layout(kind, tables, manifest_meta)
+    tables = card_frames(kind, layout.main, tables)
     listed = {rec["path"] for rec in manifest_meta.get("files", [])}
     configs = {
         name: splits for name, splits in layout.configs.items()
@@ -334,7 +352,9 @@ def write_with_card(
     Same arguments as `write_manifest` (the dataset version and changelog logic is its own). `files` and
     `existing_files` may not use README.md or data/configs/ (both are written here). A main table too large for
     memory comes in `table_files` with its `layout`, whose derived files are already written
-    (``manifests.card_stream.write_streamed`` does both); the other `table_files` are read for the card.
+    (``manifests.card_stream.write_streamed`` does both). Any other table may come in `table_files` too (e.g.
+    streamed in row groups): it gets a config like the in-memory ones, and is read for the card only when the
+    kind's ``CardSpec.reads`` names it.
     """
     root = Path(root)
     files = dict(files or {})
@@ -343,19 +363,21 @@ def write_with_card(
     for rel in list(files) + existing_files:
         if rel == CARD_FILE or rel.startswith(CONFIGS_DIR + "/"):
             raise ManifestError(f"{rel!r} is written by the dataset card writer; do not pass it in files")
-    n_rows, card_tables, derived = None, tables, {}
+    if layout is None and card_spec(kind, {**tables, **table_files}).main in table_files:
+        raise ManifestError(f"{kind}: the main table is in table_files: pass its layout "
+                            "(manifests.card_stream.write_streamed)")
+    n_rows, derived = None, {}
+    # only the main table and the tables the kind's card reads are loaded (``card_frames``)
+    side = card_frames(kind, layout.main if layout is not None else None, {}, root=root, table_files=table_files)
     if layout is not None:
-        card_tables = {**{n: _frame(t) for n, t in tables.items()},
-                       **{n: pq.read_table(root / rel).to_pandas()
-                          for n, rel in table_files.items() if n != layout.main}}
         n_rows = pq.read_metadata(root / table_files[layout.main]).num_rows
         existing_files += layout.written
     else:
-        if card_spec(kind, {**tables, **table_files}).main in table_files:
-            raise ManifestError(f"{kind}: the main table is in table_files: pass its layout "
-                                "(manifests.card_stream.write_streamed)")
-        now = config_layout(kind, tables, {"kind": kind, "command": {"config": dict(config)}})
-        derived = {rel: parquet_bytes(df) for rel, df in sorted(now.files.items())}
+        meta = {"kind": kind, "command": {"config": dict(config)}}
+        layout = config_layout(kind, {**tables, **side}, meta, paths=table_files)
+        derived = {rel: parquet_bytes(df) for rel, df in sorted(layout.files.items())}
+        layout.files = {}
+    card_tables = {**card_frames(kind, layout.main, tables), **side}
     manifest = write_manifest(
         root, kind=kind, tables=tables, config=config, inputs=inputs, files={**files, **derived},
         existing_files=existing_files, table_files=table_files, summary=summary, note=note, argv=argv,

@@ -26,6 +26,7 @@ from manifests.card import (
     ConfigLayout,
     add_other_tables,
     allowed_splits,
+    card_frames,
     card_spec,
     plan_configs,
     write_with_card,
@@ -33,7 +34,12 @@ from manifests.card import (
 from manifests.store import Manifest
 from manifests.stream import ROW_GROUP_ROWS, ParquetStream, key_counts, partition_parquet, string_keys
 
-__all__ = ["MainTableStream", "streamed_layout", "finish_stream", "write_streamed"]
+__all__ = ["MainTableStream", "streamed_layout", "finish_stream", "write_streamed", "WHOLE_TABLE_ROWS"]
+
+#: Rows per row group of a table written whole (``manifests.store.parquet_bytes``: pyarrow's default). A side
+#: table streamed with it (``ParquetStream(path, schema, row_group_rows=WHOLE_TABLE_ROWS)``) is written with the
+#: bytes it had when a writer held it whole, so moving a writer to streaming keeps its files and content hash.
+WHOLE_TABLE_ROWS = 1 << 20
 
 
 class MainTableStream:
@@ -80,10 +86,11 @@ class MainTableStream:
                 s.abort()
 
 
-def _card_tables(root: Path, tables: Mapping[str, pd.DataFrame | pa.Table], table_files: Mapping[str, str],
-                 main: str) -> dict[str, pd.DataFrame]:
-    frames = {n: (t.to_pandas() if isinstance(t, pa.Table) else t) for n, t in tables.items()}
-    return {**frames, **{n: pq.read_table(root / rel).to_pandas() for n, rel in table_files.items() if n != main}}
+def _card_tables(root: Path, kind: str, tables: Mapping[str, pd.DataFrame | pa.Table],
+                 table_files: Mapping[str, str], main: str) -> dict[str, pd.DataFrame]:
+    """The other tables the kind's card reads (``manifests.card.card_frames``), as DataFrames."""
+    frames = card_frames(kind, main, tables, root=root, table_files=table_files)
+    return {n: f for n, f in frames.items() if n != main}
 
 
 def _plan(kind: str, main: str, main_rel: str, columns: Sequence[str | None],
@@ -150,7 +157,7 @@ def finish_stream(stream: MainTableStream, *, tables: Mapping[str, pd.DataFrame 
         stream.main.commit()
         table_files[stream.name] = stream.rel
         paths = {**{n: f"data/{n}.parquet" for n in tables}, **table_files}
-        others = _card_tables(root, tables, table_files, stream.name)
+        others = _card_tables(root, stream.kind, tables, table_files, stream.name)
         layout, routes = _plan(stream.kind, stream.name, stream.rel, stream.columns, stream.parts, others, meta,
                                paths)
         layout.written = _place_parts(stream, routes)
@@ -177,8 +184,8 @@ def write_streamed(root: str | Path, *, kind: str, stream: MainTableStream | Non
             raise ManifestError(f"{kind}: write_streamed needs a stream or the main table {main!r} in table_files")
         meta = {"kind": kind, "command": {"config": dict(config)}}
         paths = {**{n: f"data/{n}.parquet" for n in tables}, **table_files}
-        layout = streamed_layout(root, kind, main, table_files[main], _card_tables(root, tables, table_files, main),
-                                 meta, paths)
+        others = _card_tables(root, kind, tables, table_files, main)
+        layout = streamed_layout(root, kind, main, table_files[main], others, meta, paths)
     return write_with_card(root, kind=kind, tables=tables, config=config, inputs=inputs, files=files,
                            existing_files=existing_files, table_files=table_files, layout=layout, summary=summary,
                            note=note, argv=argv, title=title)

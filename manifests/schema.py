@@ -60,6 +60,10 @@ class CardSpec:
     all non-empty values), e.g. the measured (non-N/A) cells, or ``(split value, value)`` pairs to allow a
     config in one split only (a cell measured in one source and N/A in another). ``sections(meta, tables)`` returns extra
     ``(heading, markdown)`` sections; ``licence(meta)`` the licence text.
+
+    ``reads``: the tables besides ``main`` that ``allowed_configs`` and ``sections`` read (``None``: every table).
+    Only these (and the main table) are loaded to draw the card; the others are named in its configs, never
+    read, so a side table with a row per image (an audit's ``images``) costs no memory.
     """
 
     title: str
@@ -72,6 +76,7 @@ class CardSpec:
     allowed_configs: Callable[[Mapping[str, Any], Mapping[str, Any]], Iterable[str | tuple[str, str]] | None] | None = None
     sections: Callable[[Mapping[str, Any], Mapping[str, Any]], Sequence[tuple[str, str]]] | None = None
     licence: Callable[[Mapping[str, Any]], str] | None = None
+    reads: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

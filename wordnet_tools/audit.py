@@ -14,13 +14,16 @@ and counts the list entries (images) per class and per rule.
 ``audit_images`` audits the main table of a manifest with a ``wnid`` column (a splits manifest, an import of a
 release, an image list): the rules are per class, so each distinct class is checked once and its verdict mapped
 onto the images (Arrow dictionary codes, no per-row Python), giving a per-image ``rule`` column and, for a
-graded manifest, the images and classes per rule in each cell and each level (``wordnet_tools.rules``).
+graded manifest, the images and classes per rule in each cell and each level (``wordnet_tools.rules``). The
+same steps take a table too large for memory one row group at a time (``wordnet_tools.jobs.audit_manifest``):
+``count_wnids`` per piece (the entries per class, hence the verdicts), then ``ImageAuditor.add`` per piece (its
+rows with their rule, and running per-cell / per-level counts, ``rules.RuleTally``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +35,7 @@ from isood.errors import BadInputError
 from wordnet_tools.class_filter import DEFAULT_EXCLUDE, ClassRules
 from wordnet_tools.errors import ClassListError
 from wordnet_tools.hierarchy import Hierarchy
-from wordnet_tools.rules import cell_rule_table, class_rule_map, level_rule_table, rule_codes
+from wordnet_tools.rules import RuleTally, class_rule_map, rule_codes
 from wordnet_tools.wnids import wnid_from_path
 
 #: Columns of an audited table carried into the per-image audit table (when present), then ``rule``.
@@ -111,6 +114,62 @@ class ImageAudit:
     levels: pd.DataFrame | None = None
 
 
+def _filled(wnid: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """A wnid column as strings, missing wnids as '' (class '', rule ``unknown``)."""
+    return pc.fill_null(wnid.cast(pa.string()), "")
+
+
+def count_wnids(wnid: pa.Array | pa.ChunkedArray, counts: Counter | None = None) -> Counter:
+    """Entries per class of a wnid column (missing: ''), added to ``counts`` (one piece of a table at a time)."""
+    counts = Counter() if counts is None else counts
+    for rec in pc.value_counts(_filled(wnid)).to_pylist():
+        counts[str(rec["values"])] += int(rec["counts"])
+    return counts
+
+
+class ImageAuditor:
+    """The per-image side of an audit, one piece (row group) of the audited table at a time: ``add`` returns the
+    piece's rows (``IMAGE_COLUMNS`` it has) with their ``rule`` and counts them per cell and level
+    (``wordnet_tools.rules.RuleTally``), so a table of any size is audited in the memory of one piece.
+
+    ``classes``: the verdicts of every class the table holds (``audit_classes``); ``columns``: the table's
+    columns (a graded table, with ``cov_level`` and ``sem_level``, gets ``levels``; with ``cell`` too, ``cells``)."""
+
+    def __init__(self, classes: pd.DataFrame, columns: Sequence[str]) -> None:
+        rule_of = class_rule_map(classes)
+        self.index = {w: i for i, w in enumerate(rule_of)}
+        self.rules = pa.array(list(rule_of.values()), pa.string())
+        self.columns = [c for c in IMAGE_COLUMNS if c in columns]
+        graded = {"cov_level", "sem_level"} <= set(columns)
+        self.has_cells = graded and "cell" in columns
+        self.tally = RuleTally(rule_codes(rule_of.values())) if graded else None
+
+    def add(self, piece: pa.Table, where: str = "table") -> pa.Table:
+        """The piece's audited rows (input order); a class without a verdict is a one-line error."""
+        filled = _filled(piece["wnid"])
+        enc = (filled.combine_chunks() if isinstance(filled, pa.ChunkedArray) else filled).dictionary_encode()
+        try:
+            lut = np.array([self.index[str(w)] for w in enc.dictionary.to_pylist()], dtype=np.int64)
+        except KeyError as e:
+            raise BadInputError(f"{where}: class {e.args[0]!r} was not audited; audit every class of the "
+                                "table") from None
+        codes = lut[enc.indices.to_numpy(zero_copy_only=False)] if len(lut) else np.zeros(0, np.int64)
+        columns = {c: (filled if c == "wnid" else piece[c]) for c in self.columns}
+        columns["rule"] = self.rules.take(pa.array(codes, pa.int64()))
+        if self.tally is not None:
+            self.tally.add(codes, _levels(piece, "cov_level"), _levels(piece, "sem_level"),
+                           piece["cell"] if self.has_cells else None)
+        return pa.table(columns)
+
+    def cells(self) -> pd.DataFrame | None:
+        """The per-cell table of every piece added (None: the table has no cells)."""
+        return self.tally.cells() if self.has_cells else None
+
+    def levels(self) -> pd.DataFrame | None:
+        """The per-level table of every piece added (None: the table has no levels)."""
+        return self.tally.levels() if self.tally is not None else None
+
+
 def _levels(table: pa.Table, name: str) -> np.ndarray:
     return pc.fill_null(table[name], -1).to_numpy().astype(np.int64)
 
@@ -121,28 +180,19 @@ def audit_images(table: pa.Table | pd.DataFrame, id_wnids: Iterable[str], hierar
     """Audit every row of ``table`` (a manifest's main table with a ``wnid`` column; missing wnids count as
     class '', rule ``unknown``). Each distinct class is checked once (``audit_classes``) and its rule mapped onto
     the rows. With ``cov_level`` / ``sem_level`` (and ``cell``) columns, also the per-level (and per-cell)
-    tables of images and classes per rule."""
+    tables of images and classes per rule. A table too large for memory is audited piece by piece the same way
+    (``count_wnids`` over its pieces, then ``ImageAuditor``: ``wordnet_tools.jobs.run_audit``)."""
     t = table if isinstance(table, pa.Table) else pa.Table.from_pandas(table, preserve_index=False)
-    if "wnid" not in t.column_names:
+    check_wnid_column(t.column_names, where)
+    classes = audit_classes(count_wnids(t["wnid"]), id_wnids, hierarchy, exclude=exclude,
+                            fallback_names=fallback_names)
+    auditor = ImageAuditor(classes, t.column_names)
+    images = auditor.add(t, where)
+    return ImageAudit(classes=classes, images=images, cells=auditor.cells(), levels=auditor.levels())
+
+
+def check_wnid_column(columns: Sequence[str], where: str) -> None:
+    """One-line error unless the audited table has a ``wnid`` column."""
+    if "wnid" not in columns:
         raise BadInputError(f"{where} has no wnid column: pass a manifest whose main table has one (splits, "
                             "image-list, an import) or a list file")
-    filled = pc.fill_null(t["wnid"].cast(pa.string()), "")
-    wnid = filled.combine_chunks().dictionary_encode()
-    uniques = [str(w) for w in wnid.dictionary.to_pylist()]
-    codes = wnid.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    del wnid
-    counts = np.bincount(codes, minlength=len(uniques))
-    classes = audit_classes(dict(zip(uniques, counts.tolist())), id_wnids, hierarchy, exclude=exclude,
-                            fallback_names=fallback_names)
-    rule_of = class_rule_map(classes)
-    class_rules = [rule_of[w] for w in uniques]
-    columns = {c: (filled if c == "wnid" else t[c]) for c in IMAGE_COLUMNS if c in t.column_names}
-    columns["rule"] = pa.array(class_rules, pa.string()).take(pa.array(codes))
-    images = pa.table(columns)
-    cells = levels = None
-    if {"cov_level", "sem_level"} <= set(t.column_names):
-        cov, sem, rc = _levels(t, "cov_level"), _levels(t, "sem_level"), rule_codes(class_rules)
-        levels = level_rule_table(cov, sem, codes, rc)
-        if "cell" in t.column_names:
-            cells = cell_rule_table(t["cell"], cov, sem, codes, rc)
-    return ImageAudit(classes=classes, images=images, cells=cells, levels=levels)

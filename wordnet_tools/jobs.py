@@ -8,9 +8,11 @@ The excluded subtrees are ``--exclude`` when given, else the ``--preset``'s (``w
 from __future__ import annotations
 
 import os
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import pandas as pd
 import pyarrow as pa
@@ -19,23 +21,27 @@ import manifests
 from isood.errors import BadInputError
 from isood.kinds import AUDIT, CLASS_FILTER
 from isood.runtime import sha256_bytes
+from manifests.card_stream import WHOLE_TABLE_ROWS
 from manifests.schema import kind_spec
-from wordnet_tools.audit import IMAGE_COLUMNS, audit_classes, audit_images, parse_class_list
+from manifests.stream import ParquetStream
+from wordnet_tools.audit import IMAGE_COLUMNS, ImageAuditor, audit_classes, count_wnids, parse_class_list
 from wordnet_tools.class_filter import filter_classes, summarise
 from wordnet_tools.errors import ClassListError
-from wordnet_tools.hierarchy import load_hierarchy
+from wordnet_tools.hierarchy import Hierarchy, load_hierarchy
 from wordnet_tools.loader import find_wordnet_source
 from wordnet_tools.rules import resolve_exclude
 from wordnet_tools.synsets import imagenet_names, load_synset_list
 
-__all__ = ["AuditResult", "run_filter", "run_audit", "write_audit", "read_list_file", "read_audited_table",
-           "rule_counts"]
+__all__ = ["AuditResult", "ManifestAudit", "run_filter", "run_audit", "write_audit", "read_list_file",
+           "open_audited_table", "audit_manifest", "rule_counts"]
 
 
 @dataclass(frozen=True)
 class AuditResult:
     """What `isood wordnet audit` found: one row per listed class (``audit.audit_classes``), the counts per rule
-    (``class_filter.summarise``), the number of list entries, and the manifest when one was written."""
+    (``class_filter.summarise``), the number of list entries, and the manifest when one was written; for an
+    audited manifest the per-cell / per-level tables. ``images`` is None for a manifest: its per-image table
+    is streamed into the written manifest (``AuditView.optional("images")``), never held in memory."""
 
     table: pd.DataFrame
     counts: pd.DataFrame
@@ -70,18 +76,29 @@ def rule_counts(counts: pd.DataFrame) -> dict[str, int]:
 
 
 def _write(out: str | os.PathLike, kind: str, tables: dict[str, pd.DataFrame | pa.Table], counts: pd.DataFrame,
-           config: dict, inputs: list[dict], argv: list[str] | None) -> manifests.Manifest:
-    return manifests.write_with_card(out, kind=kind, tables={**tables, "summary": counts}, config=config,
-                                     inputs=inputs, summary={"rules": rule_counts(counts)}, argv=argv)
+           config: dict, inputs: list[dict], argv: list[str] | None,
+           table_files: dict[str, str] | None = None) -> manifests.Manifest:
+    return manifests.write_with_card(out, kind=kind, tables={**tables, "summary": counts}, table_files=table_files,
+                                     config=config, inputs=inputs, summary={"rules": rule_counts(counts)}, argv=argv)
 
 
-def write_audit(out: str | os.PathLike, *, classes: pd.DataFrame, images: pa.Table | pd.DataFrame | None = None,
-                cells: pd.DataFrame | None = None, levels: pd.DataFrame | None = None, config: dict,
-                inputs: Sequence[dict] = (), argv: list[str] | None = None) -> manifests.Manifest:
+def write_audit(out: str | os.PathLike, *, classes: pd.DataFrame,
+                images: pa.Table | pd.DataFrame | ParquetStream | None = None, cells: pd.DataFrame | None = None,
+                levels: pd.DataFrame | None = None, config: dict, inputs: Sequence[dict] = (),
+                argv: list[str] | None = None) -> manifests.Manifest:
     """The write step of `isood wordnet audit`: an `audit` manifest of the class table (``audit.audit_classes``)
-    with its per-rule counts, plus the per-image / per-cell / per-level tables when given."""
-    extra = {k: v for k, v in (("images", images), ("cells", cells), ("levels", levels)) if v is not None}
-    return _write(out, AUDIT, {"classes": classes, **extra}, summarise(classes), config, list(inputs), argv)
+    with its per-rule counts, plus the per-image / per-cell / per-level tables when given. ``images`` may be a
+    table or a ``ParquetStream`` already written into ``out`` piece by piece (committed here)."""
+    tables = {k: v for k, v in (("images", images), ("cells", cells), ("levels", levels)) if v is not None}
+    table_files = {}
+    if isinstance(images, ParquetStream):
+        del tables["images"]
+        manifests.park(out)  # the folder reads as unfinished until the new manifest lands
+        images.commit()
+        manifests.unpark(out)
+        table_files["images"] = images.path.relative_to(Path(out)).as_posix()
+    return _write(out, AUDIT, {"classes": classes, **tables}, summarise(classes), config, list(inputs), argv,
+                  table_files)
 
 
 def run_filter(candidates: str = "21k", id_classes: str = "1k", *, out: str | os.PathLike,
@@ -111,9 +128,10 @@ def read_list_file(path: str | os.PathLike) -> list[tuple[int, str]]:
         return parse_class_list(f, str(path))
 
 
-def read_audited_table(path: str | os.PathLike) -> tuple[manifests.Manifest, pa.Table]:
-    """The manifest at ``path`` and its main table (the kind's card ``main``, else ``images``), which must have a
-    ``wnid`` column: any kind (splits, image-list, an import, features)."""
+def open_audited_table(path: str | os.PathLike) -> tuple[manifests.Manifest, str, list[str]]:
+    """The manifest at ``path``, its main table (the kind's card ``main``, else ``images``), which must have a
+    ``wnid`` column (any kind: splits, image-list, an import, features), and the columns of it the audit
+    carries (``IMAGE_COLUMNS``). Nothing is read but the footer: a release's main table has ~12M rows."""
     m = manifests.read(path)
     spec = kind_spec(m.kind)
     main = spec.card.main if spec is not None and spec.card is not None and spec.card.main else "images"
@@ -124,10 +142,55 @@ def read_audited_table(path: str | os.PathLike) -> tuple[manifests.Manifest, pa.
     if "wnid" not in names:
         raise BadInputError(f"{path}: table {main!r} of the {m.kind!r} manifest has no wnid column; pass a "
                             "manifest with one (splits, image-list, an import) or a list file")
-    # only the columns the audit carries: a release's main table has ~12M rows
-    columns = [c for c in IMAGE_COLUMNS if c in names]
-    pieces = list(m.batches(main, columns))
-    return m, (pa.concat_tables(pieces) if pieces else m.table(main).select(columns))
+    return m, main, [c for c in IMAGE_COLUMNS if c in names]
+
+
+def _pieces(m: manifests.Manifest, main: str, columns: Sequence[str]) -> Iterator[pa.Table]:
+    """The audited table one row group at a time (``columns`` only); a table without row groups as one piece."""
+    empty = True
+    for piece in m.batches(main, columns):
+        empty = False
+        yield piece
+    if empty:
+        yield m.table(main).select(list(columns))
+
+
+class ManifestAudit(NamedTuple):
+    """``audit_manifest``: the class table, the per-cell / per-level tables (None when the table has no cells /
+    levels), the rows audited and the staged per-image table (None without ``out``)."""
+
+    classes: pd.DataFrame
+    cells: pd.DataFrame | None
+    levels: pd.DataFrame | None
+    entries: int
+    images: ParquetStream | None
+
+
+def audit_manifest(m: manifests.Manifest, main: str, columns: Sequence[str], id_wnids: Sequence[str],
+                   hierarchy: Hierarchy, *, exclude: Sequence[str], fallback_names: dict[str, str] | None = None,
+                   out: str | os.PathLike | None = None, where: str = "table") -> ManifestAudit:
+    """``audit.audit_images`` of a manifest's main table, streamed in two passes over its row groups: the wnids
+    (entries per class -> the class verdicts, ``audit_classes``), then the rows (``audit.ImageAuditor``), whose
+    audited rows go into ``out``'s per-image table (staged; ``write_audit`` commits it). Memory: one row group
+    and the (cell, class) counts, whatever the number of rows."""
+    counts: Counter = Counter()
+    for piece in _pieces(m, main, ["wnid"]):
+        count_wnids(piece["wnid"], counts)
+    classes = audit_classes(counts, id_wnids, hierarchy, exclude=exclude, fallback_names=fallback_names)
+    auditor, stream = ImageAuditor(classes, columns), None
+    try:
+        for piece in _pieces(m, main, columns):
+            rows = auditor.add(piece, where)
+            if out is not None:
+                if stream is None:
+                    stream = ParquetStream(Path(out) / "data" / "images.parquet", rows.schema,
+                                           row_group_rows=WHOLE_TABLE_ROWS)
+                stream.write(rows)
+        return ManifestAudit(classes, auditor.cells(), auditor.levels(), int(sum(counts.values())), stream)
+    except BaseException:
+        if stream is not None:
+            stream.abort()
+        raise
 
 
 def _is_manifest(source: str | os.PathLike) -> bool:
@@ -147,9 +210,12 @@ def run_audit(source: str | os.PathLike, id_classes: str = "1k", *, exclude: Seq
     config = {"list": str(source), "id": id_classes, "exclude": roots, "preset": preset if exclude is None else None}
     extra: dict = {}
     if _is_manifest(source):
-        m, main = read_audited_table(source)
-        a = audit_images(main, ids, h, exclude=roots, fallback_names=names, where=str(source))
-        table, entries = a.classes, len(main)
+        if out is not None and Path(out).resolve() == Path(source).resolve():
+            raise BadInputError(f"--out {out} is the audited manifest: pass another folder")
+        m, main, columns = open_audited_table(source)
+        a = audit_manifest(m, main, columns, ids, h, exclude=roots, fallback_names=names, out=out,
+                           where=str(source))
+        table, entries = a.classes, a.entries
         extra = {k: v for k, v in (("images", a.images), ("cells", a.cells), ("levels", a.levels)) if v is not None}
         config["source_kind"] = m.kind
         source_input = manifests.input_record("source", source, sha256=m.content_sha256)
@@ -162,6 +228,10 @@ def run_audit(source: str | os.PathLike, id_classes: str = "1k", *, exclude: Seq
     manifest = None
     if out is not None:
         inputs = [source_input, _list_input("id", id_classes, ids), _wordnet_input()]
-        manifest = write_audit(out, classes=table, **extra, config=config, inputs=inputs, argv=argv)
-    return AuditResult(table=table, counts=counts, entries=entries, manifest=manifest, images=extra.get("images"),
-                       cells=extra.get("cells"), levels=extra.get("levels"))
+        try:
+            manifest = write_audit(out, classes=table, **extra, config=config, inputs=inputs, argv=argv)
+        finally:
+            if isinstance(extra.get("images"), ParquetStream) and not extra["images"].staged.done:
+                extra["images"].abort()
+    return AuditResult(table=table, counts=counts, entries=entries, manifest=manifest, cells=extra.get("cells"),
+                       levels=extra.get("levels"))

@@ -10,16 +10,17 @@ added to the ``dropped`` table with reason ``leak:<rule>``, the input's config a
 to both inputs.
 
 Steps: ``load_inputs`` -> pure steps per row group of the images table (``leaking_rows``, ``count_cells``,
-``leak_dropped``) and per list file (``filter_list``), then ``recount_cells`` -> write (the splits kind's
-tables and files through ``manifests``: the images table streamed with ``manifests.card_stream``, as an import
-of a release writes it, so a release-size manifest never sits in memory whole).
+``leak_dropped``) and per batch of list files (``filter_lists``), then ``recount_cells`` -> write (the splits
+kind's tables and files through ``manifests``: the images table streamed with ``manifests.card_stream``, as an
+import of a release writes it, and the ``dropped`` table streamed beside it, so a release-size manifest never
+sits in memory whole; what is held is one row group, the removed paths and one batch of list files).
 """
 
 from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -32,16 +33,18 @@ import manifests
 from isood.errors import BadInputError
 from isood.grid import cell_table
 from isood.kinds import AUDIT, LAID_FILE, SPLITS, AuditView, SplitsView
-from manifests.card_stream import MainTableStream, finish_stream
-from manifests.stream import StagedFile
+from manifests.card_stream import WHOLE_TABLE_ROWS, MainTableStream, finish_stream
+from manifests.stream import ParquetStream, StagedFile
 from wordnet_tools.rules import LEAK_RULES, leak_mask, parse_rules
 
 __all__ = ["CleanResult", "load_inputs", "cell_keys", "leaking_rows", "count_cells", "recount_cells",
-           "leak_dropped", "filter_list", "clean_splits", "DROPPED_SCHEMA"]
+           "leak_dropped", "filter_list", "filter_lists", "clean_splits", "DROPPED_SCHEMA"]
 
 DROPPED_SCHEMA = pa.schema([("set", pa.string()), ("path", pa.string()), ("wnid", pa.string()),
                             ("reason", pa.string())])
 _CARRIED = (LAID_FILE, "laid.json")  # small files of the input that stay valid for the cleaned manifest
+#: List files are filtered in batches of about this many characters: the removed paths are hashed once per batch.
+LIST_BATCH_CHARS = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -119,13 +122,28 @@ def leak_dropped(images: pa.Table | pd.DataFrame, leaking: np.ndarray, class_rul
 
 def filter_list(text: str, removed: pa.Array) -> str:
     """A list file's text without the lines whose path (first field) is in ``removed``; other lines (blank ones
-    included) kept as they are. Vectorised: one Arrow pass per file, not a Python test per line."""
-    if not text or not len(removed):
-        return text
-    lines = pa.array(text.split("\n"), pa.string())
-    first = pc.replace_substring_regex(pc.utf8_trim_whitespace(lines), r"\s.*", "")
-    drop = pc.fill_null(pc.is_in(first, value_set=removed), False)
-    return "\n".join(lines.filter(pc.invert(drop)).to_pylist())
+    included) kept as they are (``filter_lists`` of one file)."""
+    return filter_lists([text], removed)[0]
+
+
+def filter_lists(texts: Sequence[str], removed: pa.Array) -> list[str]:
+    """``filter_list`` of several list files' texts at once, in Arrow (no Python object per line): the set of
+    ``removed`` paths is hashed once per call, so pass many files (``LIST_BATCH_CHARS``) at a time."""
+    if not len(removed) or not any(texts):
+        return list(texts)
+    kind = pa.string() if sum(len(t) for t in texts) < (1 << 30) else pa.large_string()  # string: faster is_in
+    lines = pc.split_pattern(pa.array(texts, kind), "\n")
+    flat = lines.flatten()
+    first = pc.utf8_trim_whitespace(flat)
+    if pc.any(pc.match_substring_regex(first, r"\s")).as_py():  # `path label` lines: the path
+        first = pc.replace_substring_regex(first, r"\s.*", "")
+    keep = pc.invert(pc.fill_null(pc.is_in(first, value_set=removed.cast(kind)), False))
+    offsets, out = lines.offsets.to_numpy(), []
+    for lo, hi in zip(offsets[:-1], offsets[1:]):  # each file's kept lines, joined back
+        kept = flat.slice(lo, hi - lo).filter(keep.slice(lo, hi - lo))
+        one = (pa.ListArray if kind == pa.string() else pa.LargeListArray).from_arrays([0, len(kept)], kept)
+        out.append(pc.binary_join(one, pa.scalar("\n", kind))[0].as_py())
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ the job
@@ -138,45 +156,73 @@ def _carried_files(view: SplitsView) -> dict[str, bytes]:
     return {rel: view.path(rel).read_bytes() for rel in _CARRIED if rel in listed}
 
 
+@dataclass
+class _Pass:
+    """The one pass over the images table: the kept images (staged, with their config copies), the ``dropped``
+    table (staged: the input's rows, then the removed images), kept images per cell, removed per rule, and the
+    removed paths (for the list files)."""
+
+    images: MainTableStream
+    dropped: ParquetStream
+    counts: Counter = field(default_factory=Counter)
+    by_rule: Counter = field(default_factory=Counter)
+    removed: list[pa.Array] = field(default_factory=list)
+
+    def abort(self) -> None:
+        self.images.abort()
+        if not self.dropped.staged.done:
+            self.dropped.abort()
+
+
 def _stream_images(view: SplitsView, out: Path, class_rules: Mapping[str, str], rules: Sequence[str],
-                   keys: Sequence[str], where: str) -> tuple[MainTableStream, Counter, list[pa.Table]]:
-    """The kept rows into a staged images table, row group by row group; the kept counts and removed rows."""
-    stream = MainTableStream(out, SPLITS, view.schema("images"), plain_columns=["path"])
-    counts: Counter = Counter()
-    removed: list[pa.Table] = []
+                   keys: Sequence[str], where: str) -> _Pass:
+    """The kept rows into a staged images table and the removed ones into a staged dropped table, row group by
+    row group (memory: one row group and the removed paths, whatever the size of the table)."""
+    run = _Pass(MainTableStream(out, SPLITS, view.schema("images"), plain_columns=["path"]),
+                ParquetStream(out / "data" / "dropped.parquet", DROPPED_SCHEMA, row_group_rows=WHOLE_TABLE_ROWS))
     try:
+        if "dropped" in view.tables:
+            for piece in view.batches("dropped", DROPPED_SCHEMA.names):
+                run.dropped.write(piece)
         for piece in view.batches("images"):
             leaking = leaking_rows(piece, class_rules, rules=rules, where=where)
             kept = piece.filter(pa.array(~leaking))
-            stream.write(kept)
-            counts.update(count_cells(kept, keys=keys, n_levels=view.n_levels))
-            removed.append(leak_dropped(piece, leaking, class_rules))
+            run.images.write(kept)
+            run.counts.update(count_cells(kept, keys=keys, n_levels=view.n_levels))
+            gone = leak_dropped(piece, leaking, class_rules)
+            run.dropped.write(gone)
+            run.by_rule.update({r["values"].removeprefix("leak:"): r["counts"]
+                                for r in pc.value_counts(gone["reason"]).to_pylist()})
+            run.removed.append(gone["path"].combine_chunks())
     except BaseException:
-        stream.abort()
+        run.abort()
         raise
-    return stream, counts, removed
+    return run
 
 
 def _stage_lists(view: SplitsView, out: Path, removed: pa.Array) -> list[StagedFile]:
-    copies = []
+    """Filtered copies of the list files, staged; files are read and filtered ``LIST_BATCH_CHARS`` at a time."""
+    copies: list[StagedFile] = []
+    batch: list[tuple[str, str]] = []
+
+    def flush() -> None:
+        for (rel, _), text in zip(batch, filter_lists([t for _, t in batch], removed)):
+            copies.append(StagedFile(out / rel))
+            copies[-1].write(text.encode())
+            copies[-1].file.close()
+        batch.clear()
+
     try:
         for rel in _list_rels(view):
-            copies.append(StagedFile(out / rel))
-            copies[-1].write(filter_list(view.path(rel).read_text(encoding="utf-8"), removed).encode())
-            copies[-1].file.close()
+            batch.append((rel, view.path(rel).read_text(encoding="utf-8")))
+            if sum(len(t) for _, t in batch) >= LIST_BATCH_CHARS:
+                flush()
+        flush()
     except BaseException:
         for c in copies:
             c.abort()
         raise
     return copies
-
-
-def _dropped(view: SplitsView, removed: list[pa.Table]) -> pa.Table:
-    new = pa.concat_tables(removed) if removed else DROPPED_SCHEMA.empty_table()
-    if "dropped" not in view.tables:
-        return new
-    old = view.table("dropped").select(DROPPED_SCHEMA.names).cast(DROPPED_SCHEMA)
-    return pa.concat_tables([old, new])
 
 
 def clean_splits(splits: str | os.PathLike, audit: str | os.PathLike, *, out: str | os.PathLike,
@@ -192,21 +238,28 @@ def clean_splits(splits: str | os.PathLike, audit: str | os.PathLike, *, out: st
     keys = cell_keys(view.cells, view.schema("images").names)
     for piece in view.batches("images", ["wnid"]):  # a class without a verdict fails before anything is written
         leaking_rows(piece, class_rules, rules=rules, where=f"--audit {aud.root}")
-    stream, counts, removed = _stream_images(view, out, class_rules, rules, keys, where=f"--audit {aud.root}")
-    new_drops = pa.concat_tables(removed) if removed else DROPPED_SCHEMA.empty_table()
-    copies = _stage_lists(view, out, new_drops["path"].combine_chunks())
-    cells = recount_cells(view.cells, counts, keys=keys, na_threshold=view.na_threshold)
-    by_rule = {str(r.removeprefix("leak:")): int(n) for r, n in
-               pd.Series(new_drops["reason"].to_numpy(zero_copy_only=False)).value_counts().items()}
-    kept, n_removed = int(sum(counts.values())), int(new_drops.num_rows)
+    run = _stream_images(view, out, class_rules, rules, keys, where=f"--audit {aud.root}")
+    try:
+        removed = pa.chunked_array(run.removed, pa.string()).combine_chunks()
+        run.removed.clear()
+        copies = _stage_lists(view, out, removed)
+    except BaseException:
+        run.abort()
+        raise
+    del removed
+    cells = recount_cells(view.cells, run.counts, keys=keys, na_threshold=view.na_threshold)
+    by_rule = {str(r): int(n) for r, n in sorted(run.by_rule.items(), key=lambda kv: (-kv[1], kv[0]))}
+    kept, n_removed = int(sum(run.counts.values())), int(sum(by_rule.values()))
     summary = {"images": kept, "removed": n_removed, "removed_by_rule": by_rule, "cells_na": int(cells["na"].sum()),
                "cells_na_before": int(view.cells["na"].astype(bool).sum())}
-    tables = {"cells": cells, "edges": view.edges, "dropped": _dropped(view, removed)}
+    tables = {"cells": cells, "edges": view.edges}
     config = {**view.config, "clean": {"splits": str(view.root), "audit": str(aud.root), "rules": list(rules)}}
     manifests.park(out)  # the folder reads as unfinished until the new manifest lands
     for c in copies:
         c.commit()
-    layout, table_files = finish_stream(stream, tables=tables, config=config)
+    run.dropped.commit()
+    layout, table_files = finish_stream(run.images, tables=tables, config=config,
+                                        table_files={"dropped": "data/dropped.parquet"})
     manifests.unpark(out)
     manifests.write_with_card(
         out, kind=SPLITS, tables=tables, table_files=table_files, layout=layout, config=config,

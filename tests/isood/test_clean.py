@@ -4,12 +4,13 @@ audit's own writer; the expected images, counts, N/A flags and list files are wo
 import numpy as np
 import pyarrow as pa
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 import manifests
 from isood.errors import BadInputError
 from isood.grid import cell_name, cell_table, edges_table
-from isood.stages.clean import (clean_splits, count_cells, filter_list, leak_dropped, leaking_rows,
+from isood.stages.clean import (clean_splits, count_cells, filter_list, filter_lists, leak_dropped, leaking_rows,
                                 recount_cells)
 from isood.stages.splits import write_splits
 from wordnet_tools.jobs import write_audit
@@ -143,3 +144,69 @@ def test_clean_command(tmp_path):
                                 "--out", str(tmp_path / "bad")])
         assert r.exit_code == 2 and named in r.output and "Traceback" not in r.output
         assert not (tmp_path / "bad").exists()
+
+
+def _reference_filter(text, removed):
+    """A list file's text without the lines whose first field is a removed path, line by line in Python."""
+    return "\n".join(line for line in text.split("\n") if (line.split() or [""])[0] not in removed)
+
+
+def test_list_files_filtered_together_equal_each_filtered_line_by_line():
+    removed = ["a/x.JPEG", "b/y.JPEG", "c z.JPEG"]
+    texts = ["a/x.JPEG\nb/y.JPEG\nkeep/1.JPEG\n", "  a/x.JPEG 3\nkeep/2.JPEG\t7\n\n\tb/y.JPEG\t1\nc\n",
+             "", "\n\n", "keep/3.JPEG", "b/y.JPEGx\nb/y.JPEG 12 extra\n", "only/kept.JPEG\n" * 3]
+    got = filter_lists(texts, pa.array(removed))
+    assert got == [_reference_filter(t, set(removed)) for t in texts]
+    assert got == [filter_list(t, pa.array(removed)) for t in texts]  # one batch or one file at a time
+    assert filter_lists(texts, pa.array([], pa.string())) == texts
+
+
+def _release(root, seed=0):
+    """An IS-OOD release folder (train/val lists of all 64 cells, a few filled) of the planted classes."""
+    rng, k = np.random.default_rng(seed), 0
+    folder = root / "imglist" / "imagenet21k"
+    for subset in ("train", "val"):
+        (folder / subset).mkdir(parents=True)
+        for c in range(8):
+            for s in range(8):
+                lines = []
+                for w in rng.choice(list(VERDICT), int(rng.integers(0, 20)) if c < 2 and s < 3 else 0):
+                    lines.append(f"./imagenet21k_{subset}/{w}/{w}_{k}.JPEG\n")
+                    k += 1
+                (folder / subset / f"cov_{c}_sem_{s}.txt").write_text("".join(lines))
+    return folder
+
+
+def test_clean_of_a_release_in_row_groups_equals_the_row_by_row_reference(tmp_path, monkeypatch):
+    """Old vs new: the images read in many row groups, the dropped table streamed (the input's rows first), the
+    lists filtered in several batches give what the row-by-row reference gives, and the dropped table has the
+    bytes the in-memory writer gave it."""
+    import isood.stages.clean as clean_module
+    from isood.stages.clean import DROPPED_SCHEMA
+    from isood.stages.interop import import_isood_lists
+    from manifests.store import parquet_bytes
+
+    import_isood_lists(_release(tmp_path), tmp_path / "m", row_group_rows=16, argv=["t"])
+    _audit(tmp_path / "audit")
+    monkeypatch.setattr(clean_module, "LIST_BATCH_CHARS", 300)  # the list files spread over several batches
+    clean_splits(tmp_path / "m", tmp_path / "audit", out=tmp_path / "c1", rules="id", argv=["t"])
+    r = clean_splits(tmp_path / "c1", tmp_path / "audit", out=tmp_path / "c2", argv=["t"])  # has `dropped`
+    src = manifests.read(tmp_path / "m", kind="splits")
+    assert pq.ParquetFile(src.path("data/images.parquet")).num_row_groups > 5  # really in pieces
+    rows = list(zip(src.images["path"], src.images["wnid"]))
+    first = [(p, w) for p, w in rows if VERDICT[w] == "id"]
+    then = [(p, w) for p, w in rows if VERDICT[w] in {"hypernym", "hyponym"}]
+    want = pa.table({"set": ["test"] * len(first + then), "path": [p for p, _ in first + then],
+                     "wnid": [w for _, w in first + then], "reason": [f"leak:{VERDICT[w]}" for _, w in first + then]},
+                    schema=DROPPED_SCHEMA)
+    out = manifests.read(tmp_path / "c2", kind="splits")
+    assert out.table("dropped").equals(want)
+    assert out.path("data/dropped.parquet").read_bytes() == parquet_bytes(want)
+    assert out.images["path"].tolist() == [p for p, w in rows if VERDICT[w] not in LEAKS]
+    assert r.removed_by_rule == {v: sum(VERDICT[w] == v for _, w in then) for v in ("hypernym", "hyponym")}
+    gone = {p for p, _ in first + then}
+    lists = [f["path"] for f in src.meta["files"] if f["path"].startswith("lists/")]
+    assert len(lists) == 128 and any(src.path(rel).read_text() for rel in lists)
+    for rel in lists:
+        assert out.path(rel).read_text() == _reference_filter(src.path(rel).read_text(), gone)
+    assert manifests.verify(tmp_path / "c2").ok and not list((tmp_path / "c2").rglob(".~*"))

@@ -1,5 +1,7 @@
 """The dataset card is laid out from the kind's CardSpec alone (manifests.card knows no kind)."""
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 import yaml
@@ -87,3 +89,50 @@ def test_clashing_split_names_are_refused():
     rows = _rows().assign(src=["x-y", "x_y", "x-y", "x_y", "x-y", "x_y"])
     with pytest.raises(ManifestError, match="x-y"):
         config_layout("card-test", {"rows": rows})
+
+
+# ------------------------------------------------------------------- the card loads only what it reads
+seen_tables = []
+
+register_kind(KindSpec(
+    "card-reads-test", writer="the card reads test", tables={"rows": TableSpec({"grp": STRING, "n": INT})},
+    card=CardSpec(title="Reads test", description="Side tables.", main="rows", config_by="grp",
+                  allowed_configs=lambda tables, meta: seen_tables.append(sorted(tables)) or None,
+                  sections=lambda meta, tables: (seen_tables.append(sorted(tables))
+                                                 or [("Small", f"{len(tables['small'])}\n")]),
+                  reads=("small",))))
+
+
+@pytest.mark.parametrize("main", ["in memory", "streamed"])
+def test_side_tables_in_table_files_get_configs_and_only_the_read_ones_are_loaded(tmp_path, monkeypatch, main):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import manifests.card as card_module
+    from manifests.card_stream import MainTableStream, write_streamed
+
+    rows, small, big = _rows(), pd.DataFrame({"k": [1, 2, 3]}), pd.DataFrame({"path": [f"p{i}" for i in range(50)]})
+    root = tmp_path / "m"
+    (root / "data").mkdir(parents=True)
+    for name, df in (("small", small), ("big", big)):
+        pq.write_table(pa.Table.from_pandas(df, preserve_index=False), root / f"data/{name}.parquet")
+    read = []
+    real = card_module.pq.read_table
+    monkeypatch.setattr(card_module.pq, "read_table", lambda p, *a, **k: read.append(Path(p).name) or real(p, *a, **k))
+    seen_tables.clear()
+    side = {"small": "data/small.parquet", "big": "data/big.parquet"}
+    if main == "streamed":
+        s = MainTableStream(root, "card-reads-test", pa.Table.from_pandas(rows, preserve_index=False).schema)
+        s.write(pa.Table.from_pandas(rows, preserve_index=False))
+        m = write_streamed(root, kind="card-reads-test", stream=s, tables={}, table_files=side, config={})
+    else:
+        m = write_with_card(root, kind="card-reads-test", tables={"rows": rows}, table_files=side, config={})
+    ref = write_with_card(tmp_path / "ref", kind="card-reads-test", tables={"rows": rows, "small": small, "big": big},
+                          config={})
+    assert _front(m.root)["configs"] == _front(ref.root)["configs"]  # `big` and `small` get their configs
+    big_config = {"config_name": "big", "data_files": [{"split": "train", "path": "data/big.parquet"}]}
+    assert big_config in _front(m.root)["configs"]
+    assert "big.parquet" not in read  # never loaded: the kind's card does not read it
+    assert all(names in (["rows", "small"], ["small"]) for names in seen_tables) and seen_tables, seen_tables
+    assert "## Small\n\n3" in (m.root / "README.md").read_text()
+    assert manifests.verify(m.root).ok

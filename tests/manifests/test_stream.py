@@ -121,3 +121,22 @@ def test_manifest_batches_reads_row_groups(tmp_path):
     parts = list(manifests.read(tmp_path).batches("rows", columns=["n"]))
     assert [p.num_rows for p in parts] == [16, 16, 8] and parts[0].column_names == ["n"]
     assert pa.concat_tables(parts).column("n").to_pylist() == list(range(40)) and m.kind == "stream-test"
+
+
+def test_a_table_streamed_in_whole_table_row_groups_has_the_bytes_it_had_written_whole(tmp_path):
+    """``WHOLE_TABLE_ROWS``: a side table moved from the in-memory writer (``parquet_bytes``) to a stream keeps
+    its bytes (so its content hash and dataset version), whatever the pieces; more than one row group here."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from manifests.card_stream import WHOLE_TABLE_ROWS
+    from manifests.store import parquet_bytes
+
+    n = WHOLE_TABLE_ROWS + 70_001
+    rng = np.random.default_rng(0)
+    table = pa.table({"n": rng.integers(0, 1000, n), "s": pc.cast(pa.array(rng.integers(0, 10**6, n)), pa.string())})
+    with ParquetStream(tmp_path / "t.parquet", table.schema, row_group_rows=WHOLE_TABLE_ROWS) as s:
+        for lo, hi in [(0, 1), (1, 250_000), (250_000, 250_000), (250_000, 1_100_000), (1_100_000, n)]:
+            s.write(table.slice(lo, hi - lo))
+    assert (tmp_path / "t.parquet").read_bytes() == parquet_bytes(table)
+    assert pq.ParquetFile(tmp_path / "t.parquet").num_row_groups == 2

@@ -2,19 +2,27 @@
 rule. The expected verdicts come from the made-up hierarchy (conftest ``toy``) worked out by hand, the counts
 from a brute-force loop over the rows."""
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
 import manifests
 from isood.cli import app
 from isood.grid import cell_name, cell_table, edges_table
+from isood.stages.interop import import_isood_lists
 from isood.stages.splits import write_splits
-from wordnet_tools.audit import audit_images
-from wordnet_tools.rules import AUDIT_RULES, LEAK_RULES, leak_mask, parse_rules
+from manifests.store import parquet_bytes
+from wordnet_tools.audit import IMAGE_COLUMNS, ImageAuditor, audit_classes, audit_images, count_wnids
+from wordnet_tools.class_filter import DEFAULT_EXCLUDE
+from wordnet_tools.jobs import audit_manifest, open_audited_table, write_audit
+from wordnet_tools.rules import AUDIT_RULES, LEAK_RULES, cell_rule_table, leak_mask, level_rule_table, parse_rules, \
+    rule_codes
 
 # verdicts with the default exclusion (organism.n.01), by hand (see test_wn_presets.py)
 BY_HAND = {"diver": "id", "beagle": "id", "car": "id", "dog": "hypernym", "vehicle": "hypernym",
@@ -133,3 +141,95 @@ def test_audit_of_a_manifest_without_wnid_is_one_line(tmp_path):
                              config={}, argv=["t"])
     r = CliRunner().invoke(app, ["wordnet", "audit", str(tmp_path / "m")])
     assert r.exit_code == 2 and "wnid" in r.output and "Traceback" not in r.output
+
+
+# ------------------------------------------------------------------------------ streamed = audited whole
+def _old_audit(table: pa.Table, classes: pd.DataFrame):
+    """The per-image, per-cell and per-level tables as ``audit_images`` built them before the audit streamed
+    (the whole table in memory, one class code per row, unweighted ``rule_table``s): the reference."""
+    filled = pc.fill_null(table["wnid"].cast(pa.string()), "")
+    enc = filled.combine_chunks().dictionary_encode()
+    uniques = [str(w) for w in enc.dictionary.to_pylist()]
+    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    rule_of = dict(zip(classes["wnid"], classes["rule"]))
+    class_rules = [rule_of[w] for w in uniques]
+    columns = {c: (filled if c == "wnid" else table[c]) for c in IMAGE_COLUMNS if c in table.column_names}
+    columns["rule"] = pa.array(class_rules, pa.string()).take(pa.array(codes))
+    cov, sem = (pc.fill_null(table[c], -1).to_numpy().astype(np.int64) for c in ("cov_level", "sem_level"))
+    rc = rule_codes(class_rules)
+    return pa.table(columns), cell_rule_table(table["cell"], cov, sem, codes, rc), level_rule_table(cov, sem, codes, rc)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_table_audited_piece_by_piece_equals_the_whole_table_audit(toy, seed):
+    df, _ = _rows(toy, seed=seed, n=500)
+    rng = np.random.default_rng(seed)
+    df.loc[rng.random(len(df)) < 0.05, "cov_level"] = -1  # images without levels: in no cell
+    df.loc[rng.random(len(df)) < 0.05, "sem_level"] = -2
+    t = pa.Table.from_pandas(df, preserve_index=False)
+    classes = audit_classes(count_wnids(t["wnid"]), toy.id_wnids, toy)
+    auditor = ImageAuditor(classes, t.column_names)
+    auditor.tally.merge_rows = 16  # the running counts are merged many times along the way
+    cuts = np.sort(rng.choice(np.arange(1, len(df)), 15, replace=False))
+    bounds = [0, 0, *cuts.tolist(), len(df)]  # an empty first piece too
+    pieces = [t.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:])]
+    rows = [auditor.add(p) for p in pieces]
+    images, cells, levels = _old_audit(t, classes)
+    assert pa.concat_tables(rows).equals(images)
+    pd.testing.assert_frame_equal(auditor.cells(), cells)
+    pd.testing.assert_frame_equal(auditor.levels(), levels)
+    counts: Counter = Counter()
+    for p in pieces:
+        count_wnids(p["wnid"], counts)
+    assert counts == Counter(w if isinstance(w, str) else "" for w in df["wnid"])  # missing wnid -> class ''
+
+
+def _toy_release(root, toy, seed=0):
+    """An IS-OOD release folder (train/val lists of all 64 cells, most empty) of the toy classes."""
+    rng, wnids, k = np.random.default_rng(seed), sorted(toy.graph), 0
+    folder = root / "imglist" / "imagenet21k"
+    for subset in ("train", "val"):
+        (folder / subset).mkdir(parents=True)
+        for c in range(8):
+            for s in range(8):
+                n = int(rng.integers(0, 25)) if c < 3 and s < 4 else 0
+                lines = []
+                for w in rng.choice(wnids, n):
+                    lines.append(f"./imagenet21k_{subset}/{w}/{w}_{k}.JPEG\n")
+                    k += 1
+                (folder / subset / f"cov_{c}_sem_{s}.txt").write_text("".join(lines))
+    return folder
+
+
+def test_the_audit_of_a_manifest_streams_and_writes_what_the_whole_table_gave(tmp_path, toy):
+    """Old vs new: a release import in many row groups, audited row group by row group, gives the tables (and
+    the per-image file's bytes) that the in-memory audit of the whole table gave."""
+    import_isood_lists(_toy_release(tmp_path, toy), tmp_path / "m", row_group_rows=16, argv=["t"])
+    m, main, columns = open_audited_table(tmp_path / "m")
+    assert pq.ParquetFile(m.path(m.meta["tables"][main]["path"])).num_row_groups > 10  # really in pieces
+    a = audit_manifest(m, main, columns, toy.id_wnids, toy, exclude=DEFAULT_EXCLUDE, out=tmp_path / "audit")
+    written = write_audit(tmp_path / "audit", classes=a.classes, images=a.images, cells=a.cells, levels=a.levels,
+                          config={"list": "toy"}, argv=["t"])
+    whole = m.table(main).select(columns)
+    classes = audit_classes(count_wnids(whole["wnid"]), toy.id_wnids, toy)
+    images, cells, levels = _old_audit(whole, classes)
+    pd.testing.assert_frame_equal(a.classes, classes)
+    assert a.entries == whole.num_rows and int(a.classes["entries"].sum()) == whole.num_rows
+    pd.testing.assert_frame_equal(a.cells, cells)
+    pd.testing.assert_frame_equal(a.levels, levels)
+    view = manifests.read(written.root, kind="audit")
+    assert manifests.verify(written.root).ok
+    assert view.table("images").equals(images)
+    assert view.path("data/images.parquet").read_bytes() == parquet_bytes(images)  # the bytes written whole
+    assert set(view.tables) == {"classes", "summary", "images", "cells", "levels"}
+    assert "data/images.parquet" in (written.root / "README.md").read_text()  # its config, as before
+    assert not list(written.root.rglob(".~*"))  # no staged file left
+
+
+def test_audit_refuses_to_write_over_the_audited_manifest(tmp_path):
+    manifests.write_manifest(tmp_path / "m", kind="image-list-like", tables={"images": pd.DataFrame(
+        {"path": ["n02085620/a.JPEG"], "wnid": ["n02085620"]})}, config={}, argv=["t"])
+    before = (tmp_path / "m" / "manifest.json").read_bytes()
+    r = CliRunner().invoke(app, ["wordnet", "audit", str(tmp_path / "m"), "--out", str(tmp_path / "m")])
+    assert r.exit_code == 2 and "--out" in r.output and "Traceback" not in r.output
+    assert (tmp_path / "m" / "manifest.json").read_bytes() == before
