@@ -118,6 +118,11 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        if e.filename is None and e.errno is not None:  # a write / fsync error (a full disk) names no file: name it
+            raise type(e)(e.errno, e.strerror, str(path)) from None
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -177,27 +182,59 @@ class OutputLocked(IsoodError):
 @contextlib.contextmanager
 def output_lock(folder: str | os.PathLike, option: str = "--out") -> Iterator[Path]:
     """Hold an exclusive lock on ``folder`` (a ``.~isood.lock`` file, ``fcntl.flock``) while a command writes
-    there; a second process asking for it gets a one-line ``OutputLocked`` at once instead of interleaving its
-    files with the first one's. The kernel drops the lock when the holder dies (even by ``kill -9``), so a
-    stale lock file never blocks a rerun."""
-    import fcntl
-
+    there; a second process asking for it gets a one-line ``OutputLocked`` at once (naming the holder's pid)
+    instead of interleaving its files with the first one's. The kernel drops the lock when the holder dies (even
+    by ``kill -9``), so a stale lock file never blocks a rerun. On release the lock file is removed (while still
+    held: a process that opened it meanwhile sees it replaced and takes the new one), and so are the folders this
+    call created when nothing was written into them: a command refused before writing leaves nothing behind."""
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise BadInputError(f"{option} {folder} is a file; pass a directory")
+    created = [d for d in (folder, *folder.parents) if not d.exists()]  # deepest first
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _take_lock(path, folder, option)
     try:
+        yield folder
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)
+        for d in created:
+            try:
+                d.rmdir()
+            except OSError:  # something was written there (or another process uses it): keep it
+                break
+
+
+def _take_lock(path: Path, folder: Path, option: str) -> int:
+    """An open descriptor of ``path`` holding its exclusive lock (the file at ``path`` when the lock was taken)."""
+    import fcntl
+
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
             raise OutputLocked(f"{option} {folder} is being written by another isood process (pid {holder}, lock "
                                f"{path.name}); wait for it to finish or pass another {option}") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        yield folder
-    finally:
-        os.close(fd)  # releases the lock; the file stays (removing it would race with a waiting process)
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            current = os.stat(path)
+        except FileNotFoundError:
+            current = None
+        mine = os.fstat(fd)
+        if current is not None and (current.st_ino, current.st_dev) == (mine.st_ino, mine.st_dev):
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
+            except OSError:  # e.g. a full disk: the pid is only for the message; the command's own writes will say
+                pass
+            return fd
+        os.close(fd)  # the previous holder removed this file as we opened it: lock the new one
 
 
 # ---------------------------------------------------------------------------------------------- job arrays

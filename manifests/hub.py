@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from isood.errors import IsoodError
-from isood.runtime import one_line
+from isood.runtime import TMP_PREFIX, one_line
 from manifests.card import CARD_FILE
 from manifests.store import MANIFEST_FILE, read
 from manifests.verify import verify
@@ -165,7 +165,7 @@ def _patterns(paths: list[str]) -> list[str]:
 def copy_plan(p: PublishPlan, out: str | os.PathLike) -> Path:
     """Copy exactly the files of a plan into `out` (must be empty or absent): the folder that would be uploaded."""
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(not q.name.startswith(TMP_PREFIX) for q in out.iterdir()):  # not the --out lock
         raise PublishError(f"--out {out} is not empty; pass a new or empty folder for the dry-run copy")
     for rel, _ in p.files:
         dst = out / rel

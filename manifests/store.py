@@ -12,6 +12,7 @@ A manifest is a directory::
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import io
 import json
@@ -26,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from isood.errors import BadInputError, ManifestError
-from isood.runtime import TMP_PREFIX, atomic_write_bytes, sha256_bytes, sha256_file
+from isood.runtime import TMP_PREFIX, atomic_write_bytes, one_line, sha256_bytes, sha256_file
 from manifests.paths import check_relative, resolve_inside
 from manifests.schema import KindSpec, check_schema, expect_kind, field_value, kind_spec
 
@@ -98,9 +99,8 @@ class Manifest:
         return resolve_inside(self.root, rel)
 
     def table(self, name: str) -> pa.Table:
-        if name not in self.meta.get("tables", {}):
-            raise ManifestError(f"{self.root}: manifest has no table {name!r} (has: {', '.join(self.tables)})")
-        return pq.read_table(self.path(self.meta["tables"][name]["path"]))
+        with self._reading(name):
+            return pq.read_table(self._table_path(name))
 
     def frame(self, name: str) -> pd.DataFrame:
         return self.table(name).to_pandas()
@@ -108,17 +108,34 @@ class Manifest:
     def batches(self, name: str, columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
         """A table one Parquet row group at a time (only ``columns`` when given): memory bounded by a row group
         however many rows the table has."""
-        if name not in self.meta.get("tables", {}):
-            raise ManifestError(f"{self.root}: manifest has no table {name!r} (has: {', '.join(self.tables)})")
-        pf = pq.ParquetFile(self.path(self.meta["tables"][name]["path"]))
+        path = self._table_path(name)
+        with self._reading(name):
+            pf = pq.ParquetFile(path)
         for i in range(pf.num_row_groups):
-            yield pf.read_row_group(i, columns=list(columns) if columns is not None else None)
+            with self._reading(name):
+                group = pf.read_row_group(i, columns=list(columns) if columns is not None else None)
+            yield group
 
     def schema(self, name: str) -> pa.Schema:
         """The Arrow schema of a table, read from its Parquet footer (no rows are read)."""
+        with self._reading(name):
+            return pq.read_schema(self._table_path(name))
+
+    def _table_path(self, name: str) -> Path:
         if name not in self.meta.get("tables", {}):
             raise ManifestError(f"{self.root}: manifest has no table {name!r} (has: {', '.join(self.tables)})")
-        return pq.read_schema(self.path(self.meta["tables"][name]["path"]))
+        return self.path(self.meta["tables"][name]["path"])
+
+    @contextlib.contextmanager
+    def _reading(self, name: str) -> Iterator[None]:
+        """A table file that is missing, truncated or corrupt: one ``ManifestError`` naming the manifest and the
+        table (pyarrow's own error, an ``ArrowInvalid`` or ``OSError``, would reach the user as a traceback)."""
+        try:
+            yield
+        except (OSError, pa.ArrowException) as e:
+            detail = "missing" if isinstance(e, FileNotFoundError) else one_line(e, 120)
+            raise ManifestError(f"{self.root}: table {name!r} is unreadable ({detail}); rebuild the manifest or "
+                                "restore its files (`isood verify` names them)") from None
 
     @property
     def config(self) -> dict:
@@ -160,12 +177,16 @@ def _validate(meta: Any, where: str) -> dict:
     for key in ("kind", "dataset_version", "files", "tables"):
         if key not in meta:
             raise ManifestError(f"{where}: manifest.json lacks the required field {key!r}")
-    for rec in meta["files"]:
-        check_relative(rec.get("path", ""))
-        if not isinstance(rec.get("sha256"), str):
-            raise ManifestError(f"{where}: file entry {rec.get('path')!r} has no sha256")
-    for name, rec in meta["tables"].items():
-        check_relative(rec.get("path", ""))
+    try:
+        for rec in meta["files"]:
+            check_relative(rec.get("path", ""))
+            if not isinstance(rec.get("sha256"), str):
+                raise ManifestError(f"file entry {rec.get('path')!r} has no sha256")
+        for name, rec in meta["tables"].items():
+            check_relative(rec.get("path", ""))
+    except (ManifestError, AttributeError, TypeError) as e:  # a path that may not be trusted, or a malformed entry
+        detail = str(e) if isinstance(e, ManifestError) else "a files / tables entry is not an object with a path"
+        raise ManifestError(f"{where}: {detail}; rebuild the manifest with the command that wrote it") from None
     return meta
 
 
@@ -226,14 +247,7 @@ def read(root: str | os.PathLike, kind: str | Sequence[str] | None = None) -> Ma
     if kind is None:
         return m
     expect_kind(m.kind, kind, str(root))
-    schemas = {}
-    for name in m.tables:
-        try:
-            schemas[name] = m.schema(name)
-        except (OSError, pa.ArrowInvalid) as e:
-            raise ManifestError(f"{root}: table {name!r} is unreadable ({' '.join(str(e).split())[:120]}); "
-                                "rebuild the manifest or restore its files (`isood verify` names them)") from None
-    check_schema(m.kind, schemas, str(root))
+    check_schema(m.kind, {name: m.schema(name) for name in m.tables}, str(root))
     spec = kind_spec(m.kind)
     view = spec.view if spec is not None and spec.view is not None else ManifestView
     return view(root=root, meta=m.meta)

@@ -16,7 +16,7 @@ from isood.engines.ray import DEFAULT_DECODE_THREADS, RayEngine, RayOptions
 from isood.errors import BadInputError, IsoodError
 from isood.images import FAST_DECODE, REFERENCE_DECODE
 from isood.kinds import FEATURES, SYN_IS
-from isood.runtime import BatchEngine, LocalEngine
+from isood.runtime import BatchEngine, LocalEngine, output_lock
 from isood.stages.extract import ExtractOptions, merge_parts as merge_feature_parts, run_extract, validate
 from manifests.parts import read_parts
 from manifests.store import Manifest
@@ -54,17 +54,19 @@ def extract(
     num_shards: int = typer.Option(1, help="Job arrays: split the feature shards over this many tasks (merge with `isood merge`)."),
     shard_index: int = typer.Option(0, help="Job arrays: this task's index, 0..num-shards-1 (e.g. $SLURM_ARRAY_TASK_ID)."),
     fast_decode: bool = typer.Option(False, "--fast-decode", help="Faster image decoding: large JPEGs decoded at reduced size, resizing on uint8 tensors (bench/decode.py: cosine >= 0.999 to the default features; recorded in the manifest, never mixed with default shards). Default: PIL + the model's own preprocessing, comparable across runs."),
+    follow_symlinks: bool = typer.Option(False, "--follow-symlinks", help="Also read images whose symlinks lead outside the --images root (default: listed in the rejected table, since manifest paths promise files inside the root)."),
 ) -> None:
     """Extract L2-normalised CLIP image features into resumable shards (unreadable images are listed, not fatal)."""
     opts = ExtractOptions(images=images, clip=clip, out=out, batch_size=batch_size, workers=workers,
                           shard_size=shard_size, device=device, num_shards=num_shards, shard_index=shard_index,
-                          decode=FAST_DECODE if fast_decode else REFERENCE_DECODE)
+                          decode=FAST_DECODE if fast_decode else REFERENCE_DECODE, follow_symlinks=follow_symlinks)
     validate(opts)
     eng = build_engine(engine, ray_address=ray_address, workers=workers, num_gpus_per_worker=num_gpus_per_worker,
                        device=device)
     if eng.name != "local":  # --workers names the actors; each decodes with the Ray options' threads
         opts = replace(opts, workers=DEFAULT_DECODE_THREADS)
-    r = run_extract(opts, engine=eng)
+    with output_lock(out):
+        r = run_extract(opts, engine=eng)
     part = f" (part {shard_index} of {num_shards}: merge with `isood merge`)" if num_shards > 1 else ""
     out_console.print(
         f"{r.n_images} images -> {r.embed_dim}-d features, {r.n_rejected} rejected; "
@@ -95,6 +97,7 @@ def merge(
     out: Path = typer.Option(..., help="Output directory: the manifest a single run writes."),
 ) -> None:
     """Combine the parts of a job array (`isood extract` / `isood generate-syn` with --num-shards) into one verified manifest."""
-    m = merge_dirs(parts, out)
+    with output_lock(out):
+        m = merge_dirs(parts, out)
     out_console.print(f"merged {len(parts)} parts -> {out} ({m.kind} v{m.dataset_version}, {len(m.meta['files'])} files verified)",
                       highlight=False, soft_wrap=True)

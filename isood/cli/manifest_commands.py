@@ -3,6 +3,7 @@ imagenet-ood / openood-imglist` and `isood export openood` (``manifests``, ``iso
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Optional
@@ -12,6 +13,7 @@ import typer
 import manifests
 from isood.cli._app import app, export_app, import_app, out_console
 from isood.defaults import N_LEVELS, NA_THRESHOLD
+from isood.runtime import output_lock
 from isood.stages import interop
 from manifests import hub
 from manifests.card import add_card
@@ -32,9 +34,9 @@ def verify(manifest_dir: Path = typer.Argument(..., help="A manifest directory."
         m = manifests.read(manifest_dir)
         out_console.print(f"OK {manifest_dir}: {m.kind} v{m.dataset_version}, {len(m.meta['files'])} files verified")
         return
-    for line in report.lines():
-        out_console.print(line, highlight=False)
-    out_console.print(f"FAILED {manifest_dir}: {len(report.lines())} problem(s)")
+    for line in report.lines():  # one line per problem, never wrapped: scripts grep them
+        out_console.print(line, highlight=False, soft_wrap=True)
+    out_console.print(f"FAILED {manifest_dir}: {len(report.lines())} problem(s)", highlight=False, soft_wrap=True)
     raise typer.Exit(1)
 
 
@@ -62,6 +64,13 @@ def publish(
     ),
 ) -> None:
     """Publish a verified manifest to the Hugging Face Hub as a dataset, tagged with its dataset version."""
+    with output_lock(out) if out is not None else contextlib.nullcontext():
+        _publish(manifest_dir, repo_id, private=private, revision=revision, dry_run=dry_run,
+                 token_from_env=token_from_env, out=out)
+
+
+def _publish(manifest_dir: Path, repo_id: str, *, private: bool, revision: Optional[str], dry_run: bool,
+             token_from_env: bool, out: Optional[Path]) -> None:
     result = hub.publish(manifest_dir, repo_id, private=private, tag=revision, dry_run=dry_run,
                          token_from_env=token_from_env, echo=_say)
     if dry_run:
@@ -79,7 +88,8 @@ def card(
     manifest_dir: Path = typer.Argument(..., help="A manifest directory written without a dataset card."),
 ) -> None:
     """(Re)write a manifest's dataset card (README.md) and its per-config Parquet files, so `datasets` can load it."""
-    m = add_card(manifest_dir)
+    with output_lock(manifest_dir, option="MANIFEST_DIR"):
+        m = add_card(manifest_dir)
     _say(f"card: {manifest_dir}/README.md ({m.kind} v{m.dataset_version})")
 
 
@@ -102,8 +112,9 @@ def import_isood_lists(
                                        "cells are flagged missing (default: an error naming them)."),
 ) -> None:
     """IS-OOD release lists -> a splits manifest (levels from the file names; shift values unknown, NaN)."""
-    m = interop.import_isood_lists(directory, out, n_levels=levels, na_threshold=na_threshold, na_rule=na_rule,
-                                   allow_missing=allow_missing)
+    with output_lock(out):
+        m = interop.import_isood_lists(directory, out, n_levels=levels, na_threshold=na_threshold, na_rule=na_rule,
+                                       allow_missing=allow_missing)
     _imported(m)
     s = m.meta["summary"]
     _say(f"cells: {s['cells_usable']} usable, {s['cells_na']} N/A (rule {s['na_rule']}, threshold {na_threshold}; "
@@ -118,7 +129,8 @@ def import_imagenet_ood(
     out: Path = typer.Option(..., help="Output manifest directory."),
 ) -> None:
     """ImageNet-OOD image list -> an image-list manifest (label -1)."""
-    _imported(interop.import_imagenet_ood(list_file, out))
+    with output_lock(out):
+        _imported(interop.import_imagenet_ood(list_file, out))
 
 
 @import_app.command("openood-imglist")
@@ -127,7 +139,8 @@ def import_openood_imglist(
     out: Path = typer.Option(..., help="Output manifest directory."),
 ) -> None:
     """OpenOOD imglist -> an image-list manifest (labels kept)."""
-    _imported(interop.import_openood_imglist(list_file, out))
+    with output_lock(out):
+        _imported(interop.import_openood_imglist(list_file, out))
 
 
 @export_app.command("openood")
@@ -143,8 +156,9 @@ def export_openood(
 ) -> None:
     """OpenOOD v1.5 imglists, one per cell, a DATA_INFO entry and an ood_dataset YAML config; for a grid also the
     release's own list layout (imglist/<name>/<subset>/cov_{c}_sem_{s}.txt) that its evaluation code reads."""
-    r = interop.export_openood(manifest_dir, out, name=name, data_root=data_root, data_dir=data_dir,
-                               num_classes=num_classes)
+    with output_lock(out):
+        r = interop.export_openood(manifest_dir, out, name=name, data_root=data_root, data_dir=data_dir,
+                                   num_classes=num_classes)
     _say(f"{len(r.imglists)} imglists ({len(r.registered)} registered for OpenOOD, "
          f"{len(r.imglists) - len(r.registered)} N/A), {r.rows - r.skipped} rows -> {out}")
     if r.release_lists:

@@ -194,3 +194,22 @@ def test_frozen_v1_fixture_stays_readable(tmp_path, load):
     meta = json.loads((FIXTURE_V1 / "manifest.json").read_text())
     assert meta["content_sha256"] == manifests.store.content_hash(meta["files"])
     assert manifests.verify(FIXTURE_V1).ok
+
+
+@pytest.mark.parametrize("kind", ["splits", "syn-is", "class-filter", "audit"])
+def test_the_tables_a_kind_declares_its_card_reads_draw_the_card_every_table_draws(tmp_path, write_kind, monkeypatch,
+                                                                                  kind):
+    """``CardSpec.reads`` (the grid kinds: cells, edges; decision kinds: none) must cover what the card callbacks
+    read: the card drawn from those tables only is the card drawn from every table."""
+    import dataclasses
+
+    import manifests.card as card_module
+
+    m = write_kind(kind, tmp_path / kind)
+    tables = {name: m.table(name) for name in m.tables}
+    declared = dataset_card(m.meta, tables)
+    assert card_module.card_spec(kind, tables).reads is not None
+    real = card_module.card_spec
+    monkeypatch.setattr(card_module, "card_spec", lambda k, t: dataclasses.replace(real(k, t), reads=None))
+    assert dataset_card(m.meta, tables) == declared
+    assert declared == (m.root / "README.md").read_text()  # and it is the card the writer wrote
