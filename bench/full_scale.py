@@ -11,9 +11,12 @@ every test image and prompt, on both LAID halves of 256 dimensions), grid (level
 Measured here (each in seconds): JPEG decode + open_clip's reference preprocessing of ImageNet-sized (500x375)
 made-up JPEGs per CPU core; ViT-B/32 (random weights) image and text forward on the CPU and their FLOPs
 (torch's FlopCounterMode); the LAID fit on 10,000 random 512-d triplets; the exact faiss-flat rate; the grid
-steps; the peak memory of build-splits' clean -> shift -> bin steps at two test-set sizes (bytes per test row).
-Read from bench/RESULTS.md (measured by the other benches; re-run them first): the recall-tuned IVF speed-up
-over exact search at 1M x 256 (bench/shift_nn.py) and the 14M-row manifest write (bench/manifest_build.py).
+steps. Read from bench/RESULTS.md (measured by the other benches; re-run them first): the recall-tuned IVF
+speed-up over exact search at 1M x 256 (bench/shift_nn.py), the 14M-row manifest write (bench/manifest_build.py)
+and build-splits' peak RSS per test image, per ID image and fixed (bench/splits_memory.py; measured here with
+its --quick sizes when RESULTS.md has no row). build-splits streams the test features: its memory is the ID
+side (features + both LAID halves while the halves are computed, then the halves), a few blocks of test rows,
+and a few hundred bytes per test image.
 Assumed (GPU side, stated in the output): H100 dense fp16 ~400 TFLOP/s effective for the CLIP forward, fp32
 ~50 TFLOP/s for the exact torch search, 16 host CPU cores per GPU for decoding, 110 KB per JPEG read at
 2 GB/s, 60 s to start 8 Ray workers. Prints a table and one SUMMARY line; appends a row to bench/RESULTS.md.
@@ -139,34 +142,23 @@ def measure_grid(n: int) -> float:
     return _timed(grid) / n
 
 
-def measure_shift_memory(sizes: list[tuple[int, int]]) -> tuple[float, float, float]:
-    """Peak RSS growth of build-splits' clean -> shift -> bin steps (exact search) for (test, ID) sizes: a
-    least-squares (bytes per test row, bytes per ID row, fixed bytes)."""
-    import pandas as pd
+def measure_splits_memory() -> dict[str, float]:
+    """build-splits' peak RSS per test image, per ID image, fixed: bench/splits_memory.py at its --quick sizes."""
+    from splits_memory import measure_memory
 
-    from isood.laid import LAID
-    from isood.simulate import random_orthogonal
-    from isood.stages.splits import bin_shifts, clean_features, measure_shift
+    return measure_memory(test_rows=400_000, id_rows=10_000)
 
-    laid = LAID(random_orthogonal(DIM, seed=0))
-    rows, peaks_ = [], []
-    for n_test, n_id in sizes:
-        base = rss_bytes()
-        reset_peak()  # the loaded features count: build-splits holds both sets in memory
-        rng = np.random.default_rng(1)
-        x_test, x_id = (rng.standard_normal((n, DIM)).astype(np.float32) for n in (n_test, n_id))
-        for x in (x_test, x_id):  # extracted CLIP features are unit rows
-            x /= np.linalg.norm(x, axis=1, keepdims=True)
-        index = pd.DataFrame({"path": [f"{i}.JPEG" for i in range(n_test)], "wnid": "n00000000"})
-        xt, it, _ = clean_features(x_test, index, "test")
-        xi, _, _ = clean_features(x_id, pd.DataFrame({"path": [f"{i}.JPEG" for i in range(n_id)], "wnid": ""}), "id")
-        found = measure_shift(xt, xi, laid, device="cpu")
-        bin_shifts(it, found.d_sem, found.d_cov, n_levels=8, na_threshold=10)
-        peaks_.append(phase_peak_bytes() - base)
-        rows.append([n_test, n_id, 1.0])
-        del x_test, x_id, xt, xi, found
-    coef, *_ = np.linalg.lstsq(np.array(rows), np.array(peaks_, dtype=np.float64), rcond=None)
-    return float(coef[0]), float(coef[1]), float(coef[2])
+
+def id_side_bytes(n_id: int) -> float:
+    """The ID side while its LAID halves are computed: the features and both halves (N_id x D float32 each)."""
+    return 2.0 * n_id * DIM * 4
+
+
+def shift_memory(m: dict[str, float], *, n_id: int, n_query: int) -> float:
+    """build-splits' peak: the larger of the ID phase (features + halves) and the search phase (halves, per test
+    image, fixed), from the measured costs ``m``."""
+    search = m["mem_id_row"] * n_id + m["mem_test_row"] * n_query + m["mem_fixed"]
+    return max(id_side_bytes(n_id) + m["mem_fixed"], search)
 
 
 def from_results() -> dict[str, float]:
@@ -183,6 +175,11 @@ def from_results() -> dict[str, float]:
         if m:
             rows = float(m.group(1).replace(",", ""))
             out["manifest_s_per_row"], out["manifest_peak_per_row"] = float(m.group(2)) / rows, float(m.group(3)) * 1e9 / rows
+        m = re.search(r"\| splits_memory\.py(?: after)? \|.*?([\d,]+) B per test image.*?([\d,]+) B per ID image.*?"
+                      r"fixed ([\d.]+) GB", line)
+        if m:
+            out["mem_test_row"], out["mem_id_row"] = (float(g.replace(",", "")) for g in m.group(1, 2))
+            out["mem_fixed"] = float(m.group(3)) * 1e9
     return out
 
 
@@ -198,11 +195,11 @@ def measure(quick: bool) -> dict[str, float]:
     m["laid_texts"], m["laid_fit_s"] = measure_laid()
     m["flat_flops"] = measure_flat(50_000 if quick else 200_000, 500 if quick else 2_000)
     m["grid_s"] = measure_grid(200_000 if quick else 2_000_000)
-    sizes = [(10_000, 5_000), (20_000, 5_000), (10_000, 10_000)] if quick else \
-        [(40_000, 20_000), (80_000, 20_000), (40_000, 40_000)]
-    m["mem_test_row"], m["mem_id_row"], m["mem_fixed"] = measure_shift_memory(sizes)
     m["cpu_peak_flops"] = peaks("cpu")["flops"]
     m.update(from_results())
+    if "mem_test_row" not in m:
+        print("no bench/splits_memory.py row in RESULTS.md: measuring build-splits' memory (minutes)", flush=True)
+        m.update(measure_splits_memory())
     print(f"measured in {time.perf_counter() - t0:.0f} s: " + ", ".join(f"{k} {v:.4g}" for k, v in m.items()), flush=True)
     return m
 
@@ -216,7 +213,7 @@ def estimate(m: dict[str, float], *, n_id: int, n_test: int, n_syn: int) -> list
     extract_b = n_img * gpu_img + n_text * m["text_flops"] / GPU_FP16
     exact_cpu = shift_flops / m["flat_flops"]
     tune = 2 * 4_000 * 2.0 * n_id * HALF / m["flat_flops"]  # the exact tuning + held-out samples, both axes
-    shift_mem = m["mem_test_row"] * n_query + m["mem_id_row"] * n_id + m["mem_fixed"]
+    shift_mem = shift_memory(m, n_id=n_id, n_query=n_query)
     rows = [
         ("extraction (images + texts)", {"a": n_img * cpu_img + n_text * m["text_s"], "b": extract_b,
                                          "c": extract_b / 8 + RAY_START}, gb(m["extract_peak"]) + " per worker"),
@@ -229,7 +226,7 @@ def estimate(m: dict[str, float], *, n_id: int, n_test: int, n_syn: int) -> list
             build = 2 * m[f"ann_build_s_{target}"] * (n_id / 1e6) ** 1.5
             ann = exact_cpu / m[f"ann_speedup_{target}"] + build + tune
             rows.append((f"shift, --ann-recall {target} (CPU)", {"a": ann, "b": float("nan"), "c": float("nan")},
-                         gb(shift_mem + 2 * n_id * HALF * 4) + " RAM"))
+                         gb(shift_mem + 2 * n_id * HALF * 4) + " RAM"))  # + the IVF copy of both halves
     manifest = m.get("manifest_s_per_row", float("nan")) * n_query
     rows += [("grid", dict.fromkeys(SCENARIOS, m["grid_s"] * n_query), "-"),
              ("manifest", dict.fromkeys(SCENARIOS, manifest),
@@ -282,10 +279,13 @@ def main(argv: list[str] | None = None) -> int:
           "{:.0f}% of the CPU matmul peak)".format(m["image_flops"] / 1e9, m["text_flops"] / 1e9,
                                                    100 * m["image_flops"] / m["image_s"] / m["cpu_peak_flops"]))
     ram = __import__("os").sysconf("SC_PAGE_SIZE") * __import__("os").sysconf("SC_PHYS_PAGES")
-    peak = max(m["mem_test_row"] * (a.test_images + N_SYN) + m["mem_id_row"] * N_ID + m["mem_fixed"],
-               m.get("manifest_peak_per_row", 0.0) * (a.test_images + N_SYN), m["extract_peak"])
+    n_query = a.test_images + N_SYN
+    peak = max(shift_memory(m, n_id=N_ID, n_query=n_query), m.get("manifest_peak_per_row", 0.0) * n_query,
+               m["extract_peak"])
     fits = "fits" if peak < ram else "does not fit"
-    print(f"peak memory of the build: {gb(peak)} (build-splits' shift step, exact); this machine has {gb(ram)}: {fits}")
+    print(f"peak memory of the build: {gb(peak)} (build-splits, exact: ID side {gb(id_side_bytes(N_ID))} = features + "
+          f"LAID halves, then the halves + {m['mem_test_row']:,.0f} B per test image + {gb(m['mem_fixed'])}); this "
+          f"machine has {gb(ram)}: {fits}")
     text = "; ".join(f"({sc}) {_hms(tot[sc]['exact'])} exact / {_hms(tot[sc]['best'])} with {tot[sc]['shift']}, "
                      f"dominated by {tot[sc]['dominant']}" for sc in SCENARIOS) + f"; peak RAM {gb(peak)} ({fits} here)"
     summary("full_scale", text)

@@ -21,19 +21,27 @@ queries re-probe 256 of 4096 lists: 31x flat, recall@1 0.996, level agreement 99
 HNSW (M 32) reaches recall@1 0.94 at 5x, IVF-PQ fast-scan + exact refine 0.965 at 42x: the far queries' nearest
 rows are near-ties spread over many clusters. The exact path (``nearest``, faiss-flat) runs at 1.02x raw faiss
 flat. torch and faiss are imported inside the functions that use them.
+
+Chunked search (:class:`ChunkedSearch`): a query set given chunk by chunk against one reference (any backend;
+the IVF index built once; with a recall target :class:`TunedSearch` tunes on the sampled queries first, the
+queries no probed list answered are searched exactly at the end in one call). Chunks of ``block_rows`` (default
+:data:`QUERY_CHUNK`) rows give the bytes of the search of the whole set (:func:`search_report` is one chunk).
 """
 
 from __future__ import annotations
 
 from isood.ann.exact import DEFAULT_MEMORY_MB, block_sizes, search_faiss_flat, search_torch
-from isood.ann.ivf import DEFAULT_NPROBE, IVFIndex, ProbePlan, build_ivf, default_nlist, ivf_search, probe, scan_lists
-from isood.ann.search import BACKENDS, SearchOptions, resolve_backend, search, search_faiss_ivf, search_report
-from isood.ann.tune import (DEFAULT_SAMPLE, MAX_SCAN_FRACTION, AnnReport, probe_ladder, sample_rows, search_tuned,
-                            tune_plan)
+from isood.ann.ivf import (DEFAULT_NPROBE, QUERY_CHUNK, IVFIndex, ProbePlan, build_ivf, default_nlist, ivf_search, probe,
+                           scan_lists)
+from isood.ann.search import (BACKENDS, ChunkedSearch, SearchOptions, chunk_options, resolve_backend, search,
+                              search_faiss_ivf, search_report)
+from isood.ann.tune import (DEFAULT_SAMPLE, MAX_SCAN_FRACTION, AnnReport, Fix, IvfChunks, TunedSearch, probe_ladder,
+                            sample_rows, search_tuned, tune_plan)
 
 __all__ = [
-    "BACKENDS", "DEFAULT_NPROBE", "DEFAULT_MEMORY_MB", "DEFAULT_SAMPLE", "MAX_SCAN_FRACTION", "SearchOptions",
-    "AnnReport", "IVFIndex", "ProbePlan", "default_nlist", "block_sizes", "resolve_backend", "search",
+    "BACKENDS", "DEFAULT_NPROBE", "DEFAULT_MEMORY_MB", "DEFAULT_SAMPLE", "MAX_SCAN_FRACTION", "QUERY_CHUNK",
+    "SearchOptions", "AnnReport", "IVFIndex", "ProbePlan", "default_nlist", "block_sizes", "resolve_backend", "search",
     "search_report", "search_torch", "search_faiss_flat", "search_faiss_ivf", "build_ivf", "ivf_search", "probe",
-    "scan_lists", "probe_ladder", "sample_rows", "search_tuned", "tune_plan",
+    "scan_lists", "probe_ladder", "sample_rows", "search_tuned", "tune_plan", "ChunkedSearch", "chunk_options",
+    "TunedSearch", "IvfChunks", "Fix",
 ]

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from isood.ann.exact import DEFAULT_MEMORY_MB, block_sizes, faiss_gpu, import_faiss, search_faiss_flat, search_torch
-from isood.ann.ivf import ProbePlan, build_ivf, ivf_search
-from isood.ann.tune import DEFAULT_SAMPLE, AnnReport, search_tuned
+from isood.ann.ivf import QUERY_CHUNK, ProbePlan, build_ivf
+from isood.ann.tune import DEFAULT_SAMPLE, AnnReport, Fix, IvfChunks, TunedSearch, sample_rows
 from isood.errors import BadInputError
 
-__all__ = ["BACKENDS", "SearchOptions", "resolve_backend", "search", "search_report", "search_faiss_ivf"]
+__all__ = ["BACKENDS", "SearchOptions", "ChunkedSearch", "chunk_options", "resolve_backend", "search", "search_report",
+           "search_faiss_ivf"]
 
 BACKENDS = ("auto", "torch", "faiss-flat", "faiss-ivf")
 
@@ -88,15 +89,78 @@ def _exact(q: np.ndarray, r: np.ndarray, options: SearchOptions, backend: str) -
     return search_faiss_flat(q, r, qc, rc, options.device)
 
 
+def chunk_options(options: SearchOptions, n_query: int, reference: np.ndarray) -> SearchOptions:
+    """``options`` with the query block of an exact search of ``n_query`` queries made explicit, so that a chunk
+    of those queries is searched in the blocks (and with the reference blocks) of the whole search."""
+    if options.query_chunk:
+        return options
+    qc, _ = block_sizes(max(1, int(n_query)), len(reference), reference.shape[1], options.memory_mb, None,
+                        options.reference_chunk)
+    return replace(options, query_chunk=qc)
+
+
 def search_faiss_ivf(q: np.ndarray, r: np.ndarray, options: SearchOptions) -> tuple[np.ndarray, np.ndarray]:
     """Plain IVF search (``nprobe`` lists per query); queries whose probed lists were all empty fall back to the
     exact flat search."""
-    index = build_ivf(r, nlist=options.nlist, train_size=options.train_size, seed=options.seed)
-    best, arg, _ = ivf_search(index, q, ProbePlan(int(options.nprobe)) if options.nprobe else None)
-    missing = arg < 0
-    if missing.any():
-        best[missing], arg[missing] = _exact(np.ascontiguousarray(q[missing]), r, options, "faiss-flat")
-    return best, arg
+    search = ChunkedSearch(r, replace(options, backend="faiss-ivf", recall=None), n_query=len(q))
+    return search.whole(q)[:2]
+
+
+class ChunkedSearch:
+    """:func:`search_report` of a query set of ``n_query`` rows given chunk by chunk (consecutive rows, in
+    order): :meth:`search` answers a chunk, :meth:`finish` returns the fixes to apply to the answers (in order)
+    and the report. The reference is searched as given (the IVF index, when there is one, is built once). With a
+    recall target, ``rows`` are the (tuning, held-out) query rows and ``sample`` the queries at them (tuning
+    then held-out). Chunks of ``block_rows`` rows (a multiple of the exact search's query block; the last may be
+    shorter) give the bytes of the search of the whole set."""
+
+    def __init__(self, reference: np.ndarray, options: SearchOptions = SearchOptions(), *, n_query: int,
+                 sample: np.ndarray | None = None, rows: tuple[np.ndarray, np.ndarray] | None = None,
+                 block_rows: int = QUERY_CHUNK):
+        self.reference, self.options = reference, options
+        whole = chunk_options(options, n_query, reference)
+        self.tuned: TunedSearch | None = None
+        self.ivf: IvfChunks | None = None
+        if options.recall is not None:
+            backend = resolve_backend("auto", options.device)
+            if rows is None or sample is None:
+                raise BadInputError("a recall-tuned chunked search needs the sampled rows and their queries")
+            self.tuned = TunedSearch(
+                reference, sample, rows, n_query=n_query, recall=float(options.recall),
+                exact=lambda x: _exact(x, reference, options, backend),
+                exact_chunk=lambda x: _exact(x, reference, whole, backend), nlist=options.nlist,
+                train_size=options.train_size, seed=options.seed, query_chunk=block_rows)
+            return
+        self.backend = resolve_backend(options.backend, options.device)
+        if self.backend == "faiss-ivf":
+            index = build_ivf(reference, nlist=options.nlist, train_size=options.train_size, seed=options.seed)
+            self.ivf = IvfChunks(index, ProbePlan(int(options.nprobe)) if options.nprobe else None,
+                                 query_chunk=block_rows)
+        self.whole_options = whole
+
+    def search(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Max inner product and its reference row for each query of the next chunk (before the fixes)."""
+        if self.tuned is not None:
+            return self.tuned.search(q)
+        if self.ivf is not None:
+            return self.ivf.search(q)
+        return _exact(q, self.reference, self.whole_options, self.backend)
+
+    def finish(self) -> tuple[list[Fix], AnnReport | None]:
+        """The fixes to apply to the answers, in order, and the report of a recall-tuned search (else None)."""
+        if self.tuned is not None:
+            return self.tuned.finish()
+        if self.ivf is not None:
+            return [self.ivf.missing(lambda x: _exact(x, self.reference, self.options, "faiss-flat"))], None
+        return [], None
+
+    def whole(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, AnnReport | None]:
+        """Search all the queries at once (one chunk) and apply the fixes."""
+        sims, idx = self.search(q)
+        fixes, report = self.finish()
+        for at, s, i in fixes:
+            sims[at], idx[at] = s, i
+        return sims, idx, report
 
 
 def search_report(q: np.ndarray, r: np.ndarray, options: SearchOptions = SearchOptions(), *,
@@ -106,15 +170,11 @@ def search_report(q: np.ndarray, r: np.ndarray, options: SearchOptions = SearchO
     the report of a recall-tuned search (None otherwise). ``rows``: the (tuning, held-out) query rows."""
     if len(q) == 0:
         return np.empty(0, np.float32), np.empty(0, np.int64), None
+    sample = None
     if options.recall is not None:
-        exact_backend = resolve_backend("auto", options.device)
-        return search_tuned(q, r, recall=float(options.recall), rows=rows, sample=options.sample,
-                            nlist=options.nlist, train_size=options.train_size, seed=options.seed,
-                            exact=lambda x: _exact(x, r, options, exact_backend))
-    backend = resolve_backend(options.backend, options.device)
-    if backend == "faiss-ivf":
-        return (*search_faiss_ivf(q, r, options), None)
-    return (*_exact(q, r, options, backend), None)
+        rows = rows if rows is not None else sample_rows(len(q), options.sample, options.seed)
+        sample = q[np.concatenate(rows)]
+    return ChunkedSearch(r, options, n_query=len(q), sample=sample, rows=rows).whole(q)
 
 
 def search(q: np.ndarray, r: np.ndarray, options: SearchOptions = SearchOptions()) -> tuple[np.ndarray, np.ndarray]:

@@ -17,11 +17,11 @@ from typing import Callable
 
 import numpy as np
 
-from isood.ann.ivf import IVFIndex, ProbePlan, build_ivf, ivf_search, probe, scan_lists
+from isood.ann.ivf import QUERY_CHUNK, IVFIndex, ProbePlan, build_ivf, ivf_search, probe, scan_lists
 from isood.errors import BadInputError
 
-__all__ = ["AnnReport", "MAX_SCAN_FRACTION", "DEFAULT_SAMPLE", "probe_ladder", "sample_rows", "search_tuned",
-           "tune_plan"]
+__all__ = ["AnnReport", "MAX_SCAN_FRACTION", "DEFAULT_SAMPLE", "Fix", "IvfChunks", "TunedSearch", "probe_ladder",
+           "sample_rows", "search_tuned", "tune_plan"]
 
 #: A plan may probe at most this fraction of the lists (a wider scan is no faster than exact search).
 MAX_SCAN_FRACTION = 0.125
@@ -136,32 +136,122 @@ def tune_plan(index: IVFIndex, query: np.ndarray, exact_rows: np.ndarray, *, rec
     return best[1], best[2]
 
 
+class IvfChunks:
+    """An IVF search of a query set given chunk by chunk (consecutive rows, in order). The queries whose probed
+    lists were all empty are kept and searched exactly at the end, in one call (:meth:`missing`), as a search of
+    the whole set does. Chunks of ``query_chunk`` rows (the last may be shorter) give the bytes of
+    :func:`~isood.ann.ivf.ivf_search` on the whole set."""
+
+    def __init__(self, index: IVFIndex, plan: ProbePlan | int | None, *, threads: int | None = None,
+                 query_chunk: int = QUERY_CHUNK):
+        self.index, self.plan, self.threads, self.query_chunk = index, plan, threads, int(query_chunk)
+        self.done = 0
+        self.n_again = 0
+        self._rows: list[np.ndarray] = []
+        self._queries: list[np.ndarray] = []
+
+    def search(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(similarity, row) of the next chunk of queries; -inf / -1 where no probed list had a row (see
+        :meth:`missing`)."""
+        best, arg, again = ivf_search(self.index, q, self.plan, query_chunk=self.query_chunk, threads=self.threads)
+        self.n_again += int(round(again * len(q)))
+        missing = np.flatnonzero(arg < 0)
+        if len(missing):
+            self._rows.append(self.done + missing)
+            self._queries.append(np.array(q[missing], dtype=np.float32))
+        self.done += len(q)
+        return best, arg
+
+    def missing(self, exact: Exact) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rows, similarity, row) of the queries no probed list answered, searched with ``exact``."""
+        if not self._rows:
+            return np.empty(0, np.int64), np.empty(0, np.float32), np.empty(0, np.int64)
+        rows = np.concatenate(self._rows)
+        sims, idx = exact(np.ascontiguousarray(np.concatenate(self._queries)))
+        return rows, sims, idx
+
+
+#: A fix of a chunked search's answers: (query rows, similarity, reference row), applied in order.
+Fix = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+class TunedSearch:
+    """:func:`search_tuned` in phases, for a query set of ``n_query`` rows given chunk by chunk: built with the
+    sampled queries (``sample``: the queries at the tuning rows then at the held-out rows of ``rows``), it builds
+    the index, searches the sample exactly and tunes the plan; :meth:`search` searches the next chunk;
+    :meth:`finish` returns the fixes to apply in order (queries no probed list answered; the sampled queries'
+    exact answers) and the report. ``exact_chunk`` searches a whole chunk exactly when the sample is too small
+    to tune on (default ``exact``)."""
+
+    def __init__(self, reference: np.ndarray, sample: np.ndarray, rows: tuple[np.ndarray, np.ndarray], *,
+                 n_query: int, recall: float, exact: Exact, exact_chunk: Exact | None = None,
+                 nlist: int | None = None, train_size: int | None = None, seed: int = 0,
+                 threads: int | None = None, query_chunk: int = QUERY_CHUNK):
+        self.rows, self.n_query, self.recall, self.exact = rows, int(n_query), recall, exact
+        self.exact_chunk = exact_chunk or exact
+        self.ivf: IvfChunks | None = None
+        self.done = 0
+        n_t = len(rows[0])
+        if n_t < MIN_SAMPLE:  # too few queries to tune on: exact search is as cheap
+            return
+        t0 = time.perf_counter()
+        index = build_ivf(reference, nlist=nlist, train_size=train_size, seed=seed)
+        t1 = time.perf_counter()
+        self.ex_sims, self.ex_idx = exact(np.ascontiguousarray(sample))
+        plan, _ = tune_plan(index, np.ascontiguousarray(sample[:n_t]), self.ex_idx[:n_t], recall=recall,
+                            threads=threads)
+        self.seconds = [t1 - t0, time.perf_counter() - t1, 0.0]
+        self.ivf = IvfChunks(index, plan, threads=threads, query_chunk=query_chunk)
+        self.both = np.concatenate(rows)
+        self.approx_sims = np.empty(len(self.both), np.float32)
+        self.approx_idx = np.empty(len(self.both), np.int64)
+
+    def search(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(similarity, row) of the next chunk of queries (before the fixes of :meth:`finish`)."""
+        start, self.done = self.done, self.done + len(q)
+        if self.ivf is None:
+            return self.exact_chunk(q)
+        t = time.perf_counter()
+        sims, idx = self.ivf.search(q)
+        self.seconds[2] += time.perf_counter() - t
+        here = np.flatnonzero((self.both >= start) & (self.both < self.done))
+        self.approx_sims[here], self.approx_idx[here] = sims[self.both[here] - start], idx[self.both[here] - start]
+        return sims, idx
+
+    def finish(self) -> tuple[list[Fix], AnnReport]:
+        """The fixes to apply to the answers, in order, and the report (once every chunk was searched)."""
+        if self.done != self.n_query:
+            raise BadInputError(f"tuned search: {self.done} queries searched, {self.n_query} expected")
+        if self.ivf is None:
+            return [], AnnReport(self.recall, 0, None, self.n_query, 0, 1.0, 1.0)
+        t = time.perf_counter()
+        missing = self.ivf.missing(self.exact)
+        self.seconds[2] += time.perf_counter() - t
+        hit = np.isin(self.both, missing[0])
+        if hit.any():  # sampled queries that no probed list answered: their approximate answer is the exact one
+            at = np.searchsorted(missing[0], self.both[hit])
+            self.approx_sims[hit], self.approx_idx[hit] = missing[1][at], missing[2][at]
+        n_t, check_rows = len(self.rows[0]), self.rows[1]
+        same = self.approx_idx == self.ex_idx
+        report = AnnReport(
+            self.recall, self.ivf.index.nlist, self.ivf.plan, n_t, len(check_rows), float(np.mean(same[:n_t])),
+            float(np.mean(same[n_t:])) if len(check_rows) else float("nan"), self.ivf.n_again / self.n_query,
+            *self.seconds, self.ivf.index.nbytes, check_rows, self.ex_sims[n_t:].copy(),
+            self.approx_sims[n_t:].copy())
+        return [missing, (self.both, self.ex_sims, self.ex_idx)], report
+
+
 def search_tuned(query: np.ndarray, reference: np.ndarray, *, recall: float, exact: Exact,
                  rows: tuple[np.ndarray, np.ndarray] | None = None, sample: int = DEFAULT_SAMPLE,
                  nlist: int | None = None, train_size: int | None = None, seed: int = 0,
                  threads: int | None = None) -> tuple[np.ndarray, np.ndarray, AnnReport]:
     """Tuned IVF search of clean, L2-normalised ``query`` rows in ``reference`` (module docstring):
     (similarity, row, report). ``exact(q) -> (sims, rows)`` is the exact search of some queries."""
-    tune_rows, check_rows = rows if rows is not None else sample_rows(len(query), sample, seed)
-    if len(tune_rows) < MIN_SAMPLE:  # too few queries to tune on: exact search is as cheap
-        sims, idx = exact(query)
-        return sims, idx, AnnReport(recall, 0, None, len(query), 0, 1.0, 1.0)
-    t0 = time.perf_counter()
-    index = build_ivf(reference, nlist=nlist, train_size=train_size, seed=seed)
-    t1 = time.perf_counter()
-    both = np.concatenate([tune_rows, check_rows])
-    ex_sims, ex_idx = exact(np.ascontiguousarray(query[both]))
-    n_t = len(tune_rows)
-    plan, _ = tune_plan(index, np.ascontiguousarray(query[tune_rows]), ex_idx[:n_t], recall=recall, threads=threads)
-    t2 = time.perf_counter()
-    sims, idx, reprobed = ivf_search(index, query, plan, threads=threads)
-    missing = np.flatnonzero(idx < 0)
-    if len(missing):  # every probed list was empty
-        sims[missing], idx[missing] = exact(np.ascontiguousarray(query[missing]))
-    t3 = time.perf_counter()
-    report = AnnReport(
-        recall, index.nlist, plan, n_t, len(check_rows), float(np.mean(idx[tune_rows] == ex_idx[:n_t])),
-        float(np.mean(idx[check_rows] == ex_idx[n_t:])) if len(check_rows) else float("nan"), reprobed,
-        t1 - t0, t2 - t1, t3 - t2, index.nbytes, check_rows, ex_sims[n_t:].copy(), sims[check_rows].copy())
-    sims[both], idx[both] = ex_sims, ex_idx  # the sampled queries keep their exact answers
+    rows = rows if rows is not None else sample_rows(len(query), sample, seed)
+    tuned = TunedSearch(reference, query[np.concatenate(rows)], rows, n_query=len(query), recall=recall,
+                        exact=exact, nlist=nlist, train_size=train_size, seed=seed, threads=threads)
+    sims, idx = tuned.search(query)
+    fixes, report = tuned.finish()
+    for at, s, i in fixes:
+        sims[at], idx[at] = s, i
     return sims, idx, report

@@ -278,7 +278,7 @@ def test_output_of_another_kind_and_bad_sizes_are_refused(tiny_encoder, tiny_ima
     with pytest.raises(IsoodError, match=r"holds a 'class-filter-x' manifest, not 'features'"):
         FS.extract_features(tiny_images, tiny_encoder, tmp_path / "s", progress=False)
     assert manifests.verify(tmp_path / "s").ok  # untouched
-    with pytest.raises(IsoodError, match="--shard-size and --batch-size"):
+    with pytest.raises(IsoodError, match="--batch-size must be an integer >= 1, got 0"):
         FS.extract_features(tiny_images, tiny_encoder, tmp_path / "o", batch_size=0, progress=False)
 
 

@@ -14,6 +14,7 @@ from isood.simulate import random_orthogonal
 from isood.stages.splits import (BuildConfig, FeatureSet, bin_shifts, cell_lists, clean_features, dropped_rows,
                                  filter_test_rows, load_build_config, measure_shift, parse_quantile, rejected_rows,
                                  splits_config, write_splits)
+from isood.featurestore.loading import FeatureReader
 from isood.stages.splits.load import check_feature_sets
 
 
@@ -124,7 +125,8 @@ def test_cell_lists_hold_each_cells_paths_in_order_and_empty_cells():
 
 # ---------------------------------------------------------------------------------------------- feature sets
 def _set(name, n=3, d=8, identity=None):
-    return FeatureSet(name, np.ones((n, d), np.float32), _index(["n1"] * n), f"/data/{name}", identity, None)
+    return FeatureSet(name, FeatureReader.from_array(np.ones((n, d), np.float32), _index(["n1"] * n)), f"/data/{name}",
+                      identity, None)
 
 
 @pytest.mark.parametrize("sets, kwargs, match", [

@@ -11,8 +11,13 @@ equal-width levels (``isood.grid``), giving cells ``cov_{c}_sem_{s}``. The searc
 and cell agreement, parameters) goes into the summary as ``ann`` (:func:`ann_summary`, ``SplitsView.ann``).
 
 The stage is small named steps: load (config, inputs, feature sets) -> pure steps (:func:`clean_features`,
-:func:`filter_test_rows`, :func:`measure_shift`, :func:`bin_shifts`) -> write (:func:`write_splits`). The
-output is a manifest of kind ``splits`` (``isood.kinds.SPLITS``)::
+:func:`filter_test_rows`, :func:`measure_shift`, :func:`bin_shifts`) -> write (:func:`write_splits`). The test
+side is streamed (``stream``): the test features are read block by block from their memory-mapped files (a
+check pass, then the search pass; with ``--ann-recall`` a pass that gathers the tuning sample in between),
+cleaned and filtered per block, and searched against the ID side's LAID halves (:func:`shift_stream`); what stays
+in memory per test image is its index row (path, wnid), two flags and its two distances. The result is the
+bytes of the steps above run on the whole test set in memory. The output is a manifest of kind ``splits``
+(``isood.kinds.SPLITS``)::
 
     data/images.parquet    path, wnid, d_sem, d_cov, sem_level, cov_level, cell   (one row per test image)
     data/cells.parquet     cell, cov_level, sem_level, n, na
@@ -24,7 +29,7 @@ output is a manifest of kind ``splits`` (``isood.kinds.SPLITS``)::
     manifest.json          written last
 
 Modules: ``config`` (:class:`BuildConfig`, :func:`load_build_config`), ``load`` (load steps), ``steps`` (pure
-steps), ``write`` (:func:`write_splits`), ``job`` (:func:`build_splits`).
+steps), ``stream`` (the streamed test side), ``write`` (:func:`write_splits`), ``job`` (:func:`build_splits`).
 """
 
 from __future__ import annotations
@@ -33,11 +38,14 @@ from isood.stages.splits.config import BuildConfig, load_build_config, parse_qua
 from isood.stages.splits.job import BuildResult, build_splits
 from isood.stages.splits.load import FeatureSet
 from isood.stages.splits.steps import (DROPPED_COLUMNS, LEVEL_AGREEMENT_TARGET, Grid, ann_summary, bin_shifts,
-                                       clean_features, dropped_rows, filter_test_rows, measure_shift, rejected_rows)
+                                       clean_features, drop_rows, dropped_rows, filter_test_rows, measure_shift,
+                                       rejected_rows, shift_stream)
+from isood.stages.splits.stream import StreamedTest, check_test_rows, streamed_test
 from isood.stages.splits.write import cell_lists, write_splits
 
 __all__ = [
     "BuildConfig", "load_build_config", "parse_quantile", "splits_config", "FeatureSet", "Grid", "BuildResult",
-    "DROPPED_COLUMNS", "build_splits", "clean_features", "dropped_rows", "rejected_rows", "filter_test_rows",
-    "measure_shift", "bin_shifts", "ann_summary", "LEVEL_AGREEMENT_TARGET", "cell_lists", "write_splits",
+    "DROPPED_COLUMNS", "build_splits", "clean_features", "drop_rows", "dropped_rows", "rejected_rows",
+    "filter_test_rows", "measure_shift", "shift_stream", "bin_shifts", "ann_summary", "LEVEL_AGREEMENT_TARGET",
+    "cell_lists", "write_splits", "StreamedTest", "check_test_rows", "streamed_test",
 ]

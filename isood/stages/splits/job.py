@@ -1,4 +1,5 @@
-"""The `isood build-splits` job: load -> clean/filter -> LAID -> measure -> bin -> write (see the package)."""
+"""The `isood build-splits` job: load -> clean/filter -> LAID -> measure -> bin -> write (see the package); the test
+side is streamed (``stream``)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,17 @@ import pandas as pd
 import manifests
 from isood.clip import ClipEncoder
 from isood.errors import BadInputError
+from isood.images import list_images
+from isood.featurestore.loading import READ_ROWS
 from isood.kinds import LAID_FILE, SplitsView
 from isood.runtime import BatchEngine, progress_bar
+from isood.shift import ShiftSearch, ShiftStream
 from isood.stages.splits.config import BuildConfig, splits_config
 from isood.stages.splits.load import (FeatureSet, Inputs, check_destination, check_feature_sets, extract_set,
                                       extracted_files, load_encoder, load_inputs, load_precomputed, train_laid)
-from isood.stages.splits.steps import (ann_summary, bin_shifts, clean_features, empty_dropped, filter_test_rows,
-                                       measure_shift, rejected_rows)
+from isood.stages.splits.steps import (ann_summary, bin_shifts, clean_features, drop_rows, empty_dropped,
+                                       filter_test_rows, rejected_rows, shift_stream)
+from isood.stages.splits.stream import StreamedTest, check_test_rows, streamed_test
 from isood.stages.splits.write import write_splits
 
 __all__ = ["BuildResult", "build_splits"]
@@ -51,49 +56,65 @@ def _precomputed_sets(cfg: BuildConfig, inputs: Inputs, note: Warn) -> dict[str,
 
 def _extract_missing(cfg: BuildConfig, sets: dict[str, FeatureSet], encoder: ClipEncoder | None, *, note: Warn,
                      argv: list[str] | None, engine: BatchEngine | None) -> dict[str, FeatureSet]:
-    """Park ``--out`` (unfinished until the new manifest lands), extract the image sources into it, check."""
+    """List both image sources (an empty one fails before anything is extracted), park ``--out`` (unfinished
+    until the new manifest lands), extract the image sources into it, check."""
+    sources = {name: list_images(getattr(cfg, name)) for name in ("id", "test") if name not in sets}
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     manifests.park(out)
-    for name in ("id", "test"):
-        if name not in sets:
-            sets[name] = extract_set(name, getattr(cfg, name), encoder, out / f"features-{name}", cfg, note=note,
-                                     argv=argv, engine=engine)
+    for name, images in sources.items():
+        sets[name] = extract_set(name, getattr(cfg, name), encoder, out / f"features-{name}", cfg, note=note,
+                                 argv=argv, engine=engine, images=images)
     check_feature_sets(sets, clip=cfg.clip, clip_dim=encoder.embed_dim if encoder is not None else None)
     return sets
 
 
+def _rows_bar(bar, description: str, total: int) -> Callable[[int], None]:
+    task = bar.add_task(description, total=total)
+    return lambda n: bar.advance(task, n)
+
+
 def _clean_and_filter(cfg: BuildConfig, sets: Mapping[str, FeatureSet], inputs: Inputs,
-                      note: Warn) -> tuple[np.ndarray, pd.DataFrame, np.ndarray, pd.DataFrame, pd.DataFrame]:
-    """(x_id, ID index, x_test, test index, dropped table) after the clean and filter steps; one-line errors
-    when a side ends up empty."""
-    parts, clean = [], {}
-    for name in ("id", "test"):
-        s = sets[name]
-        x, index, bad = clean_features(s.features, s.index, name, warn=note)
-        parts += [rejected_rows(name, s.rejected), bad]
-        clean[name] = (x, index)
-    (x_id, idx_id), (x_test, idx_test) = clean["id"], clean["test"]
+                      note: Warn) -> tuple[np.ndarray, StreamedTest, pd.DataFrame]:
+    """(x_id, the test rows to measure, dropped table) after the clean and filter steps: the ID features are
+    read and cleaned in memory, the test features checked block by block (only their index stays in memory);
+    one-line errors when a side ends up empty."""
+    ids, test = sets["id"], sets["test"]
+    x_id, idx_id, bad_id = clean_features(ids.reader.read(), ids.index, "id", warn=note)
+    with progress_bar(cfg.progress and len(test) > READ_ROWS, transient=True) as bar:  # one block: no bar
+        check = check_test_rows(test.reader, on_rows=_rows_bar(bar, f"checking {len(test)} test features",
+                                                               len(test)))
+    for message in check.messages("--test features"):
+        note(message)
+    idx_test, bad_test = drop_rows(test.index, check.dropped, "test")
+    parts = [rejected_rows("id", ids.rejected), bad_id, rejected_rows("test", test.rejected), bad_test]
     if len(x_id) == 0:
         raise BadInputError(f"--id {cfg.id}: no usable ID features (empty set, or every row NaN/inf); pass at least "
                             "one ID image")
     keep, filtered = filter_test_rows(idx_test, kept_wnids=inputs.kept_wnids,
                                       id_wnids=set(idx_id["wnid"]) if cfg.exclude_id_classes else None)
     parts.append(filtered)
-    if not keep.all():
-        x_test, idx_test = x_test[keep], idx_test.loc[keep].reset_index(drop=True)
-    if len(x_test) == 0:
+    rows = streamed_test(test.reader, check, idx_test, keep)
+    if len(rows) == 0:
         raise BadInputError("no test images left (empty --test set, or all removed by --class-filter / "
                             "--exclude-id-classes)")
     parts = [p for p in parts if p is not None]
     dropped = pd.concat(parts, ignore_index=True) if parts else empty_dropped()
-    return x_id, idx_id, x_test, idx_test, dropped
+    return x_id, rows, dropped
+
+
+def _measure(cfg: BuildConfig, stream: ShiftStream, test: StreamedTest, n_id: int) -> ShiftSearch:
+    """The shift of every test row, streamed through ``stream`` (the ID side: its LAID halves)."""
+    with progress_bar(cfg.progress, transient=True) as bar:
+        on_rows = _rows_bar(bar, f"measuring shift of {len(test)} test images against {n_id} ID images", len(test))
+        return stream.measure(test.chunks, on_rows=on_rows)
 
 
 def build_splits(cfg: BuildConfig, *, warn: Warn | None = None, argv: list[str] | None = None,
                  engine: BatchEngine | None = None) -> BuildResult:
     """Run `isood build-splits` with ``cfg`` (module docstring): load -> clean/filter -> LAID -> measure -> bin ->
-    write. Warnings go to ``warn`` (and into the manifest's summary); ``engine`` runs any extraction."""
+    write. Warnings go to ``warn`` (and into the manifest's summary); ``engine`` runs any extraction. The test
+    features are streamed (``stream``): memory grows with the test set by its index and two distances per image."""
     notes: list[str] = []
 
     def note(message: str) -> None:
@@ -106,18 +127,19 @@ def build_splits(cfg: BuildConfig, *, warn: Warn | None = None, argv: list[str] 
     sets = _precomputed_sets(cfg, inputs, note)
     encoder = load_encoder(cfg, inputs)
     sets = _extract_missing(cfg, sets, encoder, note=note, argv=argv, engine=engine)
-    x_id, _, x_test, idx_test, dropped = _clean_and_filter(cfg, sets, inputs, note)
+    x_id, test, dropped = _clean_and_filter(cfg, sets, inputs, note)
+    n_id = len(x_id)
     laid, fit_seconds = train_laid(cfg, inputs, encoder, dim=x_id.shape[1])
-    with progress_bar(cfg.progress, transient=True) as bar:
-        bar.add_task(f"measuring shift of {len(x_test)} test images against {len(x_id)} ID images", total=None)
-        found = measure_shift(x_test, x_id, laid, backend=cfg.backend, device=cfg.device, ann_recall=cfg.ann_recall,
-                              seed=cfg.seed)
-    grid = bin_shifts(idx_test, found.d_sem, found.d_cov, n_levels=cfg.levels, na_threshold=cfg.na_threshold,
+    stream = shift_stream(x_id, laid, n_test=len(test), backend=cfg.backend, device=cfg.device,
+                          ann_recall=cfg.ann_recall, seed=cfg.seed)
+    del x_id  # the ID side is its LAID halves from here on
+    found = _measure(cfg, stream, test, n_id)
+    grid = bin_shifts(test.index, found.d_sem, found.d_cov, n_levels=cfg.levels, na_threshold=cfg.na_threshold,
                       clip=cfg.clip_quantile)
     ann = ann_summary(found.ann, grid.edges, warn=note)
-    ids, test = sets["id"], sets["test"]
+    ids, test_set = sets["id"], sets["test"]
     summary = {
-        "test_images": int(len(grid.images)), "id_images": int(len(x_id)), "dropped": int(len(dropped)),
+        "test_images": int(len(grid.images)), "id_images": int(n_id), "dropped": int(len(dropped)),
         "cells": int(len(grid.cells)), "cells_na": int(grid.cells["na"].sum()),
         "laid_orthogonality_error": laid.orthogonality_error, "laid_fit_seconds": fit_seconds, "warnings": notes,
     }
@@ -126,8 +148,8 @@ def build_splits(cfg: BuildConfig, *, warn: Warn | None = None, argv: list[str] 
     view = write_splits(
         cfg.out, images=grid.images, cells=grid.cells, edges=grid.edges, dropped=dropped,
         config=splits_config(cfg, clip_identity=inputs.clip_identity or ids.identity, id_root=ids.root,
-                             test_root=test.root),
-        inputs=[ids.input, test.input, *inputs.records], files=laid.files(LAID_FILE),
+                             test_root=test_set.root),
+        inputs=[ids.input, test_set.input, *inputs.records], files=laid.files(LAID_FILE),
         existing_files=extracted_files(Path(cfg.out), sets.values()), summary=summary,
         note=f"{len(grid.images)} test images in {cfg.levels}x{cfg.levels} cells", argv=argv, card=False)
-    return BuildResult(view, len(grid.images), len(x_id), len(dropped), grid.cells, notes)
+    return BuildResult(view, len(grid.images), n_id, len(dropped), grid.cells, notes)

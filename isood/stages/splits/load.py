@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-import numpy as np
 import pandas as pd
 
 import manifests
 from isood.clip import ClipEncoder, load_clip, parse_clip_spec
 from isood.errors import BadInputError
-from isood.featurestore import extract_features, is_feature_dir, load_features
-from isood.images import list_images
+from isood.featurestore import extract_features, is_feature_dir
+from isood.featurestore.loading import FeatureReader, open_features
+from isood.images import ImageSource, list_images
 from isood.kinds import CLASS_FILTER, FEATURES, SPLITS
 from isood.labels import Labels, load_labels
 from isood.laid import LAID
@@ -30,13 +30,13 @@ Warn = Callable[[str], None]
 
 @dataclass(eq=False)
 class FeatureSet:
-    """Features of one side (``name`` 'id' or 'test'): rows, index (path, wnid), where they came from, the CLIP
-    identity recorded with them, the folder the index paths are relative to, the folder they were extracted
-    into in this run, the images the extraction rejected, and the manifest input record."""
+    """Features of one side (``name`` 'id' or 'test'), opened for reading (``reader``: the index in memory, the
+    rows read on demand from the memory-mapped files), where they came from, the CLIP identity recorded with
+    them, the folder the index paths are relative to, the folder they were extracted into in this run, the
+    images the extraction rejected, and the manifest input record."""
 
     name: str
-    features: np.ndarray
-    index: pd.DataFrame
+    reader: FeatureReader
     source: str
     identity: str | None
     root: str | None
@@ -45,8 +45,15 @@ class FeatureSet:
     input: dict = field(default_factory=dict)
 
     @property
+    def index(self) -> pd.DataFrame:
+        return self.reader.index
+
+    @property
     def dim(self) -> int:
-        return int(self.features.shape[1])
+        return int(self.reader.dim)
+
+    def __len__(self) -> int:
+        return len(self.reader)
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,9 +109,9 @@ def load_inputs(cfg: BuildConfig) -> Inputs:
 
 
 def load_precomputed(name: str, path: str) -> FeatureSet:
-    """A precomputed feature set: an `isood extract` manifest (with its CLIP identity, image root and rejected
-    images) or a folder with features.npy + index.parquet."""
-    x, index = load_features(path)
+    """A precomputed feature set, opened (nothing read but its index): an `isood extract` manifest (with its CLIP
+    identity, image root and rejected images) or a folder with features.npy + index.parquet."""
+    reader = open_features(path)
     p = Path(path)
     identity = root = rejected = None
     if p.is_dir() and (p / manifests.MANIFEST_FILE).is_file():
@@ -114,7 +121,7 @@ def load_precomputed(name: str, path: str) -> FeatureSet:
     else:
         record = manifests.input_record("features", p)
     record["name"] = f"{name}_features"
-    return FeatureSet(name, x, index, str(path), identity, root, rejected=rejected, input=record)
+    return FeatureSet(name, reader, str(path), identity, root, rejected=rejected, input=record)
 
 
 def check_feature_sets(sets: Mapping[str, FeatureSet], *, clip: str | None = None, clip_identity: str | None = None,
@@ -137,7 +144,7 @@ def check_feature_sets(sets: Mapping[str, FeatureSet], *, clip: str | None = Non
         if laid_dim is not None and s.dim != laid_dim:
             raise BadInputError(f"feature dimension mismatch: --{s.name} features have {s.dim}, --laid W is "
                                 f"{laid_dim}x{laid_dim}; pass the LAID fitted for this CLIP")
-    if "id" in sets and len(sets["id"].features) == 0:
+    if "id" in sets and len(sets["id"]) == 0:
         raise BadInputError(f"--id {sets['id'].source}: the ID feature set is empty; pass at least one ID image")
     for s in sets.values():
         if clip_dim is not None and s.dim != clip_dim:
@@ -157,17 +164,18 @@ def load_encoder(cfg: BuildConfig, inputs: Inputs) -> ClipEncoder | None:
 
 
 def extract_set(name: str, source: str, encoder: ClipEncoder, sub: Path, cfg: BuildConfig, *, note: Warn,
-                argv: list[str] | None, engine: BatchEngine | None) -> FeatureSet:
-    """Extract an image source into ``sub`` (resumable; ``isood.featurestore``) and load it back."""
-    result = extract_features(source, encoder, sub, batch_size=cfg.batch_size, workers=cfg.workers,
+                argv: list[str] | None, engine: BatchEngine | None, images: ImageSource | None = None) -> FeatureSet:
+    """Extract an image source into ``sub`` (resumable; ``isood.featurestore``) and open it for reading;
+    ``images``: the source already listed (``list_images``), else listed here."""
+    images = images if images is not None else list_images(source)
+    result = extract_features(images, encoder, sub, batch_size=cfg.batch_size, workers=cfg.workers,
                               shard_size=cfg.shard_size, progress=cfg.progress, argv=argv, engine=engine)
-    x, index = load_features(sub)
-    images = list_images(source)
+    reader = open_features(sub)
     if result.n_rejected:
         note(f"--{name}: {result.n_rejected} unreadable image(s) skipped (see data/dropped.parquet)")
     view = manifests.read(sub, kind=FEATURES)
     record = manifests.input_record(f"{name}_images", source, sha256=images.listing_sha256)
-    return FeatureSet(name, x, index, str(source), encoder.identity, str(images.root), str(sub),
+    return FeatureSet(name, reader, str(source), encoder.identity, str(images.root), str(sub),
                       rejected=view.rejected, input=record)
 
 

@@ -15,10 +15,10 @@ from isood.errors import BadInputError
 from isood.ann import AnnReport
 from isood.grid import assign_levels, axis_edges, cell_names, cell_table, edges_table
 from isood.laid import LAID
-from isood.shift import ShiftSearch, held_out_levels, prepare_features, shift_search
+from isood.shift import ShiftSearch, ShiftStream, held_out_levels, prepare_features, shift_search
 
-__all__ = ["DROPPED_COLUMNS", "Grid", "empty_dropped", "dropped_rows", "rejected_rows", "clean_features",
-           "filter_test_rows", "measure_shift", "bin_shifts", "ann_summary", "LEVEL_AGREEMENT_TARGET"]
+__all__ = ["DROPPED_COLUMNS", "Grid", "empty_dropped", "dropped_rows", "rejected_rows", "drop_rows", "clean_features",
+           "filter_test_rows", "measure_shift", "shift_stream", "bin_shifts", "ann_summary", "LEVEL_AGREEMENT_TARGET"]
 
 #: Below this held-out level agreement an approximate search is reported in the warnings.
 LEVEL_AGREEMENT_TARGET = 0.999
@@ -46,6 +46,15 @@ def rejected_rows(set_name: str, rejected: pd.DataFrame | None) -> pd.DataFrame 
     return dropped_rows(set_name, rejected, ("unreadable: " + rejected["error"].astype(str)).to_numpy())
 
 
+def drop_rows(index: pd.DataFrame, dropped: np.ndarray, set_name: str) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The index without the rows ``dropped`` marks (non-finite or zero features) and those rows as ``dropped``
+    rows (None when there are none)."""
+    if not dropped.any():
+        return index.reset_index(drop=True), None
+    return (index.loc[~dropped].reset_index(drop=True),
+            dropped_rows(set_name, index.loc[dropped], "non-finite or zero feature"))
+
+
 def clean_features(features: np.ndarray, index: pd.DataFrame, set_name: str, *,
                    warn: Warn | None = None) -> tuple[np.ndarray, pd.DataFrame, pd.DataFrame | None]:
     """Drop rows with NaN/inf (or all zero) and L2-normalise the rest (``isood.shift.prepare_features``).
@@ -53,10 +62,8 @@ def clean_features(features: np.ndarray, index: pd.DataFrame, set_name: str, *,
     Returns (clean features, their index, ``dropped`` rows or None); each problem is reported to ``warn``.
     """
     x, mask = prepare_features(features, f"--{set_name} features", warn=warn or False)
-    if not mask.any():  # nothing dropped: no copy of a large feature set
-        return x, index.reset_index(drop=True), None
-    dropped = dropped_rows(set_name, index.loc[mask], "non-finite or zero feature")
-    return x[~mask], index.loc[~mask].reset_index(drop=True), dropped
+    index, dropped = drop_rows(index, mask, set_name)
+    return (x[~mask] if dropped is not None else x), index, dropped  # nothing dropped: no copy of a large set
 
 
 def filter_test_rows(index: pd.DataFrame, *, kept_wnids: Iterable[str] | None = None,
@@ -78,12 +85,26 @@ def filter_test_rows(index: pd.DataFrame, *, kept_wnids: Iterable[str] | None = 
     return keep, (pd.concat(parts, ignore_index=True) if parts else None)
 
 
+def _device(device: str | None) -> str | None:
+    return None if device in (None, "", "auto") else device
+
+
 def measure_shift(x_test: np.ndarray, x_id: np.ndarray, laid: LAID, *, backend: str = "auto",
                   device: str | None = None, ann_recall: float | None = None, seed: int = 0) -> ShiftSearch:
     """(D_sem, D_cov, ann reports) of every test row against the ID rows through ``laid`` (``device``
-    'auto'/'' = default; ``ann_recall``: approximate search tuned to that recall@1, see ``isood.ann``)."""
-    device = None if device in (None, "", "auto") else device
-    return shift_search(x_test, x_id, laid, backend=backend, device=device, ann_recall=ann_recall, seed=seed)
+    'auto'/'' = default; ``ann_recall``: approximate search tuned to that recall@1, see ``isood.ann``), the
+    test rows held in memory."""
+    return shift_search(x_test, x_id, laid, backend=backend, device=_device(device), ann_recall=ann_recall,
+                        seed=seed)
+
+
+def shift_stream(x_id: np.ndarray, laid: LAID, *, n_test: int, backend: str = "auto", device: str | None = None,
+                 ann_recall: float | None = None, seed: int = 0) -> ShiftStream:
+    """The ID side made ready for a test set of ``n_test`` rows streamed chunk by chunk (its LAID halves: the
+    ID features can be let go); ``ShiftStream.measure`` gives what :func:`measure_shift` gives for the same
+    rows held in memory."""
+    return ShiftStream(x_id, laid, n_test=n_test, backend=backend, device=_device(device), ann_recall=ann_recall,
+                       seed=seed)
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,6 +115,18 @@ class Grid:
     images: pd.DataFrame
     cells: pd.DataFrame
     edges: pd.DataFrame
+
+
+def _cell_column(cov: np.ndarray, sem: np.ndarray, n_levels: int) -> np.ndarray:
+    """``isood.grid.cell_names(cov, sem)`` as an object array, looked up in the table of the n x n names (no
+    string built per image: ``cell_names`` of 12M images holds ~5 GB of temporaries)."""
+    levels = np.arange(n_levels * n_levels)
+    table = np.array(cell_names(levels // n_levels, levels % n_levels), dtype=object)
+    inside = (cov >= 0) & (sem >= 0) & (cov < n_levels) & (sem < n_levels)
+    out = table[np.where(inside, cov * n_levels + sem, 0)]
+    if not inside.all():  # NaN shifts (level -1)
+        out[~inside] = cell_names(cov[~inside], sem[~inside])
+    return out
 
 
 def bin_shifts(index: pd.DataFrame, d_sem: np.ndarray, d_cov: np.ndarray, *, n_levels: int,
@@ -108,7 +141,7 @@ def bin_shifts(index: pd.DataFrame, d_sem: np.ndarray, d_cov: np.ndarray, *, n_l
         "d_sem": np.asarray(d_sem).astype(np.float32), "d_cov": np.asarray(d_cov).astype(np.float32),
         "sem_level": sem_levels.astype(np.int64), "cov_level": cov_levels.astype(np.int64),
     })
-    images["cell"] = cell_names(images["cov_level"], images["sem_level"])
+    images["cell"] = _cell_column(cov_levels.astype(np.int64), sem_levels.astype(np.int64), n_levels)
     cells = cell_table(cov_levels, sem_levels, n_levels, na_threshold)
     return Grid(images, cells, edges_table(sem_edges, cov_edges))
 
