@@ -79,6 +79,8 @@ ROWS = [  # (extra args or a function of the inputs folder returning them, subst
     pytest.param(["--num-shards", "2", "--shard-index", "5"], ["--shard-index", "5"],
                  id="shard_index_out_of_range-runtime.check_shard_args"),
     pytest.param(["--engine", "spark"], ["spark"], id="unknown_engine-cli.build_engine"),
+    pytest.param(["--engine", "ray", "--workers", "0"], ["--workers", "0"], id="ray_workers_0-engines.ray.RayOptions"),
+    pytest.param(["--engine", "ray", "--workers", "-1"], ["--workers", "-1"], id="ray_workers_neg-engines.ray.RayOptions"),
     pytest.param(["--styles", "sdxl:anim"], ["'anim'", "anime"], id="unknown_style-styles.select_styles"),
     pytest.param(["--styles", "watercolour"], ["watercolour", "--styles"], id="unknown_spec-styles.load_styles"),
     pytest.param(["--styles", "sdxl:"], ["sdxl:", "no style"], id="no_style_names-styles.load_styles"),
