@@ -65,6 +65,9 @@ DRIVER = textwrap.dedent('''
 
         setattr(owner, name, wrapper)
 
+    # Ctrl-C as in a terminal: a test run started in the background (`make test &`) hands its children SIGINT
+    # ignored, and Python then installs no KeyboardInterrupt handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     fault = json.loads(sys.argv[1])
     if fault:
         arm(fault)
