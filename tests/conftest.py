@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny open_clip model built from open_clip's own classes, and a tiny image dataset.
+"""Shared fixtures: a tiny open_clip model built from open_clip's own classes, a tiny image dataset, and the
+demo's evaluation stage on the planted world.
 
 Everything here works offline. ``tiny_clip_spec`` is a ``local-dir:PATH`` name usable wherever a ``--clip`` name
 is (the folder holds ``open_clip_config.json`` + ``open_clip_model.safetensors``, seeded weights);
@@ -127,3 +128,30 @@ def isood_cache(tmp_path, monkeypatch):
     """A fresh ISOOD_CACHE_DIR (text-feature cache, WordNet staging) for one test; returns its path."""
     monkeypatch.setenv("ISOOD_CACHE_DIR", str(tmp_path / "isood-cache"))
     return tmp_path / "isood-cache"
+
+
+#: The demo's evaluation stage as the tests run it: fewer detectors and plots than `isood demo`, same page layout.
+PLANTED_DETECTORS = ("msp", "energy", "knn", "mds")
+PLANTED_PLOT_METRICS = ("auroc",)
+
+
+@pytest.fixture(scope="session")
+def planted_evaluation(tmp_path_factory):
+    """``(out, world, splits, ev)``: the planted world (seed 0), its splits manifest from the real `build-splits`
+    path with the ideal LAID map (W = the planted mixing matrix), and ``evaluate_planted`` of it in
+    ``out / "evaluation"`` (read it, never write into it: tests/evaluation and tests/report share it)."""
+    from isood.demo import write_planted_features
+    from isood.evaluation.planted import evaluate_planted
+    from isood.laid import LAID
+    from isood.simulate import make_planted_world
+    from isood.stages.splits import BuildConfig, build_splits
+
+    out = tmp_path_factory.mktemp("planted-eval")
+    world = make_planted_world(seed=0)
+    id_dir, test_dir = write_planted_features(world, out / "world")
+    laid = LAID(world.mixing).save(out / "world" / "laid.safetensors")
+    splits = build_splits(BuildConfig(id=str(id_dir), test=str(test_dir), laid=str(laid), out=str(out / "splits"),
+                                      progress=False)).manifest
+    ev = evaluate_planted(world, splits, out / "evaluation", seed=0, detectors=PLANTED_DETECTORS,
+                          plot_metrics=PLANTED_PLOT_METRICS)
+    return out, world, splits, ev

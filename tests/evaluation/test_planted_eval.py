@@ -1,7 +1,8 @@
 """The demo's evaluation stage on the planted world: MSP's AUROC rises with the semantic level.
 
-The splits manifest comes from the real `build-splits` path on the planted features, with the ideal LAID map
-(W = the planted mixing matrix; fitting LAID is tested in tests/isood/test_demo.py and takes much longer).
+The evaluation (tests/conftest.py's `planted_evaluation`, shared with tests/report) runs on a splits manifest from
+the real `build-splits` path on the planted features, with the ideal LAID map (W = the planted mixing matrix;
+fitting LAID is tested in tests/isood/test_demo.py and takes much longer).
 
 Documented thresholds (measured on seeds 0, 1, 2 with all 7 demo detectors: Spearman of MSP's per-level AUROC with
 the measured semantic level 0.976-0.994, level-7 minus level-0 AUROC 0.39-0.42; per planted level Spearman
@@ -13,28 +14,11 @@ import pytest
 from scipy.stats import spearmanr
 
 import manifests
-from isood.demo import write_planted_features
-from isood.evaluation.planted import evaluate_planted, planted_table
-from isood.laid import LAID
-from isood.stages.splits import BuildConfig, build_splits
-from isood.simulate import make_planted_world
+from isood.evaluation.planted import planted_table
 
 
-@pytest.fixture(scope="module")
-def planted(tmp_path_factory):
-    out = tmp_path_factory.mktemp("planted-eval")
-    world = make_planted_world(seed=0)
-    id_dir, test_dir = write_planted_features(world, out / "world")
-    laid = LAID(world.mixing).save(out / "world" / "laid.safetensors")
-    splits = build_splits(BuildConfig(id=str(id_dir), test=str(test_dir), laid=str(laid), out=str(out / "splits"),
-                                      progress=False)).manifest
-    ev = evaluate_planted(world, splits, out / "evaluation", seed=0, detectors=("msp", "energy", "knn", "mds"),
-                          plot_metrics=("auroc",))
-    return out, world, splits, ev
-
-
-def test_msp_auroc_rises_with_the_semantic_level(planted):
-    _, _, _, ev = planted
+def test_msp_auroc_rises_with_the_semantic_level(planted_evaluation):
+    _, _, _, ev = planted_evaluation
     curve = ev.msp_by_level()
     assert len(curve) == 8
     for col in ("measured", "planted"):
@@ -46,8 +30,8 @@ def test_msp_auroc_rises_with_the_semantic_level(planted):
     assert curve["measured"].iloc[3] == pytest.approx(per_cell.loc[per_cell["sem_level"] == 3, "auroc"].mean())
 
 
-def test_classifier_is_accurate_and_cells_follow_the_manifest(planted):
-    _, world, splits, ev = planted
+def test_classifier_is_accurate_and_cells_follow_the_manifest(planted_evaluation):
+    _, world, splits, ev = planted_evaluation
     assert ev.accuracy["id_test"] >= 0.9
     cells = splits.cells
     per_cell = ev.evaluation.per_cell.query("detector == 'energy'")
@@ -59,8 +43,8 @@ def test_classifier_is_accurate_and_cells_follow_the_manifest(planted):
     assert t1["correlation"].iloc[0] >= 0.8
 
 
-def test_planted_evaluation_manifest(planted):
-    out, _, _, ev = planted
+def test_planted_evaluation_manifest(planted_evaluation):
+    out, _, _, ev = planted_evaluation
     assert manifests.verify(out / "evaluation").ok
     m = manifests.read(out / "evaluation", kind="evaluation")
     files = {r["path"] for r in m.meta["files"]}

@@ -22,12 +22,6 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-dev-shm-usage", "--hide-scrollbars", "--window-size=1400,1000")
-#: The demo's evaluation stage as tests/evaluation/test_planted_eval.py runs it (fewer detectors and plots than
-#: `isood demo`, same page layout), so the fixture takes a few seconds.
-DETECTORS = ("msp", "energy", "knn", "mds")
-PLOT_METRICS = ("auroc",)
-
-
 def chromium_missing() -> str | None:
     """Why the browser tests cannot run here, or None when they can."""
     missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
@@ -42,24 +36,13 @@ def chromium_missing() -> str | None:
 
 
 @pytest.fixture(scope="session")
-def demo_evaluation(tmp_path_factory) -> Path:
-    """The demo's evaluation directory (report.html, plots/, the evaluation manifest) on the planted world."""
+def demo_evaluation(request) -> Path:
+    """The demo's evaluation directory (report.html, plots/, the evaluation manifest) on the planted world:
+    tests/conftest.py's ``planted_evaluation``, or ``$ISOOD_REPORT_DIR``."""
     given = os.environ.get("ISOOD_REPORT_DIR")
     if given:
         return Path(given)
-    from isood.demo import write_planted_features
-    from isood.evaluation.planted import evaluate_planted
-    from isood.laid import LAID
-    from isood.simulate import make_planted_world
-    from isood.stages.splits import BuildConfig, build_splits
-
-    out = tmp_path_factory.mktemp("report-demo")
-    world = make_planted_world(seed=0)
-    id_dir, test_dir = write_planted_features(world, out / "world")
-    laid = LAID(world.mixing).save(out / "world" / "laid.safetensors")
-    splits = build_splits(BuildConfig(id=str(id_dir), test=str(test_dir), laid=str(laid), out=str(out / "splits"),
-                                      progress=False)).manifest
-    evaluate_planted(world, splits, out / "evaluation", seed=0, detectors=DETECTORS, plot_metrics=PLOT_METRICS)
+    out, *_ = request.getfixturevalue("planted_evaluation")
     return out / "evaluation"
 
 
