@@ -31,7 +31,7 @@ from generation.outputs import GenerationResult, finish_hashes, prepare_outputs,
 from generation.safety import load_image_checker
 from isood.defaults import DEFAULT_PIPELINE
 from isood.errors import BadInputError, IsoodError, MissingWeightsError
-from isood.runtime import BatchEngine, LocalEngine, one_line, progress_bar, resolve_device
+from isood.runtime import BatchEngine, LocalEngine, explicit_device, one_line, progress_bar, resolve_device
 
 __all__ = [
     "DEFAULT_PIPELINE", "LOCAL_PREFIX", "BATCH_COLUMNS", "GeneratorSettings", "dtype_for", "load_pipeline",
@@ -147,7 +147,7 @@ def expected_fingerprint(settings: GeneratorSettings, device: str) -> dict[str, 
         name = _get_task_class(AUTO_TEXT2IMAGE_PIPELINES_MAPPING, name).__name__
     except Exception:
         pass
-    device = resolve_device(device) if device in (None, "", "auto") else str(device)  # a cluster's, maybe not ours
+    device = explicit_device(device) or resolve_device(device)  # an explicit one may be a cluster's, not ours
     return generator_fingerprint(settings, pipeline_class=name, dtype=dtype_for(device))
 
 

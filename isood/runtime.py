@@ -19,8 +19,9 @@ from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence, runtime
 from isood.errors import BadInputError, IsoodError
 
 __all__ = [
-    "TMP_PREFIX", "one_line", "resolve_device", "torch_device", "progress_bar", "track", "atomic_write_bytes",
-    "sha256_bytes", "sha256_file", "link_or_copy", "remove_temporaries", "PART_SUFFIX", "PER_TASK_KEYS",
+    "TMP_PREFIX", "one_line", "explicit_device", "resolve_device", "torch_device", "progress_bar", "track",
+    "atomic_write_bytes", "sha256_bytes", "sha256_file", "link_or_copy", "remove_temporaries", "PART_SUFFIX",
+    "PER_TASK_KEYS",
     "check_shard_args", "selected_units", "part_info", "default_workers", "BatchEngine", "LocalEngine",
     "batch_rows", "thread_limit", "require", "lazy_exports", "LOCK_FILE", "OutputLocked", "output_lock",
 ]
@@ -36,12 +37,17 @@ def one_line(error: BaseException | str, limit: int = 200) -> str:
 
 
 # ------------------------------------------------------------------------------------------------- devices
+def explicit_device(device: str | None) -> str | None:
+    """``device`` as given, or ``None`` when it asks for the default (``None``, ``''`` or ``'auto'``)."""
+    return None if device in (None, "", "auto") else str(device)
+
+
 def resolve_device(device: str | None) -> str:
     """``None``/``''``/``'auto'`` -> ``'cuda'`` when a GPU is present else ``'cpu'``; ``'cpu'``, ``'cuda'``,
     ``'cuda:N'`` are checked against the machine. A one-line error names what to pass instead."""
     import torch
 
-    if device in (None, "", "auto"):
+    if explicit_device(device) is None:
         return "cuda" if torch.cuda.is_available() else "cpu"
     text = str(device)
     try:

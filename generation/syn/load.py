@@ -19,6 +19,7 @@ from isood.kinds import SPLITS, SplitsView
 from isood.labels import Labels, load_labels
 from isood.laid import LAID
 from isood.laid_training import train_laid_from_labels
+from isood.runtime import explicit_device
 from isood.shift import shift_distances
 
 __all__ = ["SynInputs", "LaidChoice", "load_splits", "load_id_features", "load_encoder", "load_laid", "load_inputs",
@@ -125,4 +126,4 @@ def measure_prompts(inputs: SynInputs, prompts: Sequence[str], *, device: str | 
     image features (IS-OOD, Syn-IS)."""
     feats = encode_texts(inputs.encoder, list(prompts), progress=progress, description="encoding prompts")
     return shift_distances(feats, inputs.id_feats, inputs.laid.laid,
-                           device=None if device in (None, "", "auto") else device)
+                           device=explicit_device(device))

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from isood.errors import BadInputError, IsoodError
-from isood.runtime import batch_rows, one_line, progress_bar
+from isood.runtime import batch_rows, explicit_device, one_line, progress_bar
 
 __all__ = ["RAY_HINT", "DEFAULT_DECODE_THREADS", "require_ray", "RayOptions", "ray_session", "RayEngine",
            "BatchActor", "WorkerFailure", "pack_blocks"]
@@ -70,7 +70,7 @@ class RayOptions:
 
     def check_device(self, device: str | None) -> None:
         """``--device`` with Ray: auto/None, ``cpu`` (no GPUs for the actors) or ``cuda`` (GPUs required)."""
-        if device in (None, "", "auto"):
+        if explicit_device(device) is None:
             return
         if device == "cpu":
             if self.num_gpus_per_worker:

@@ -8,8 +8,8 @@ import pytest
 
 from isood import defaults
 from isood.errors import BadInputError, IsoodError
-from isood.runtime import (LocalEngine, BatchEngine, atomic_write_bytes, check_shard_args, link_or_copy,
-                           remove_temporaries, resolve_device, selected_units)
+from isood.runtime import (LocalEngine, BatchEngine, atomic_write_bytes, check_shard_args, explicit_device,
+                           link_or_copy, remove_temporaries, resolve_device, selected_units)
 
 
 def test_atomic_write_replaces_whole_file_and_leaves_no_temporary(tmp_path):
@@ -101,6 +101,14 @@ def test_auto_device_is_cpu_without_cuda():
 
     assert resolve_device(None) == ("cuda" if torch.cuda.is_available() else "cpu")
     assert resolve_device("cpu") == "cpu"
+
+
+@pytest.mark.parametrize("given, expected", [(None, None), ("", None), ("auto", None), ("cpu", "cpu"),
+                                             ("cuda", "cuda"), ("cuda:1", "cuda:1")])
+def test_explicit_device_is_none_only_for_the_default(given, expected):
+    assert explicit_device(given) == expected
+    if expected is None:  # resolve_device picks for these what it picks for None
+        assert resolve_device(given) == resolve_device(None)
 
 
 def test_cache_dir_expands_home_and_joins(monkeypatch, tmp_path):

@@ -15,6 +15,7 @@ from isood.errors import BadInputError
 from isood.ann import AnnReport
 from isood.grid import assign_levels, axis_edges, cell_names, cell_table, edges_table
 from isood.laid import LAID
+from isood.runtime import explicit_device
 from isood.shift import ShiftSearch, ShiftStream, held_out_levels, prepare_features, shift_search
 
 __all__ = ["DROPPED_COLUMNS", "Grid", "empty_dropped", "dropped_rows", "rejected_rows", "drop_rows", "clean_features",
@@ -85,16 +86,12 @@ def filter_test_rows(index: pd.DataFrame, *, kept_wnids: Iterable[str] | None = 
     return keep, (pd.concat(parts, ignore_index=True) if parts else None)
 
 
-def _device(device: str | None) -> str | None:
-    return None if device in (None, "", "auto") else device
-
-
 def measure_shift(x_test: np.ndarray, x_id: np.ndarray, laid: LAID, *, backend: str = "auto",
                   device: str | None = None, ann_recall: float | None = None, seed: int = 0) -> ShiftSearch:
     """(D_sem, D_cov, ann reports) of every test row against the ID rows through ``laid`` (``device``
     'auto'/'' = default; ``ann_recall``: approximate search tuned to that recall@1, see ``isood.ann``), the
     test rows held in memory."""
-    return shift_search(x_test, x_id, laid, backend=backend, device=_device(device), ann_recall=ann_recall,
+    return shift_search(x_test, x_id, laid, backend=backend, device=explicit_device(device), ann_recall=ann_recall,
                         seed=seed)
 
 
@@ -103,8 +100,8 @@ def shift_stream(x_id: np.ndarray, laid: LAID, *, n_test: int, backend: str = "a
     """The ID side made ready for a test set of ``n_test`` rows streamed chunk by chunk (its LAID halves: the
     ID features can be let go); ``ShiftStream.measure`` gives what :func:`measure_shift` gives for the same
     rows held in memory."""
-    return ShiftStream(x_id, laid, n_test=n_test, backend=backend, device=_device(device), ann_recall=ann_recall,
-                       seed=seed)
+    return ShiftStream(x_id, laid, n_test=n_test, backend=backend, device=explicit_device(device),
+                       ann_recall=ann_recall, seed=seed)
 
 
 @dataclass(frozen=True, eq=False)
