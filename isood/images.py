@@ -47,6 +47,7 @@ from isood.errors import BadInputError
 from isood.image_tensors import (Drafted, TensorPreprocess, decode_jpeg_bytes, draft_size, jpeg_header,
                                  tensor_decodes, tensor_preprocess)
 from isood.runtime import one_line
+from manifests.paths import is_inside
 from wordnet_tools.wnids import wnid_from_path
 
 if TYPE_CHECKING:
@@ -169,8 +170,7 @@ def outside_root(root: str | os.PathLike, rels: Sequence[str], files: Sequence[s
         if real_parent is None:
             real_parent = folders[parent] = os.path.realpath(parent)
         real = os.path.realpath(f) if os.path.islink(f) else os.path.join(real_parent, name)
-        inside = real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
-        out.append("" if inside else real)
+        out.append("" if is_inside(real, real_root) else real)
     return out
 
 

@@ -20,10 +20,16 @@ def check_relative(path: str) -> str:
     return p.as_posix()
 
 
+def is_inside(real: str | os.PathLike, real_root: str | os.PathLike) -> bool:
+    """Whether ``real`` is ``real_root`` or below it (both absolute, symlinks already resolved)."""
+    real, real_root = os.fspath(real), os.fspath(real_root)
+    return os.path.commonpath([real, real_root]) == real_root
+
+
 def resolve_inside(root: Path, path: str) -> Path:
     """Join a checked relative path onto `root` and make sure the result (symlinks resolved) stays inside it."""
     rel = check_relative(path)
     full = (root / rel).resolve()
-    if os.path.commonpath([str(full), str(root.resolve())]) != str(root.resolve()):
+    if not is_inside(full, root.resolve()):
         raise ManifestError(f"manifest path {path!r} resolves outside the manifest root")
     return full
