@@ -22,7 +22,7 @@ from isood.featurestore.extraction import (
     DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE, ExtractResult, ShardRun, check_sizes,
     extract_features, extract_shards, write_features_manifest,
 )
-from isood.featurestore.loading import clean_index, gather_rows, is_feature_dir, load_features
+from isood.featurestore.loading import clean_index, is_feature_dir, load_features
 from isood.featurestore.shards import (
     SHARD_NAME, SHARD_ROWS_NAME, CompletedShard, ShardAssembler, complete_shard, image_batches, index_tables,
     read_shard_rows, remove_stale_shards, shard_bounds, shard_count, shard_dim, shard_files, shard_key,
@@ -31,7 +31,7 @@ from isood.featurestore.shards import (
 
 __all__ = [
     "DEFAULT_BATCH_SIZE", "DEFAULT_SHARD_SIZE", "ExtractResult", "ShardRun", "check_sizes",
-    "extract_features", "extract_shards", "write_features_manifest", "clean_index", "gather_rows",
+    "extract_features", "extract_shards", "write_features_manifest", "clean_index",
     "is_feature_dir", "load_features", "SHARD_NAME", "SHARD_ROWS_NAME", "CompletedShard", "ShardAssembler",
     "complete_shard", "image_batches", "index_tables", "read_shard_rows", "remove_stale_shards", "shard_bounds",
     "shard_count", "shard_dim", "shard_files", "shard_key", "write_shard",

@@ -22,8 +22,7 @@ from isood.runtime import one_line
 from manifests.store import MANIFEST_FILE, read
 from wordnet_tools.wnids import wnid_from_path
 
-__all__ = ["is_feature_dir", "load_features", "open_features", "FeatureReader", "READ_ROWS", "clean_index",
-           "gather_rows"]
+__all__ = ["is_feature_dir", "load_features", "open_features", "FeatureReader", "READ_ROWS", "clean_index"]
 
 #: Rows per read when a feature set is read block by block (:meth:`FeatureReader.blocks`): 128 MB at 512-d.
 READ_ROWS = 65_536
@@ -75,18 +74,6 @@ def _check_shards(index: pd.DataFrame, shapes: Mapping[int, tuple[int, ...]], wh
         if len(rows) != shape[0] or rows.min() < 0 or rows.max() >= shape[0]:
             raise BadInputError(f"{where}: index lists {len(rows)} rows for shard {s} but it holds {shape[0]}")
     return dims.pop()
-
-
-def gather_rows(index: pd.DataFrame, arrays: dict[int, np.ndarray], where: Path | str) -> np.ndarray:
-    """The feature row of each index entry (shard, row) from the shard arrays, checked: one dimension, one
-    index entry per shard row."""
-    dim = _check_shards(index, {s: a.shape for s, a in arrays.items()}, where)
-    feats = np.empty((len(index), dim), np.float32)
-    sh, rw = index["shard"].to_numpy(), index["row"].to_numpy()
-    for s, a in arrays.items():
-        sel = sh == s
-        feats[sel] = a[rw[sel]]
-    return feats
 
 
 @dataclass(frozen=True, eq=False)

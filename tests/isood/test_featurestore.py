@@ -85,16 +85,6 @@ def test_index_tables_from_shard_rows():
     assert rejected.to_dict("list") == {"path": ["b"], "wnid": [""], "error": ["E"]}
 
 
-def test_gather_rows_checks_counts_and_dimensions():
-    index = pd.DataFrame({"shard": [0, 1, 0], "row": [1, 0, 0]})
-    a0, a1 = np.array([[0.0, 0], [1, 1]], np.float32), np.array([[2.0, 2]], np.float32)
-    np.testing.assert_array_equal(FS.gather_rows(index, {0: a0, 1: a1}, "w")[:, 0], [1, 2, 0])
-    with pytest.raises(IsoodError, match="index lists 1 rows for shard 1 but it holds 2"):
-        FS.gather_rows(index, {0: a0, 1: np.zeros((2, 2), np.float32)}, "w")
-    with pytest.raises(IsoodError, match=r"different feature dimensions \[2, 3\]"):
-        FS.gather_rows(index, {0: a0, 1: np.zeros((1, 3), np.float32)}, "w")
-
-
 # ----------------------------------------------------------------------------------------------- extraction
 def test_extract_normalised_equal_to_direct_encoding_and_rejects_corrupt(tiny_encoder, tiny_images, tmp_path):
     r = FS.extract_features(tiny_images, tiny_encoder, tmp_path / "f", batch_size=3, shard_size=5, workers=0,
