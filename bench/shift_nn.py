@@ -116,7 +116,7 @@ def exact_truth(ref: np.ndarray, query: np.ndarray, n_exact: int, n_tune: int) -
     return truth, {"index": flat}
 
 
-def exact_path_ratio(flat, ref: np.ndarray, query: np.ndarray, n: int, rounds: int = 2) -> tuple[float, float, float]:
+def exact_path_ratio(flat, ref: np.ndarray, query: np.ndarray, n: int, rounds: int = 4) -> tuple[float, float, float]:
     """isood's exact path (``nearest(backend='faiss-flat')``: checks, normalisation, blocked search) vs raw faiss
     flat on the same ``n`` queries, alternating ``rounds`` times, best of each: (raw s, isood s, ratio)."""
     q = np.ascontiguousarray(query[:n])
