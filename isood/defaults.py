@@ -12,7 +12,7 @@ from pathlib import Path
 
 __all__ = [
     "N_LEVELS", "NA_THRESHOLD", "QUANTILE_CLIP", "OOD_LABEL", "WORDNET_EXCLUDE", "DEFAULT_DETECTORS", "DEFAULT_CLIP",
-    "DEFAULT_PIPELINE", "LAID_TRIPLETS",
+    "DEFAULT_PIPELINE", "LAID_TRIPLETS", "DEFAULT_VERIFY",
     "ENV_CACHE_DIR", "ENV_WORDNET_DIR", "cache_dir", "wordnet_dir_override",
 ]
 
@@ -34,6 +34,9 @@ DEFAULT_CLIP = "ViT-B-32:openai"
 DEFAULT_PIPELINE = "stabilityai/sdxl-turbo"
 #: LAID training triplets sampled from labels x CLIP templates.
 LAID_TRIPLETS = 10_000
+#: How a stage checks the manifests it reads (``--verify``): ``fast`` (sizes, every table and small file hashed,
+#: large files hashed when their size / mtime / inode changed since they last verified) or ``full`` (every hash).
+DEFAULT_VERIFY = "fast"
 
 #: Folder of isood's caches (text features, model outputs, WordNet staging); default ``~/.cache/isood``.
 ENV_CACHE_DIR = "ISOOD_CACHE_DIR"

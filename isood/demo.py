@@ -23,15 +23,16 @@ from scipy.stats import spearmanr
 
 import manifests
 from isood.errors import BadInputError
+from isood.kinds import CLASS_FILTER, EVALUATION, SPLITS
 from isood.laid import LAID, fit_laid
-from isood.runtime import atomic_write_bytes
+from isood.runtime import TMP_PREFIX, atomic_write_bytes
 from isood.shift import shift_distances
 from isood.simulate import PlantedWorld, make_planted_world, random_orthogonal, subspace_recovery
 from isood.stages.splits import BuildConfig, BuildResult, build_splits
 from wordnet_tools.jobs import run_filter
 
 __all__ = ["PlantedReport", "PlantedRun", "planted_report", "write_planted_features", "run_planted", "check_seed",
-           "run_class_filter", "FILTER_ARGS", "FILTER_EXCLUDE"]
+           "run_class_filter", "FILTER_ARGS", "FILTER_EXCLUDE", "check_demo_out", "DEMO_MANIFESTS", "PLANTED_DIR"]
 
 
 @dataclass
@@ -108,6 +109,42 @@ def write_planted_features(world: PlantedWorld, root: Path) -> tuple[Path, Path]
     return dirs[0], dirs[1]
 
 
+#: What ``isood demo --out DIR`` writes into DIR: three manifests and the planted world's raw features.
+DEMO_MANIFESTS = {"class-filter": CLASS_FILTER, "splits": SPLITS, "evaluation": EVALUATION}
+PLANTED_DIR = "planted-world"
+_PLANTED_FILES = {"laid.safetensors", "laid.json", "id-features/features.npy", "id-features/index.parquet",
+                  "test-features/features.npy", "test-features/index.parquet"}
+
+
+def check_demo_out(out: str | Path) -> None:
+    """Refuse, before any work, a demo ``--out`` that is a manifest itself or holds anything but what the demo
+    writes (its three manifests, each checked by ``manifests.check_output`` for its kind, and the planted
+    world): the demo never replaces or mixes into what it did not write."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise BadInputError(f"--out {out} is a file; pass a directory")
+    if (out / manifests.MANIFEST_FILE).is_file():
+        raise BadInputError(f"--out {out} is a manifest; the demo writes several manifests into a folder: pass a new "
+                            "folder (or an earlier demo's)")
+    if not out.is_dir():
+        return
+    known = {*DEMO_MANIFESTS, PLANTED_DIR}
+    other = sorted(p.name for p in out.iterdir() if p.name not in known and not p.name.startswith(TMP_PREFIX))
+    if other:
+        raise BadInputError(f"--out {out} holds {', '.join(other[:3])}, which the demo does not write; pass a new "
+                            "folder (or an earlier demo's)")
+    for name, kind in DEMO_MANIFESTS.items():
+        manifests.check_output(out / name, kind, option="--out")
+    world = out / PLANTED_DIR
+    if world.is_dir():
+        foreign = sorted(p.relative_to(world).as_posix() for p in world.rglob("*")
+                         if p.is_file() and not p.name.startswith(TMP_PREFIX)
+                         and p.relative_to(world).as_posix() not in _PLANTED_FILES)
+        if foreign:
+            raise BadInputError(f"--out {out}/{PLANTED_DIR} holds {', '.join(foreign[:3])}, which the demo does not "
+                                "write; pass a new folder")
+
+
 def check_seed(seed: int) -> int:
     """``seed`` when it is an integer >= 0 (numpy's generators refuse others), else a one-line error."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
@@ -121,7 +158,7 @@ def run_planted(out: str | Path, *, seed: int = 0, progress: bool = True,
     check_seed(seed)
     out = Path(out)
     world = make_planted_world(seed=seed)
-    world_dir = out / "planted-world"
+    world_dir = out / PLANTED_DIR
     id_dir, test_dir = write_planted_features(world, world_dir)
     t0 = time.perf_counter()
     laid = fit_laid(world.text_anchor, world.text_semantic_shift, world.text_covariate_shift, seed=seed)

@@ -4,14 +4,14 @@
   folders skipped, symlinked folders followed, each real folder listed once, broken links listed so that they
   are rejected, not skipped) or a file list (one path per line, relative to the list's folder or absolute;
   blank lines and ``#`` comments skipped; duplicates dropped, also when written differently: ``./a.png``,
-  ``a/../a.png``, the absolute path). Paths are sorted; each gets the class
+  ``a/../a.png``, the absolute path). Paths are sorted and stored relative to an explicit root, never the
+  working directory: the folder itself, or for a list the deepest folder holding the list and every entry
+  (``ImageSource.root``, recorded as the feature set's ``image_root``). Each path gets the class
   ``wordnet_tools.wnids.wnid_from_path(path)`` (``''`` when the path names no ImageNet class).
 * Symlinks: the relative paths a manifest records promise files inside the image root. A listed file whose real
   location (symlinks resolved) lies outside the root is therefore refused (``ImageSource.refused``, listed in the
   extraction's ``rejected`` table with ``OutsideRootError`` and the location) unless the caller opts in with
-  ``follow_symlinks=True`` (``isood extract --follow-symlinks``). Links that stay inside the root are read. A
-  file list's absolute entries (and relative ones leading out with ``..``) are recorded by their absolute path,
-  so they promise nothing about the root and are read as given.
+  ``follow_symlinks=True`` (``isood extract --follow-symlinks``). Links that stay inside the root are read.
 * Decoding (``decode_image``): an image that cannot be read (missing, 0 bytes, truncated, not an image, a
   decompression bomb) is never fatal: it yields an error string ``"<ExceptionType>: <message>"`` naming the
   image by its relative path, and the extraction lists it in its ``rejected`` table. A decompression bomb is
@@ -120,27 +120,26 @@ def _folder_paths(root: Path) -> list[str]:
     return sorted(rels)
 
 
-def _list_paths(lines: Sequence[str], root: Path) -> tuple[list[str], list[Path]]:
-    """The entries of a file list: (relative-or-absolute posix paths, absolute files), first occurrence kept,
-    sorted by path. Paths are normalised (``./``, ``a/..``); one leading out of ``root`` is kept absolute."""
+def _list_paths(lines: Sequence[str], base: Path) -> tuple[Path, list[str], list[Path]]:
+    """The entries of a file list: (their root, posix paths relative to it, absolute files), first occurrence
+    kept, sorted by path. Entries are normalised (``./``, ``a/..``) and relative ones taken against ``base`` (the
+    list's folder); the root is the deepest folder holding ``base`` and every entry, so every stored path is
+    relative to an explicit root (recorded as the feature set's ``image_root``), whatever the list names."""
     seen: set[str] = set()
-    rels, files = [], []
+    files: list[Path] = []
     for raw in lines:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         p = Path(line).expanduser()
-        p = Path(os.path.normpath(p if p.is_absolute() else root / p))
-        try:
-            rel = p.relative_to(root).as_posix()
-        except ValueError:
-            rel = p.as_posix()
-        if rel not in seen:
-            seen.add(rel)
-            rels.append(rel)
+        p = Path(os.path.normpath(p if p.is_absolute() else base / p))
+        if p.as_posix() not in seen:
+            seen.add(p.as_posix())
             files.append(p)
+    root = Path(os.path.commonpath([str(base), *(str(f.parent) for f in files)])) if files else base
+    rels = [f.relative_to(root).as_posix() for f in files]
     order = sorted(range(len(rels)), key=rels.__getitem__)
-    return [rels[i] for i in order], [files[i] for i in order]
+    return root, [rels[i] for i in order], [files[i] for i in order]
 
 
 def image_rows(paths: Sequence[str]) -> pd.DataFrame:
@@ -194,14 +193,14 @@ def list_images(src: str | os.PathLike, *, follow_symlinks: bool = False) -> Ima
     """The images of a dataset root or a file list (module docstring); one-line errors when it does not exist
     or holds no images. ``follow_symlinks``: read files whose links lead outside the root too (module
     docstring); by default they are listed as ``refused``."""
-    src = Path(src).expanduser()
+    src = Path(os.path.abspath(Path(src).expanduser()))
     if src.is_dir():
         root, kind = src, "folder"
         rels = _folder_paths(root)
         files = [root / r for r in rels]
     elif src.is_file():
-        root, kind = src.parent, "list"
-        rels, files = _list_paths(_read_list(src), root)
+        kind = "list"
+        root, rels, files = _list_paths(_read_list(src), src.parent)
     else:
         raise BadInputError(f"image source {src} does not exist; pass a dataset root with wnid subfolders or a "
                             "file list")

@@ -188,7 +188,11 @@ class FeaturesView(ClipProvenance):
 
     @property
     def image_root(self) -> str | None:
-        """The folder the index paths are relative to (the image folder, or the folder of the file list)."""
+        """The folder the index paths are relative to (recorded as ``image_root``; manifests written before it
+        was: the image folder, or the folder of the file list)."""
+        recorded = self.field("image_root")
+        if recorded:
+            return str(recorded)
         images = self.field("images")
         if not images:
             return None
@@ -348,10 +352,11 @@ _GRID_FIELDS = {"clip": "command.config.clip", "clip_identity": "command.config.
 
 register_kind(KindSpec(
     FEATURES, writer="isood extract", view=FeaturesView,
-    tables={"index": TableSpec({"path": STRING, "wnid": STRING, "shard": INT, "row": INT}),
-            "rejected": TableSpec({"path": STRING, "error": STRING}, optional=True)},
+    tables={"index": TableSpec({"path": STRING, "wnid": STRING, "shard": INT, "row": INT}, paths=("path",)),
+            "rejected": TableSpec({"path": STRING, "error": STRING}, optional=True, paths=("path",))},
     fields={"clip": "command.config.clip", "clip_identity": "command.config.clip_identity",
             "embed_dim": "summary.embed_dim", "images": "command.config.images",
+            "image_root": "command.config.image_root",
             "source_kind": "command.config.source_kind", "decode": "command.config.decode"},
     card=CardSpec(title="isood features manifest", description="Image features and their index.", main="index",
                   licence=_imagenet_licence)))
@@ -361,8 +366,10 @@ register_kind(KindSpec(
     fields={"embed_dim": "summary.embed_dim"}))
 register_kind(KindSpec(
     SPLITS, writer="isood build-splits (or isood import isood-lists)", view=SplitsView,
-    tables={"images": TableSpec(IMAGES_COLUMNS), "cells": TableSpec(CELLS_COLUMNS), "edges": TableSpec(EDGES_COLUMNS),
-            "dropped": TableSpec({"set": STRING, "path": STRING, "wnid": STRING, "reason": STRING}, optional=True)},
+    tables={"images": TableSpec(IMAGES_COLUMNS, paths=("path",)), "cells": TableSpec(CELLS_COLUMNS),
+            "edges": TableSpec(EDGES_COLUMNS),
+            "dropped": TableSpec({"set": STRING, "path": STRING, "wnid": STRING, "reason": STRING}, optional=True,
+                                 paths=("path",))},
     fields={**_GRID_FIELDS, "test_root": "command.config.test_root", "id_root": "command.config.id_root",
             "id": "command.config.id", "na_rule": "command.config.na_rule",
             "release_name": "command.config.release_name", "subsets": "command.config.subsets",
@@ -370,8 +377,8 @@ register_kind(KindSpec(
     card=CardSpec(title="isood splits manifest", licence=_imagenet_licence, **_GRID_CARD,
                   description="OOD test images graded by semantic (D_sem) and covariate (D_cov) shift from the "
                   "in-distribution set and binned into a grid of shift levels (IS-OOD, \"A Sorites Paradox\").")))
-_SYN_TABLES = {"images": TableSpec(_SYN_IMAGES), "prompts": TableSpec(_SYN_PROMPTS),
-               "edges": TableSpec(EDGES_COLUMNS), "rejected": TableSpec(_SYN_REJECTED)}
+_SYN_TABLES = {"images": TableSpec(_SYN_IMAGES, paths=("path",)), "prompts": TableSpec(_SYN_PROMPTS),
+               "edges": TableSpec(EDGES_COLUMNS), "rejected": TableSpec(_SYN_REJECTED, paths=("path",))}
 _SYN_DESCRIPTION = ("Syn-IS: images generated from style x label prompts, graded by the prompts' semantic and "
                     "covariate shift and binned into a grid of shift levels.")
 register_kind(KindSpec(
@@ -394,7 +401,7 @@ register_kind(KindSpec(
     AUDIT, writer="isood wordnet audit", view=AuditView,
     tables={"classes": TableSpec({**_CLASSES_COLUMNS, "entries": INT}),
             "summary": TableSpec({**_SUMMARY_COLUMNS, "entries": INT}),
-            "images": TableSpec({"wnid": STRING, "rule": STRING}, optional=True,
+            "images": TableSpec({"wnid": STRING, "rule": STRING}, optional=True, paths=("path",),
                                 doc="the audited manifest's rows (path, cell, levels when present) with their rule"),
             "cells": TableSpec(_AUDIT_COUNTS | {"cell": STRING, "cov_level": INT, "sem_level": INT}, optional=True),
             "levels": TableSpec(_AUDIT_COUNTS | {"axis": STRING, "level": INT}, optional=True)},
@@ -403,7 +410,7 @@ register_kind(KindSpec(
                   "in-distribution classes.")))
 register_kind(KindSpec(
     IMAGE_LIST, writer="isood import imagenet-ood / openood-imglist", view=ImageListView,
-    tables={"images": TableSpec({"path": STRING, "wnid": STRING, "label": INT})},
+    tables={"images": TableSpec({"path": STRING, "wnid": STRING, "label": INT}, paths=("path",))},
     card=CardSpec(title="OOD image list", description="An OOD image list (relative image paths).", main="images",
                   split="test", licence=_imagenet_licence)))
 register_kind(KindSpec(

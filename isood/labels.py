@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 import manifests
+from isood.defaults import DEFAULT_VERIFY
 from isood.errors import BadInputError
 from isood.kinds import AUDIT, CLASS_FILTER
 from wordnet_tools.synsets import NAMED_LISTS, imagenet_names, load_synset_list
@@ -90,10 +91,10 @@ def labels_from_lines(lines: Iterable[str], source: str, names: Mapping[str, str
     return _labels_frame(rows, source)
 
 
-def labels_from_manifest(root: str | Path) -> pd.DataFrame:
+def labels_from_manifest(root: str | Path, *, verify: str | None = DEFAULT_VERIFY) -> pd.DataFrame:
     """The kept classes of a class-filter (or audit) manifest as a (wnid, label) table, sorted by wnid; a class
     without a name in the manifest is named from timm's lemma file."""
-    wnids, own = manifests.read(root, kind=(CLASS_FILTER, AUDIT)).kept()
+    wnids, own = manifests.read(root, kind=(CLASS_FILTER, AUDIT), verify=verify).kept()
     names = imagenet_names()
     rows = [(w, own.get(w) or names.get(w, "")) for w in wnids]
     missing = [w for w, label in rows if not label]
@@ -110,8 +111,9 @@ def _read_lines(path: Path) -> list[str]:
         raise LabelError(f"cannot read labels file {path} ({type(e).__name__}); pass a UTF-8 text file") from None
 
 
-def load_labels(spec: str | Path | None = DEFAULT_LABELS) -> Labels:
-    """Labels from a source (module docstring); ``None`` or ``''`` means the default ``21k``."""
+def load_labels(spec: str | Path | None = DEFAULT_LABELS, *, verify: str | None = DEFAULT_VERIFY) -> Labels:
+    """Labels from a source (module docstring); ``None`` or ``''`` means the default ``21k``. A class-filter or
+    audit manifest is verified first (``verify``: 'fast' or 'full')."""
     spec = DEFAULT_LABELS if spec is None or str(spec).strip() == "" else spec
     if isinstance(spec, str) and spec in NAMED_LISTS:
         wnids = load_synset_list(spec)
@@ -120,7 +122,7 @@ def load_labels(spec: str | Path | None = DEFAULT_LABELS) -> Labels:
         return Labels(frame, f"{spec} ({len(wnids)} wnids, timm lemmas)")
     path = Path(spec).expanduser()
     if path.is_dir() and (path / manifests.MANIFEST_FILE).is_file():
-        frame = labels_from_manifest(path)
+        frame = labels_from_manifest(path, verify=verify)
         return Labels(frame, f"class filter {path} ({len(frame)} kept classes)")
     if path.is_dir():
         wnids = load_synset_list(path)

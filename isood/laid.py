@@ -170,6 +170,8 @@ class LAID:
         self.W = W
         self.config = dict(config or {})
         self.history = {k: np.asarray(v, dtype=np.float64) for k, v in (history or {}).items()}
+        #: How long ``fit_laid`` took (a run-time figure: never saved, so one seed gives one file hash).
+        self.fit_seconds: float | None = None
 
     @property
     def dim(self) -> int:
@@ -345,8 +347,10 @@ def _fit(arrays: list[np.ndarray], opt: LaidFitOptions, callback: FitCallback | 
         if callback is not None:
             callback(step, int(opt.steps), losses)
     config = _fit_config(opt)
-    config.update(dim=dim, n_triplets=n, text_hash=text_hash, fit_seconds=round(time.perf_counter() - t0, 3))
-    return LAID(W.detach().cpu().numpy(), config=config, history=hist)
+    config.update(dim=dim, n_triplets=n, text_hash=text_hash)
+    laid = LAID(W.detach().cpu().numpy(), config=config, history=hist)
+    laid.fit_seconds = round(time.perf_counter() - t0, 3)
+    return laid
 
 
 def _fit_config(opt: LaidFitOptions) -> dict[str, Any]:

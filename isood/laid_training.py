@@ -98,7 +98,7 @@ def train_laid_from_labels(encoder: ClipEncoder, labels: Sequence[str], *, label
     features = encode_texts(encoder, distinct, cache_dir=cache, progress=progress, description="encoding LAID texts")
     A, S, C = triplet_features(texts, distinct, np.asarray(features))
     laid = _fit_with_progress(A, S, C, texts.all_texts, seed=seed, steps=steps, progress=progress)
-    fit_seconds = laid.config.pop("fit_seconds", None)
+    fit_seconds = laid.fit_seconds
     laid.config.update(clip_identity=encoder.identity, labels=labels_from, n_labels=len(labels),
                        templates=TEMPLATES_NAME)
     return laid, fit_seconds

@@ -23,7 +23,8 @@ __all__ = [
     "atomic_write_bytes", "sha256_bytes", "sha256_file", "link_or_copy", "remove_temporaries", "PART_SUFFIX",
     "PER_TASK_KEYS",
     "check_shard_args", "selected_units", "part_info", "default_workers", "BatchEngine", "LocalEngine",
-    "batch_rows", "thread_limit", "require", "lazy_exports", "LOCK_FILE", "OutputLocked", "output_lock",
+    "batch_rows", "thread_limit", "require", "lazy_exports", "LOCK_FILE", "LOCK_SUFFIX", "OutputLocked", "output_lock",
+    "file_lock", "lock_path",
 ]
 
 #: Prefix of every temporary or bookkeeping file isood leaves beside its outputs (``isood verify`` ignores them).
@@ -177,34 +178,61 @@ def link_or_copy(src: str | os.PathLike, dst: str | os.PathLike) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- locking
-#: The lock file a command holds in its --out folder while it writes there.
+#: The lock file of an older layout (inside the --out folder); kept as a name so that leftovers are recognised.
 LOCK_FILE = f"{TMP_PREFIX}isood.lock"
+LOCK_SUFFIX = ".isood.lock"
 
 
 class OutputLocked(IsoodError):
     """Another process is writing the same output folder."""
 
 
+def lock_path(out: str | os.PathLike) -> Path:
+    """The one lock file of an output folder, beside it: ``<parent>/.~<name>.isood.lock`` (every writer of
+    ``out``, manifest or not, locks this file; it lies outside ``out``, so a folder swapped in by rename keeps
+    being locked)."""
+    out = Path(os.path.abspath(out))
+    return out.with_name(f"{TMP_PREFIX}{out.name}{LOCK_SUFFIX}")
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike, *, what: str, option: str = "--out",
+              target: str | os.PathLike | None = None) -> Iterator[Path]:
+    """Hold an exclusive lock (``fcntl.flock``) on the lock file ``path`` while a command writes ``what``; a
+    second process asking for it gets a one-line ``OutputLocked`` at once (naming the holder's pid). The kernel
+    drops the lock when the holder dies (even by ``kill -9``), so a stale lock file never blocks a rerun. On
+    release the lock file is removed (while still held: a process that opened it meanwhile sees it replaced and
+    takes the new one). An ``OSError`` taking it (a read-only disk) names ``target`` (the output) when given."""
+    path = Path(path)
+    try:
+        fd = _take_lock(path, what, option)
+    except OSError as e:
+        if target is None:
+            raise
+        raise type(e)(e.errno, e.strerror, str(target)) from None
+    try:
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def output_lock(folder: str | os.PathLike, option: str = "--out") -> Iterator[Path]:
-    """Hold an exclusive lock on ``folder`` (a ``.~isood.lock`` file, ``fcntl.flock``) while a command writes
-    there; a second process asking for it gets a one-line ``OutputLocked`` at once (naming the holder's pid)
-    instead of interleaving its files with the first one's. The kernel drops the lock when the holder dies (even
-    by ``kill -9``), so a stale lock file never blocks a rerun. On release the lock file is removed (while still
-    held: a process that opened it meanwhile sees it replaced and takes the new one), and so are the folders this
-    call created when nothing was written into them: a command refused before writing leaves nothing behind."""
+    """Hold the lock of ``folder`` (``lock_path``) while a command writes files there that are not a manifest (an
+    export, a publish receipt); manifests are written through ``manifests.writing``, which takes the same lock.
+    The folders this call created are removed again when nothing was written into them: a command refused
+    before writing leaves nothing behind."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise BadInputError(f"{option} {folder} is a file; pass a directory")
     created = [d for d in (folder, *folder.parents) if not d.exists()]  # deepest first
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / LOCK_FILE
-    fd = _take_lock(path, folder, option)
     try:
-        yield folder
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with file_lock(lock_path(folder), what=f"{option} {folder}", option=option, target=folder):
+            folder.mkdir(exist_ok=True)
+            yield folder
     finally:
-        path.unlink(missing_ok=True)
-        os.close(fd)
         for d in created:
             try:
                 d.rmdir()
@@ -212,7 +240,7 @@ def output_lock(folder: str | os.PathLike, option: str = "--out") -> Iterator[Pa
                 break
 
 
-def _take_lock(path: Path, folder: Path, option: str) -> int:
+def _take_lock(path: Path, what: str, option: str) -> int:
     """An open descriptor of ``path`` holding its exclusive lock (the file at ``path`` when the lock was taken)."""
     import fcntl
 
@@ -223,7 +251,7 @@ def _take_lock(path: Path, folder: Path, option: str) -> int:
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
             os.close(fd)
-            raise OutputLocked(f"{option} {folder} is being written by another isood process (pid {holder}, lock "
+            raise OutputLocked(f"{what} is being written by another isood process (pid {holder}, lock "
                                f"{path.name}); wait for it to finish or pass another {option}") from None
         except BaseException:
             os.close(fd)

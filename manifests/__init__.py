@@ -7,6 +7,7 @@ This package knows nothing about the benchmark domain (cells, levels, detectors)
 
 from isood.runtime import atomic_write_bytes, sha256_bytes, sha256_file
 from manifests.card import add_card, dataset_card, write_with_card
+from manifests.output import check_output, writing
 from manifests.paths import check_relative, resolve_inside
 from manifests.schema import CardSpec, KindSpec, TableSpec, kind_spec, register_kind
 from manifests.store import (
@@ -15,20 +16,16 @@ from manifests.store import (
     SCHEMA_VERSION,
     Manifest,
     ManifestView,
-    check_output_kind,
-    existing_kind,
     input_record,
     parquet_bytes,
-    park,
     read,
-    unpark,
     write_manifest,
 )
 from manifests.verify import VerifyReport, verify
 
 __all__ = [
     "MANIFEST_FILE", "SCHEMA_NAME", "SCHEMA_VERSION", "CardSpec", "KindSpec", "Manifest", "ManifestView",
-    "TableSpec", "VerifyReport", "add_card", "atomic_write_bytes", "check_output_kind", "check_relative", "dataset_card",
-    "existing_kind", "input_record", "kind_spec", "parquet_bytes", "park", "read", "register_kind",
-    "resolve_inside", "sha256_bytes", "sha256_file", "unpark", "verify", "write_manifest", "write_with_card",
+    "TableSpec", "VerifyReport", "add_card", "atomic_write_bytes", "check_output", "check_relative", "dataset_card",
+    "input_record", "kind_spec", "parquet_bytes", "read", "register_kind", "resolve_inside", "sha256_bytes",
+    "sha256_file", "verify", "write_manifest", "write_with_card", "writing",
 ]

@@ -15,8 +15,8 @@ particular kind; for a kind without a spec it uses the first table, split `train
 - ``sections``: extra markdown sections of the kind (e.g. counts per cell); ``licence``: its licence text.
 
 `write_with_card` wraps `manifests.write_manifest`: it adds the per-config Parquet files and the README.md, and
-registers both in manifest.json (the card is excluded from the content hash, the per-config files are not: they
-are part of what users load).
+registers both in manifest.json. Both are derived from the tables, so both are left out of the content hash
+(``manifests.verify.content_hash``): a card added or rewritten never changes the content or the version.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ import pyarrow.parquet as pq
 
 from isood.errors import ManifestError
 from isood.runtime import atomic_write_bytes, sha256_bytes
+from manifests.meta import CARD_FILE, CONFIGS_DIR
+from manifests.output import writing
 from manifests.schema import CardSpec, kind_spec
 from manifests.store import MANIFEST_FILE, Manifest, parquet_bytes, read, write_manifest
 
@@ -40,8 +42,6 @@ __all__ = ["CARD_FILE", "CONFIGS_DIR", "ConfigLayout", "config_layout", "dataset
            "markdown_table", "split_name", "card_spec", "card_frames", "allowed_splits", "plan_configs",
            "add_other_tables"]
 
-CARD_FILE = "README.md"
-CONFIGS_DIR = "data/configs"  # derived per-config Parquet files live here (regenerated on every write)
 _SPLIT_RE = re.compile(r"^\w+(\.\w+)*$")  # what `datasets` accepts as a split or config name
 
 
@@ -416,10 +416,10 @@ def _attach_card(manifest: Manifest, card: str) -> Manifest:
 def add_card(root: str | Path, note: str = "dataset card and per-config Parquet files") -> Manifest:
     """Give an existing manifest (written without a card, or by an older isood) its card and config files.
 
-    Rewrites it through `write_with_card` with its own tables, config and other files; the dataset version is
-    bumped (with `note` in the changelog) only if the per-config files are new or changed.
+    Rewrites it through ``manifests.writing`` and `write_with_card` with its own tables, config and other files
+    (verified first). The card and config files are derived, so the content hash and the dataset version stay.
     """
-    m = read(root)
+    m = read(root, verify="fast")
     table_paths = {rec["path"] for rec in m.meta["tables"].values()}
     tables = {name: m.table(name) for name in m.tables}
     others = [
@@ -427,7 +427,10 @@ def add_card(root: str | Path, note: str = "dataset card and per-config Parquet 
         if r["path"] not in table_paths and r["path"] != CARD_FILE and not r["path"].startswith(CONFIGS_DIR + "/")
     ]
     command = m.meta.get("command") or {}
-    return write_with_card(
-        m.root, kind=m.kind, tables=tables, config=command.get("config") or {}, inputs=m.meta.get("inputs", []),
-        existing_files=others, summary=m.meta.get("summary") or {}, note=note, argv=command.get("argv") or [],
-    )
+    with writing(root, m.kind, option="MANIFEST_DIR") as o:
+        write_with_card(
+            o.work, kind=m.kind, tables=tables, config=command.get("config") or {},
+            inputs=m.meta.get("inputs", []), existing_files=others, summary=m.meta.get("summary") or {}, note=note,
+            argv=command.get("argv") or [],
+        )
+    return read(o.final, kind=m.kind)

@@ -15,10 +15,10 @@ from typing import Sequence
 
 from isood.errors import BadInputError, IsoodError
 from isood.runtime import PART_SUFFIX, PER_TASK_KEYS
-from manifests.store import Manifest, check_output_kind, park, read
+from manifests.store import Manifest, read
 from manifests.verify import verify
 
-__all__ = ["read_parts", "prepare_merge_output"]
+__all__ = ["read_parts"]
 
 
 def _read_part(d: str | os.PathLike) -> Manifest:
@@ -77,16 +77,3 @@ def read_parts(dirs: Sequence[str | os.PathLike]) -> tuple[list[Manifest], str, 
     _check_same_run(parts)
     parts = sorted(parts, key=lambda m: int(m.config["part"]["index"]))
     return parts, kinds[0][: -len(PART_SUFFIX)], dict(parts[0].config)
-
-
-def prepare_merge_output(parts: Sequence[Manifest], out: str | os.PathLike, kind: str) -> Path:
-    """Make ``out`` ready for the merged ``kind`` manifest: neither one of the parts nor a manifest of another
-    kind; created and parked (it reads as unfinished until the merged manifest lands). Returns it as a Path."""
-    out = Path(out)
-    for m in parts:
-        if out.resolve() == Path(m.root).resolve():
-            raise BadInputError(f"--out {out} is one of the parts; pass a new directory")
-    check_output_kind(out, kind)
-    out.mkdir(parents=True, exist_ok=True)
-    park(out)
-    return out

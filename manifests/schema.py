@@ -37,11 +37,13 @@ _FAMILY_CHECKS: dict[str, Callable[[pa.DataType], bool]] = {
 @dataclass(frozen=True)
 class TableSpec:
     """One table of a kind: required ``columns`` (name -> family among int/float/string/bool); ``optional``
-    tables may be absent."""
+    tables may be absent; ``paths``: string columns holding file paths, which must be relative and free of ``..``
+    (checked when written and by ``isood verify``)."""
 
     columns: Mapping[str, str]
     optional: bool = False
     doc: str = ""
+    paths: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         bad = {c: f for c, f in self.columns.items() if f not in _FAMILY_CHECKS}

@@ -27,25 +27,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from isood.errors import BadInputError, ManifestError
-from isood.runtime import TMP_PREFIX, atomic_write_bytes, one_line, sha256_bytes, sha256_file
+from isood.runtime import atomic_write_bytes, one_line, sha256_bytes, sha256_file
+from manifests.meta import MANIFEST_FILE, SCHEMA_NAME, SCHEMA_VERSION, load_meta, package_version
+from manifests.output import guard_direct_write
+from manifests.verify import bad_path_values, content_hash, verify as verify_manifest
 from manifests.paths import check_relative, resolve_inside
 from manifests.schema import KindSpec, check_schema, expect_kind, field_value, kind_spec
 
-SCHEMA_NAME = "isood-manifest"
-SCHEMA_VERSION = "1.0"
-MANIFEST_FILE = "manifest.json"
-PARKED_FILE = f"{TMP_PREFIX}manifest.json.prev"  # the previous manifest, set aside while a long job rewrites the directory
 #: How every manifest table is written (also by the streaming writers of ``manifests.stream``).
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=True, write_statistics=True)
-
-
-def package_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("isood")
-    except Exception:  # running from a source tree that is not installed
-        return "0+unknown"
 
 
 def parquet_bytes(table: pd.DataFrame | pa.Table) -> bytes:
@@ -76,12 +66,27 @@ def input_record(name: str, source: str | os.PathLike | None = None, sha256: str
     return rec
 
 
+def _folder_identity(root: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(root)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 @dataclass
 class Manifest:
-    """A validated manifest directory."""
+    """A validated manifest directory. It remembers which folder it read (device and inode): a table read after
+    a writer swapped a new version in (``manifests.writing``) is refused with one line instead of mixing the old
+    manifest.json with the new tables."""
 
     root: Path
     meta: dict = field(repr=False)
+    identity: tuple[int, int] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.identity is None:
+            self.identity = _folder_identity(Path(self.root))
 
     @property
     def kind(self) -> str:
@@ -133,9 +138,17 @@ class Manifest:
         try:
             yield
         except (OSError, pa.ArrowException) as e:
+            self.check_unchanged()
             detail = "missing" if isinstance(e, FileNotFoundError) else one_line(e, 120)
             raise ManifestError(f"{self.root}: table {name!r} is unreadable ({detail}); rebuild the manifest or "
                                 "restore its files (`isood verify` names them)") from None
+        self.check_unchanged()
+
+    def check_unchanged(self) -> None:
+        """One-line ``ManifestError`` when ``root`` is no longer the folder this manifest was read from (a new
+        version was swapped in meanwhile)."""
+        if self.identity is not None and _folder_identity(Path(self.root)) != self.identity:
+            raise ManifestError(f"{self.root} was replaced by a new version while it was being read; read it again")
 
     @property
     def config(self) -> dict:
@@ -161,107 +174,42 @@ class ManifestView(Manifest):
         return field_value(self.meta, spec.fields[name], default)
 
 
-def _validate(meta: Any, where: str) -> dict:
-    if not isinstance(meta, dict):
-        raise ManifestError(f"{where}: manifest.json is not a JSON object")
-    schema = meta.get("schema")
-    if not isinstance(schema, dict) or schema.get("name") != SCHEMA_NAME:
-        raise ManifestError(f"{where}: not an isood manifest (schema name is not {SCHEMA_NAME!r})")
-    version = str(schema.get("version", ""))
-    major = version.split(".")[0]
-    if major != SCHEMA_VERSION.split(".")[0]:
-        raise ManifestError(
-            f"{where}: manifest schema version {version!r} is not supported by isood {package_version()} "
-            f"(reads {SCHEMA_VERSION.split('.')[0]}.x); upgrade isood to read it"
-        )
-    for key in ("kind", "dataset_version", "files", "tables"):
-        if key not in meta:
-            raise ManifestError(f"{where}: manifest.json lacks the required field {key!r}")
-    try:
-        for rec in meta["files"]:
-            check_relative(rec.get("path", ""))
-            if not isinstance(rec.get("sha256"), str):
-                raise ManifestError(f"file entry {rec.get('path')!r} has no sha256")
-        for name, rec in meta["tables"].items():
-            check_relative(rec.get("path", ""))
-    except (ManifestError, AttributeError, TypeError) as e:  # a path that may not be trusted, or a malformed entry
-        detail = str(e) if isinstance(e, ManifestError) else "a files / tables entry is not an object with a path"
-        raise ManifestError(f"{where}: {detail}; rebuild the manifest with the command that wrote it") from None
-    return meta
+def read(root: str | os.PathLike, kind: str | Sequence[str] | None = None, *, verify: str | None = None) -> Manifest:
+    """Read and validate a manifest directory (every field of manifest.json, ``manifests.meta``; no file hashing).
 
-
-def park(root: str | os.PathLike) -> None:
-    """Set `manifest.json` aside (as PARKED_FILE) before a long job changes files: the directory reads as
-    unfinished until the new manifest lands, and the old one still serves versioning (`unpark`, then write)."""
-    m = Path(root) / MANIFEST_FILE
-    if m.is_file():
-        os.replace(m, Path(root) / PARKED_FILE)
-
-
-def unpark(root: str | os.PathLike) -> None:
-    """Put a parked manifest back (just before `write_manifest`, which reads it for the version bump)."""
-    parked = Path(root) / PARKED_FILE
-    if parked.is_file() and not (Path(root) / MANIFEST_FILE).exists():
-        os.replace(parked, Path(root) / MANIFEST_FILE)
-    parked.unlink(missing_ok=True)
-
-
-def existing_kind(root: str | os.PathLike) -> str | None:
-    """Kind of the manifest in `root` (finished or parked), or None when there is none or it is unreadable."""
-    for name in (MANIFEST_FILE, PARKED_FILE):
-        f = Path(root) / name
-        if f.is_file():
-            try:
-                return json.loads(f.read_text()).get("kind")
-            except (OSError, ValueError, AttributeError):
-                return None
-    return None
-
-
-def check_output_kind(out: str | os.PathLike, kind: str, option: str = "--out") -> None:
-    """Refuse to write a ``kind`` manifest over a directory holding a manifest of another kind (its files would
-    be replaced); an unreadable or unfinished one is left to the writer."""
-    other = existing_kind(out)
-    if other and other != kind:
-        raise BadInputError(f"{option} {out} holds a {other!r} manifest, not {kind!r}; pass another directory")
-
-
-def read(root: str | os.PathLike, kind: str | Sequence[str] | None = None) -> Manifest:
-    """Read and validate a manifest directory (schema version, required fields, safe paths; no file hashing).
-
-    With ``kind`` (a kind or several allowed kinds), also refuse a manifest of another kind and one whose tables
-    do not match the kind's registered schema (one line naming the table and column), and return the kind's
-    typed view (e.g. ``isood.kinds.SplitsView``). Without ``kind`` a plain ``Manifest`` is returned.
+    With ``kind`` (a kind or several allowed kinds), also refuse a manifest of another kind or of a kind with no
+    registered spec, and one whose tables do not match the kind's registered schema (one line naming the table
+    and column), and return the kind's typed view (e.g. ``isood.kinds.SplitsView``). Without ``kind`` a plain
+    ``Manifest`` is returned. ``verify`` ('fast' or 'full', ``manifests.verify``): also check the files against
+    their hashes and refuse, with one line, a manifest that fails (what every stage does with its inputs).
     """
     root = Path(root)
-    mpath = root / MANIFEST_FILE
-    if not mpath.is_file():
-        raise ManifestError(f"{root}: no {MANIFEST_FILE} (not a manifest directory, or an unfinished write)")
-    try:
-        meta = json.loads(mpath.read_text())
-    except json.JSONDecodeError as e:
-        raise ManifestError(f"{mpath}: invalid JSON ({e.msg} at line {e.lineno})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ManifestError(f"{mpath}: unreadable ({type(e).__name__}); restore or rebuild the manifest") from None
-    m = Manifest(root=root, meta=_validate(meta, str(root)))
+    identity = _folder_identity(root)
+    meta = load_meta(root)
+    if verify is not None:
+        report = verify_manifest(root, mode=verify)
+        if not report.ok:
+            lines = report.lines()
+            more = f" (+{len(lines) - 2} more)" if len(lines) > 2 else ""
+            raise ManifestError(f"{root} fails verification: {'; '.join(lines[:2])}{more}; restore its files or "
+                                f"rebuild it (`isood verify {root}` lists every problem)")
+    m = Manifest(root=root, meta=meta, identity=identity)
     if kind is None:
         return m
     expect_kind(m.kind, kind, str(root))
-    check_schema(m.kind, {name: m.schema(name) for name in m.tables}, str(root))
     spec = kind_spec(m.kind)
-    view = spec.view if spec is not None and spec.view is not None else ManifestView
-    return view(root=root, meta=m.meta)
+    if spec is None:
+        raise ManifestError(f"{root}: no spec is registered for manifest kind {m.kind!r} (isood.kinds is not "
+                            "imported, or the manifest was written by another tool); import isood.kinds or pass "
+                            "an isood manifest")
+    check_schema(m.kind, {name: m.schema(name) for name in m.tables}, str(root))
+    view = spec.view if spec.view is not None else ManifestView
+    return view(root=root, meta=m.meta, identity=identity)
 
 
 def _bump(version: str) -> str:
     major, minor, _patch = (int(x) for x in version.split("."))
     return f"{major}.{minor + 1}.0"
-
-
-def content_hash(files: Iterable[dict]) -> str:
-    """Hash of a manifest's content: its data files and their hashes (the dataset card is derived, so excluded)."""
-    rows = sorted(f"{r['path']}\t{r['sha256']}" for r in files if r["path"] != "README.md")
-    return sha256_bytes("\n".join(rows).encode())
 
 
 def write_manifest(
@@ -289,9 +237,12 @@ def write_manifest(
     changes the content; an identical rewrite keeps version and changelog.
     """
     root = Path(root)
+    existing_files = list(existing_files)
     streamed = {name: pq.read_schema(resolve_inside(root, check_relative(rel)))
                 for name, rel in (table_files or {}).items()}
     check_schema(kind, {**{name: _arrow_schema(t) for name, t in tables.items()}, **streamed}, f"writing {root}")
+    _check_path_columns(root, kind, tables, table_files or {})
+    guard_direct_write(root, kind, allow=[*existing_files, *(table_files or {}).values()])
     root.mkdir(parents=True, exist_ok=True)
     old = _set_aside_old(root)
     records: dict[str, dict] = {}
@@ -325,6 +276,37 @@ def write_manifest(
     }
     atomic_write_bytes(root / MANIFEST_FILE, (json.dumps(meta, indent=2, sort_keys=False) + "\n").encode())
     return Manifest(root=root, meta=meta)
+
+
+def _check_path_columns(root: Path, kind: str, tables: Mapping[str, pd.DataFrame | pa.Table],
+                        table_files: Mapping[str, str]) -> None:
+    """Refuse absolute or ``..`` values in the kind's path columns (``TableSpec.paths``), whichever API wrote them:
+    a stored path is relative to the manifest's recorded root and stays inside it."""
+    spec = kind_spec(kind)
+    if spec is None:
+        return
+    for name, table_spec in spec.tables.items():
+        for column in table_spec.paths:
+            if name in tables:
+                t = tables[name]
+                if column not in (t.column_names if isinstance(t, pa.Table) else t.columns):
+                    continue
+                values = t[column] if isinstance(t, pa.Table) else pa.array(t[column].astype(object), pa.string(),
+                                                                            from_pandas=True)
+                groups = [values]
+            elif name in table_files:
+                pf = pq.ParquetFile(resolve_inside(root, table_files[name]))
+                if column not in pf.schema_arrow.names:
+                    continue
+                groups = (pf.read_row_group(i, columns=[column])[column] for i in range(pf.num_row_groups))
+            else:
+                continue
+            for values in groups:
+                bad = bad_path_values(values)
+                if bad:
+                    raise BadInputError(f"writing {root}: {kind} table {name!r} column {column!r} holds absolute or "
+                                        f"'..' paths ({', '.join(bad)}); store paths relative to the root the "
+                                        "manifest records")
 
 
 def _set_aside_old(root: Path) -> dict | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
@@ -18,6 +18,7 @@ import pandas as pd
 import pyarrow as pa
 
 import manifests
+from isood.defaults import DEFAULT_VERIFY
 from isood.errors import BadInputError
 from isood.kinds import AUDIT, CLASS_FILTER
 from isood.runtime import sha256_bytes
@@ -93,9 +94,7 @@ def write_audit(out: str | os.PathLike, *, classes: pd.DataFrame,
     table_files = {}
     if isinstance(images, ParquetStream):
         del tables["images"]
-        manifests.park(out)  # the folder reads as unfinished until the new manifest lands
         images.commit()
-        manifests.unpark(out)
         table_files["images"] = images.path.relative_to(Path(out)).as_posix()
     return _write(out, AUDIT, {"classes": classes, **tables}, summarise(classes), config, list(inputs), argv,
                   table_files)
@@ -108,14 +107,21 @@ def run_filter(candidates: str = "21k", id_classes: str = "1k", *, out: str | os
     specs, ``synsets.load_synset_list``) written as a `class-filter` manifest (tables ``classes``, ``summary``).
     ``exclude`` (explicit subtree roots) wins over ``preset`` (default ``imagenet-ood-paper``)."""
     roots = resolve_exclude(exclude, preset)
-    cand = load_synset_list(candidates)
-    ids = load_synset_list(id_classes)
-    table = filter_classes(cand, ids, load_hierarchy(), exclude=roots, sisters_only=sisters_only,
-                           fallback_names=imagenet_names())
-    config = {"candidates": candidates, "id": id_classes, "exclude": roots,
-              "preset": preset if exclude is None else None, "sisters_only": sisters_only}
-    inputs = [_list_input("candidates", candidates, cand), _list_input("id", id_classes, ids), _wordnet_input()]
-    return _write(out, CLASS_FILTER, {"classes": table}, summarise(table), config, inputs, argv)
+    with manifests.writing(out, CLASS_FILTER, inputs=_path_inputs(candidates, id_classes)) as o:
+        cand = load_synset_list(candidates)
+        ids = load_synset_list(id_classes)
+        table = filter_classes(cand, ids, load_hierarchy(), exclude=roots, sisters_only=sisters_only,
+                               fallback_names=imagenet_names())
+        config = {"candidates": candidates, "id": id_classes, "exclude": roots,
+                  "preset": preset if exclude is None else None, "sisters_only": sisters_only}
+        inputs = [_list_input("candidates", candidates, cand), _list_input("id", id_classes, ids), _wordnet_input()]
+        _write(o.work, CLASS_FILTER, {"classes": table}, summarise(table), config, inputs, argv)
+    return manifests.read(o.final, kind=CLASS_FILTER)
+
+
+def _path_inputs(*specs: str | os.PathLike) -> list[str]:
+    """The class-list specs that name files or folders (not ``1k`` / ``21k``...): an --out may not be one."""
+    return [str(s) for s in specs if s and Path(str(s)).exists()]
 
 
 def read_list_file(path: str | os.PathLike) -> list[tuple[int, str]]:
@@ -128,11 +134,13 @@ def read_list_file(path: str | os.PathLike) -> list[tuple[int, str]]:
         return parse_class_list(f, str(path))
 
 
-def open_audited_table(path: str | os.PathLike) -> tuple[manifests.Manifest, str, list[str]]:
-    """The manifest at ``path``, its main table (the kind's card ``main``, else ``images``), which must have a
-    ``wnid`` column (any kind: splits, image-list, an import, features), and the columns of it the audit
-    carries (``IMAGE_COLUMNS``). Nothing is read but the footer: a release's main table has ~12M rows."""
-    m = manifests.read(path)
+def open_audited_table(path: str | os.PathLike, *,
+                       verify: str = DEFAULT_VERIFY) -> tuple[manifests.Manifest, str, list[str]]:
+    """The manifest at ``path`` (its files verified, ``verify``), its main table (the kind's card ``main``, else
+    ``images``), which must have a ``wnid`` column (any kind: splits, image-list, an import, features), and the
+    columns of it the audit carries (``IMAGE_COLUMNS``). Of the table only the footer is read here: a release's
+    main table has ~12M rows."""
+    m = manifests.read(path, verify=verify)
     spec = kind_spec(m.kind)
     main = spec.card.main if spec is not None and spec.card is not None and spec.card.main else "images"
     if main not in m.tables:
@@ -199,20 +207,30 @@ def _is_manifest(source: str | os.PathLike) -> bool:
 
 def run_audit(source: str | os.PathLike, id_classes: str = "1k", *, exclude: Sequence[str] | None = None,
               preset: str | None = None, out: str | os.PathLike | None = None,
-              argv: list[str] | None = None) -> AuditResult:
+              argv: list[str] | None = None, verify: str = DEFAULT_VERIFY) -> AuditResult:
     """`isood wordnet audit`: every class of a list file or of a manifest's main table (``wnid`` column) with
     the rule it breaks (if any), its conflict and its entry count; for a manifest also the per-image ``rule``
     and, for a graded one, the per-cell and per-level tables. Written as an `audit` manifest when ``out`` is
-    given."""
+    given (``manifests.writing``); an audited manifest is verified first (``verify``)."""
     roots = resolve_exclude(exclude, preset)
+    if out is None:
+        return _audit(source, id_classes, roots, exclude=exclude, preset=preset, out=None, argv=argv, verify=verify)
+    with manifests.writing(out, AUDIT, inputs=_path_inputs(source, id_classes)) as o:
+        result = _audit(source, id_classes, roots, exclude=exclude, preset=preset, out=o.work, argv=argv,
+                        verify=verify)
+    return replace(result, manifest=manifests.read(o.final, kind=AUDIT))
+
+
+def _audit(source: str | os.PathLike, id_classes: str, roots: list[str], *, exclude: Sequence[str] | None,
+           preset: str | None, out: Path | None, argv: list[str] | None, verify: str) -> AuditResult:
+    """The audit steps (``run_audit``), writing into the work folder ``out`` when given."""
     ids = load_synset_list(id_classes)
     h, names = load_hierarchy(), imagenet_names()
-    config = {"list": str(source), "id": id_classes, "exclude": roots, "preset": preset if exclude is None else None}
+    config = {"list": os.path.abspath(source), "id": id_classes, "exclude": roots,
+              "preset": preset if exclude is None else None}
     extra: dict = {}
     if _is_manifest(source):
-        if out is not None and Path(out).resolve() == Path(source).resolve():
-            raise BadInputError(f"--out {out} is the audited manifest: pass another folder")
-        m, main, columns = open_audited_table(source)
+        m, main, columns = open_audited_table(source, verify=verify)
         a = audit_manifest(m, main, columns, ids, h, exclude=roots, fallback_names=names, out=out,
                            where=str(source))
         table, entries = a.classes, a.entries

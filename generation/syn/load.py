@@ -14,7 +14,8 @@ from generation.styles import Style, load_styles
 from generation.syn.options import SynOptions
 from isood.clip import ClipEncoder, encode_texts, load_clip
 from isood.errors import BadInputError, ManifestError
-from isood.featurestore import load_features
+from isood.defaults import DEFAULT_VERIFY
+from isood.featurestore.loading import open_features
 from isood.kinds import SPLITS, SplitsView
 from isood.labels import Labels, load_labels
 from isood.laid import LAID
@@ -52,9 +53,10 @@ class SynInputs:
     laid: LaidChoice
 
 
-def load_splits(path: str) -> SplitsView:
-    """The image splits (``isood build-splits``) whose edges, levels, CLIP, LAID and ID features Syn-IS reuses."""
-    view = manifests.read(path, kind=SPLITS)
+def load_splits(path: str, *, verify: str = DEFAULT_VERIFY) -> SplitsView:
+    """The image splits (``isood build-splits``; files verified) whose edges, levels, CLIP, LAID and ID features
+    Syn-IS reuses."""
+    view = manifests.read(path, kind=SPLITS, verify=verify)
     sem, cov = view.axis_edges("sem"), view.axis_edges("cov")
     if len(sem) != len(cov):
         raise ManifestError(f"--splits {path}: sem and cov have different numbers of levels ({len(sem) - 1} vs "
@@ -62,15 +64,17 @@ def load_splits(path: str) -> SplitsView:
     return view
 
 
-def load_id_features(given: str | None, splits: SplitsView | None) -> tuple[str, np.ndarray]:
-    """The ID image features (``--id-features``, else those the splits were measured against) and their path."""
+def load_id_features(given: str | None, splits: SplitsView | None, *,
+                     verify: str = DEFAULT_VERIFY) -> tuple[str, np.ndarray]:
+    """The ID image features (``--id-features``, else those the splits were measured against; a manifest's files
+    verified) and their path."""
     path = given or (splits.id_features if splits is not None else None)
     if not path:
         raise BadInputError(
             "generate-syn needs the ID image features to measure each prompt's shift: pass --id-features DIR "
             "(features of the in-distribution images, e.g. ImageNet-1K, extracted with the same --clip), "
             "or --splits of a build-splits run that extracted them")
-    feats, _index = load_features(path)
+    feats = open_features(path, verify=verify).read()
     if len(feats) == 0:
         raise BadInputError(f"--id-features {path} holds no features; extract the ID images first")
     return str(path), feats
@@ -109,10 +113,10 @@ def load_laid(opts: SynOptions, splits: SplitsView | None, encoder: ClipEncoder,
 def load_inputs(opts: SynOptions, *, warn: Callable[[str], None]) -> SynInputs:
     """Load every input of the stage, the cheap ones first (a bad --styles fails before CLIP loads)."""
     styles = load_styles(opts.styles)
-    labels = load_labels(opts.labels)
+    labels = load_labels(opts.labels, verify=opts.verify)
     blocklist = PromptBlocklist.build(opts.blocklist, use_default=opts.default_blocklist)
-    splits = load_splits(opts.splits) if opts.splits else None
-    id_features, id_feats = load_id_features(opts.id_features, splits)
+    splits = load_splits(opts.splits, verify=opts.verify) if opts.splits else None
+    id_features, id_feats = load_id_features(opts.id_features, splits, verify=opts.verify)
     clip_spec = opts.clip or (splits.clip if splits is not None else None)
     encoder = load_encoder(clip_spec, device=opts.device, embed_dim=id_feats.shape[1])
     laid = load_laid(opts, splits, encoder, labels, warn)

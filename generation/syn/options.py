@@ -11,13 +11,14 @@ from typing import Any
 import pandas as pd
 
 from generation.sdxl import GeneratorSettings
-from isood.defaults import DEFAULT_PIPELINE, LAID_TRIPLETS, N_LEVELS, NA_THRESHOLD
+from isood.defaults import DEFAULT_PIPELINE, DEFAULT_VERIFY, LAID_TRIPLETS, N_LEVELS, NA_THRESHOLD
 from isood.errors import BadInputError
 from isood.kinds import SYN_IS, SYN_IS_PART, SYN_IS_PROMPTS
 from isood.runtime import check_shard_args
 from manifests.store import Manifest
 
-__all__ = ["KIND", "KIND_PROMPTS", "KIND_PART", "SynOptions", "SynResult", "check_options"]
+__all__ = ["KIND", "KIND_PROMPTS", "KIND_PART", "SynOptions", "SynResult", "check_options", "output_kinds",
+           "input_paths"]
 
 KIND, KIND_PROMPTS, KIND_PART = SYN_IS, SYN_IS_PROMPTS, SYN_IS_PART
 
@@ -53,6 +54,7 @@ class SynOptions:
     progress: bool = True
     num_shards: int = 1  # job arrays: this task generates pipeline batches b % num_shards == shard_index
     shard_index: int = 0
+    verify: str = DEFAULT_VERIFY  # how the manifests read (--splits, --id-features, --labels) are checked
 
     @property
     def partial(self) -> bool:
@@ -74,24 +76,28 @@ class SynResult:
     cells: pd.DataFrame | None = None
 
 
-def check_options(opts: SynOptions, *, previous_kind: str | None, engine: str = "local",
-                  custom_generator: bool = False) -> None:
-    """One-line errors for options that contradict each other, the engine (by name), or the manifest already in
-    ``opts.out`` (of kind ``previous_kind``, or None): a Syn-IS run never overwrites another kind."""
+def output_kinds(opts: SynOptions) -> tuple[str, ...]:
+    """The kinds ``opts.out`` may hold for this run (``manifests.writing``): a part for one array task, the
+    prompts manifest for --prompts-only, else Syn-IS (which replaces its own prompts-only manifest)."""
+    if opts.partial:
+        return (KIND_PART,)
+    return (KIND_PROMPTS,) if opts.prompts_only else (KIND, KIND_PROMPTS)
+
+
+def input_paths(opts: SynOptions) -> list[str]:
+    """The files and folders the run reads, which ``--out`` may not be (or be inside, or hold)."""
+    return [str(v) for v in (opts.id_features, opts.splits, opts.styles, opts.labels, opts.laid, opts.blocklist)
+            if v and Path(str(v)).exists()]
+
+
+def check_options(opts: SynOptions, *, engine: str = "local", custom_generator: bool = False) -> None:
+    """One-line errors for options that contradict each other or the engine (by name); what ``opts.out`` may
+    hold is checked by the writer (``output_kinds``)."""
     check_shard_args(opts.num_shards, opts.shard_index)
     if custom_generator and engine != "local":
         raise BadInputError(f"a custom generator runs only with the local engine, not {engine!r}")
-    out = opts.out
     if opts.partial and opts.prompts_only:
         raise BadInputError("--num-shards splits image generation; --prompts-only runs once (drop --num-shards)")
-    if opts.partial and previous_kind not in (None, KIND_PART):
-        raise BadInputError(f"--out {out} holds a {previous_kind!r} manifest; pass a new directory for each array "
-                            "task")
-    if not opts.partial and previous_kind not in (None, KIND, KIND_PROMPTS):
-        raise BadInputError(f"--out {out} holds a {previous_kind!r} manifest; pass another --out (Syn-IS never "
-                            "overwrites other kinds)")
-    if opts.prompts_only and previous_kind == KIND:
-        raise BadInputError(f"{out} holds a generated Syn-IS set; pass another --out for --prompts-only")
     for flag, value, least in (("--per-cell", opts.per_cell, 1), ("--images-per-prompt", opts.images_per_prompt, 1),
                                ("--seed", opts.seed, 0), ("n_levels", opts.n_levels, 1),
                                ("na_threshold", opts.na_threshold, 0), ("laid_triplets", opts.laid_triplets, 1)):

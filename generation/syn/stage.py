@@ -15,7 +15,8 @@ from generation.prompts import apply_blocklist, build_prompts
 from generation.safety import load_image_checker
 from generation.sdxl import generate_images, plan_fingerprint
 from generation.syn.load import SynInputs, load_inputs, measure_prompts
-from generation.syn.options import SynOptions, SynResult, check_options
+from generation.syn.options import (KIND, KIND_PART, KIND_PROMPTS, SynOptions, SynResult, check_options,
+                                    input_paths, output_kinds)
 from generation.syn.steps import PromptPlan, n_batches, plan_prompts, rejected_rows, split_generated, task_rows
 from generation.syn.write import write_part, write_syn_manifest
 from isood.errors import BadInputError
@@ -33,11 +34,11 @@ def candidate_prompts(inputs: SynInputs) -> tuple[pd.DataFrame, pd.DataFrame]:
     return kept, blocked
 
 
-def generate_step(plan: pd.DataFrame, opts: SynOptions, *, engine: BatchEngine, generator: Callable | None,
-                  image_checker: Callable | None,
+def generate_step(plan: pd.DataFrame, opts: SynOptions, root: Path, *, engine: BatchEngine,
+                  generator: Callable | None, image_checker: Callable | None,
                   on_image: Callable[[dict], None] | None) -> tuple[pd.DataFrame, pd.DataFrame, dict, dict]:
-    """Generate this task's share of the image plan into ``opts.out``; returns ``(images, image rejections,
-    generation counts, generator config)``."""
+    """Generate this task's share of the image plan into ``root`` (the stage's work folder,
+    ``manifests.writing``); returns ``(images, image rejections, generation counts, generator config)``."""
     settings = opts.settings()
     mine = (task_rows(plan, batch_size=opts.batch_size, num_shards=opts.num_shards, shard_index=opts.shard_index)
             if opts.partial else plan)
@@ -45,9 +46,9 @@ def generate_step(plan: pd.DataFrame, opts: SynOptions, *, engine: BatchEngine, 
     if isinstance(checker, str):
         load_image_checker(checker)  # a bad name fails here, in one line; each worker imports it itself
     fingerprint = plan_fingerprint(settings, generator=generator, engine=engine)
-    result = generate_images(mine, opts.out, settings=settings, fingerprint=fingerprint, generator=generator,
+    result = generate_images(mine, root, settings=settings, fingerprint=fingerprint, generator=generator,
                              engine=engine, image_checker=checker, on_image=on_image, progress=opts.progress)
-    prune_images(opts.out, set(mine["path"]))
+    prune_images(root, set(mine["path"]))
     images, rejected = split_generated(mine, sha256=result.sha256, rejected=result.rejected)
     counts = {**result.as_dict(), "images": len(images)}
     return images, rejected, counts, {"settings": asdict(settings), "fingerprint": fingerprint}
@@ -101,9 +102,18 @@ def run_generate_syn(opts: SynOptions, *, engine: BatchEngine | None = None, gen
     ``opts.safety_checker`` is imported); ``on_image(row)`` runs after each image is written (local engine);
     ``warn(message)`` reports a warning (also kept in the summary)."""
     engine = engine or LocalEngine()
-    out = Path(opts.out)
-    check_options(opts, previous_kind=manifests.existing_kind(out), engine=engine.name,
-                  custom_generator=generator is not None)
+    check_options(opts, engine=engine.name, custom_generator=generator is not None)
+    with manifests.writing(opts.out, output_kinds(opts), inputs=input_paths(opts)) as o:
+        summary, cells = _run(opts, o.work, engine=engine, generator=generator, image_checker=image_checker,
+                              on_image=on_image, warn=warn, argv=argv)
+    kind = KIND_PART if opts.partial else (KIND_PROMPTS if opts.prompts_only else KIND)
+    return SynResult(manifest=manifests.read(o.final, kind=kind), summary=summary, cells=cells)
+
+
+def _run(opts: SynOptions, out: Path, *, engine: BatchEngine, generator: Callable | None,
+         image_checker: Callable | None, on_image: Callable[[dict], None] | None,
+         warn: Callable[[str], None] | None, argv: list[str] | None) -> tuple[dict, pd.DataFrame | None]:
+    """The stage in its work folder ``out``: load -> prompts -> measure -> plan -> generate -> write."""
     notes: list[str] = []
 
     def note(message: str) -> None:
@@ -119,14 +129,12 @@ def run_generate_syn(opts: SynOptions, *, engine: BatchEngine | None = None, gen
                         sem_edges=splits.axis_edges("sem") if splits is not None else None,
                         cov_edges=splits.axis_edges("cov") if splits is not None else None,
                         per_cell=opts.per_cell, images_per_prompt=opts.images_per_prompt, seed=opts.seed)
-    out.mkdir(parents=True, exist_ok=True)
-    manifests.park(out)
     summary = _summary(inputs, plan, blocked, notes)
     rejected = [rejected_rows(blocked, "prompt")]
     if opts.prompts_only:
         images, gen_config = plan.images.assign(sha256=""), {}
     else:
-        images, img_rejected, counts, gen_config = generate_step(plan.images, opts, engine=engine,
+        images, img_rejected, counts, gen_config = generate_step(plan.images, opts, out, engine=engine,
                                                                  generator=generator, image_checker=image_checker,
                                                                  on_image=on_image)
         rejected.append(img_rejected)
@@ -135,15 +143,14 @@ def run_generate_syn(opts: SynOptions, *, engine: BatchEngine | None = None, gen
     tables = dict(images=images, prompts=plan.prompts, edges=edges_table(plan.sem_edges, plan.cov_edges),
                   rejected=pd.concat(rejected, ignore_index=True))
     laid_files = inputs.laid.laid.files()
-    manifests.unpark(out)
     if opts.partial:
         config["part"] = part_info(opts.num_shards, opts.shard_index, n_batches(len(plan.images), opts.batch_size),
                                    "generation batch")
-        manifest = write_part(out, **tables, plan=plan.images, config=config, inputs=input_records(opts, inputs),
-                              laid_files=laid_files, summary=summary, argv=argv)
-        return SynResult(manifest=manifest, summary=summary, cells=None)
+        write_part(out, **tables, plan=plan.images, config=config, inputs=input_records(opts, inputs),
+                   laid_files=laid_files, summary=summary, argv=argv)
+        return summary, None
     manifest, cells = write_syn_manifest(out, **tables, config=config, inputs=input_records(opts, inputs),
                                          laid_files=laid_files, summary=summary, prompts_only=opts.prompts_only,
                                          argv=argv)
     summary["cells_not_na"] = manifest.meta["summary"]["cells_not_na"]
-    return SynResult(manifest=manifest, summary=summary, cells=cells)
+    return summary, cells

@@ -15,7 +15,6 @@ from generation.syn.steps import (IMAGE_COLUMNS, REJECTED_COLUMNS, cell_lists, m
                                   syn_cells)
 from isood.kinds import LAID_FILE
 from isood.runtime import link_or_copy
-from manifests.parts import prepare_merge_output
 from manifests.store import Manifest
 
 __all__ = ["write_syn_manifest", "write_part", "merge_parts", "LAID_SIDECAR"]
@@ -90,18 +89,17 @@ def merge_parts(parts: Sequence[Manifest], out: str | Path, config: Mapping[str,
     """Combine the ``syn-is-part`` manifests of one job array (read and checked by ``manifests.parts.read_parts``,
     sorted by index; ``config`` their shared config) into the ``syn-is`` manifest a single run writes in
     ``out``: images hard-linked into ``out``, rows in plan order, counts summed."""
-    out = prepare_merge_output(parts, out, KIND)
     plans = [list(m.frame("plan")["path"]) for m in parts]
     images, rejected = merge_part_tables(plans, [m.frame("images") for m in parts],
                                          [m.frame("rejected") for m in parts])
-    _copy_part_files(parts, out)
-    prune_images(out, set(plans[0]))  # every planned path: accepted images and the markers of rejected ones
     first = parts[0]
     laid = {r["path"]: first.path(r["path"]).read_bytes() for r in first.meta["files"]
             if r["path"] in (LAID_FILE, LAID_SIDECAR)}
-    manifests.unpark(out)
-    manifest, _cells = write_syn_manifest(
-        out, images=images, prompts=first.frame("prompts"), edges=first.frame("edges"), rejected=rejected,
-        config={k: v for k, v in config.items() if k != "part"}, inputs=first.meta.get("inputs", []),
-        laid_files=laid, summary=merge_summaries([m.meta.get("summary", {}) for m in parts]), argv=argv)
-    return manifest
+    with manifests.writing(out, KIND, inputs=[m.root for m in parts]) as o:
+        _copy_part_files(parts, o.work)
+        prune_images(o.work, set(plans[0]))  # every planned path: accepted images and the markers of rejected ones
+        write_syn_manifest(
+            o.work, images=images, prompts=first.frame("prompts"), edges=first.frame("edges"), rejected=rejected,
+            config={k: v for k, v in config.items() if k != "part"}, inputs=first.meta.get("inputs", []),
+            laid_files=laid, summary=merge_summaries([m.meta.get("summary", {}) for m in parts]), argv=argv)
+    return manifests.read(o.final, kind=KIND)

@@ -8,7 +8,6 @@ import typer
 from rich.table import Table
 
 from isood.cli._app import out_console, splits_app
-from isood.runtime import output_lock
 from isood.stages.clean import CleanResult, clean_splits
 from wordnet_tools.rules import LEAK_RULES
 
@@ -37,7 +36,6 @@ def splits_clean(
 ) -> None:
     """A leak-free copy of a splits manifest: images of ID classes, their hypernyms and hyponyms removed (same
     cells and edges, N/A recomputed), with provenance to both inputs."""
-    with output_lock(out):
-        r = clean_splits(splits, audit, out=out, rules=rules)
+    r = clean_splits(splits, audit, out=out, rules=rules)
     out_console.print(clean_table(r))
     out_console.print(f"manifest: {out} ({r.manifest.kind} v{r.manifest.dataset_version})", highlight=False)

@@ -49,10 +49,11 @@ def demo(
 def _run_demo(out: Path, seed: int) -> None:
     """The demo's steps, printing their tables (``isood demo``)."""
     # WordNet (nltk) and the evaluation (torch) take seconds to import: only when the command runs
-    from isood.demo import FILTER_ARGS, FILTER_EXCLUDE, check_seed, run_class_filter, run_planted
+    from isood.demo import FILTER_ARGS, FILTER_EXCLUDE, check_demo_out, check_seed, run_class_filter, run_planted
     from isood.evaluation.planted import evaluate_planted, planted_table
 
     check_seed(seed)  # before the class filter runs
+    check_demo_out(out)  # every output the demo writes, before the first one
 
     console, t0 = out_console, time.perf_counter()
     with console.status(f"WordNet class filter: ImageNet-{FILTER_ARGS[0].upper()} candidates vs "

@@ -10,7 +10,6 @@ from rich.table import Table
 
 from isood.cli._app import app, out_console
 from isood.defaults import DEFAULT_DETECTORS, NA_THRESHOLD
-from isood.runtime import output_lock
 from wordnet_tools.rules import LEAK_RULES
 
 if TYPE_CHECKING:  # the stage pulls in torch: imported when the command runs
@@ -83,8 +82,7 @@ def evaluate(
         der=der, plot_metrics=plot_metrics, seed=seed, leak_audit=str(leak_audit) if leak_audit else None,
         leak_rules=leak_rules,
     )
-    with output_lock(out):
-        r = run_evaluate(opts)
+    r = run_evaluate(opts)
     out_console.print(summary_console_table(r))
     out_console.print(f"report: {out}/report.html; manifest: {out} ({r.manifest.kind} v{r.manifest.dataset_version}, "
                       f"{r.seconds:.1f} s)", highlight=False, soft_wrap=True)

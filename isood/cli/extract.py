@@ -16,7 +16,7 @@ from isood.engines.ray import DEFAULT_DECODE_THREADS, RayEngine, RayOptions
 from isood.errors import BadInputError, IsoodError
 from isood.images import FAST_DECODE, REFERENCE_DECODE
 from isood.kinds import FEATURES, SYN_IS
-from isood.runtime import BatchEngine, LocalEngine, output_lock
+from isood.runtime import BatchEngine, LocalEngine
 from isood.stages.extract import ExtractOptions, merge_parts as merge_feature_parts, run_extract, validate
 from manifests.parts import read_parts
 from manifests.store import Manifest
@@ -65,8 +65,7 @@ def extract(
                        device=device)
     if eng.name != "local":  # --workers names the actors; each decodes with the Ray options' threads
         opts = replace(opts, workers=DEFAULT_DECODE_THREADS)
-    with output_lock(out):
-        r = run_extract(opts, engine=eng)
+    r = run_extract(opts, engine=eng)
     part = f" (part {shard_index} of {num_shards}: merge with `isood merge`)" if num_shards > 1 else ""
     out_console.print(
         f"{r.n_images} images -> {r.embed_dim}-d features, {r.n_rejected} rejected; "
@@ -97,7 +96,6 @@ def merge(
     out: Path = typer.Option(..., help="Output directory: the manifest a single run writes."),
 ) -> None:
     """Combine the parts of a job array (`isood extract` / `isood generate-syn` with --num-shards) into one verified manifest."""
-    with output_lock(out):
-        m = merge_dirs(parts, out)
+    m = merge_dirs(parts, out)
     out_console.print(f"merged {len(parts)} parts -> {out} ({m.kind} v{m.dataset_version}, {len(m.meta['files'])} files verified)",
                       highlight=False, soft_wrap=True)

@@ -88,8 +88,7 @@ def card(
     manifest_dir: Path = typer.Argument(..., help="A manifest directory written without a dataset card."),
 ) -> None:
     """(Re)write a manifest's dataset card (README.md) and its per-config Parquet files, so `datasets` can load it."""
-    with output_lock(manifest_dir, option="MANIFEST_DIR"):
-        m = add_card(manifest_dir)
+    m = add_card(manifest_dir)
     _say(f"card: {manifest_dir}/README.md ({m.kind} v{m.dataset_version})")
 
 
@@ -112,9 +111,8 @@ def import_isood_lists(
                                        "cells are flagged missing (default: an error naming them)."),
 ) -> None:
     """IS-OOD release lists -> a splits manifest (levels from the file names; shift values unknown, NaN)."""
-    with output_lock(out):
-        m = interop.import_isood_lists(directory, out, n_levels=levels, na_threshold=na_threshold, na_rule=na_rule,
-                                       allow_missing=allow_missing)
+    m = interop.import_isood_lists(directory, out, n_levels=levels, na_threshold=na_threshold, na_rule=na_rule,
+                                   allow_missing=allow_missing)
     _imported(m)
     s = m.meta["summary"]
     _say(f"cells: {s['cells_usable']} usable, {s['cells_na']} N/A (rule {s['na_rule']}, threshold {na_threshold}; "
@@ -129,8 +127,7 @@ def import_imagenet_ood(
     out: Path = typer.Option(..., help="Output manifest directory."),
 ) -> None:
     """ImageNet-OOD image list -> an image-list manifest (label -1)."""
-    with output_lock(out):
-        _imported(interop.import_imagenet_ood(list_file, out))
+    _imported(interop.import_imagenet_ood(list_file, out))
 
 
 @import_app.command("openood-imglist")
@@ -139,8 +136,7 @@ def import_openood_imglist(
     out: Path = typer.Option(..., help="Output manifest directory."),
 ) -> None:
     """OpenOOD imglist -> an image-list manifest (labels kept)."""
-    with output_lock(out):
-        _imported(interop.import_openood_imglist(list_file, out))
+    _imported(interop.import_openood_imglist(list_file, out))
 
 
 @export_app.command("openood")

@@ -8,7 +8,6 @@ from typing import Optional
 import typer
 
 from isood.cli._app import app, console, out_console
-from isood.runtime import output_lock
 from isood.stages.splits import build_splits as run_build_splits, load_build_config
 
 __all__ = ["build_splits", "print_warning"]
@@ -52,8 +51,7 @@ def build_splits(
         batch_size=batch_size, workers=workers,
         shard_size=shard_size, device=device, cache_dir=cache_dir, out=str(out) if out is not None else None,
     ))
-    with output_lock(cfg.out):
-        r = run_build_splits(cfg, warn=print_warning)
+    r = run_build_splits(cfg, warn=print_warning)
     n_ok = int((~r.cells["na"]).sum())
     out_console.print(
         f"{r.n_test} test images vs {r.n_id} ID images -> {n_ok}/{len(r.cells)} cells with >= {cfg.na_threshold} "

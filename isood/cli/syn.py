@@ -14,7 +14,6 @@ from generation.syn import SynOptions, SynResult, run_generate_syn
 from isood.cli._app import app, console, out_console
 from isood.cli.extract import build_engine  # the one --engine builder (local | ray), shared with `isood extract`
 from isood.defaults import DEFAULT_PIPELINE
-from isood.runtime import output_lock
 
 __all__ = ["generate_syn", "summary_table", "cells_grid"]
 
@@ -88,7 +87,6 @@ def generate_syn(
     )
     runner = build_engine(engine, ray_address=ray_address, workers=workers, num_gpus_per_worker=num_gpus_per_worker,
                           device=device)
-    with output_lock(out):
-        result = run_generate_syn(opts, engine=runner, warn=_warn)
+    result = run_generate_syn(opts, engine=runner, warn=_warn)
     out_console.print(summary_table(result))
     out_console.print(f"manifest: {out} ({result.manifest.kind} v{result.manifest.dataset_version})")

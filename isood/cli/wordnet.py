@@ -6,7 +6,6 @@ ImageNet-OOD list follows: it keeps people and plants). An explicit ``--exclude`
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import List, Optional
 
@@ -17,7 +16,6 @@ from rich.table import Table
 
 import manifests
 from isood.cli._app import out_console, wordnet_app
-from isood.runtime import output_lock
 from wordnet_tools.rules import AUDIT_RULES, LEAK_RULES, PRESETS, resolve_exclude
 
 __all__ = ["wordnet_filter", "wordnet_audit", "counts_table", "leak_table", "summary_table", "level_table",
@@ -100,9 +98,8 @@ def wordnet_filter(
     imagenet-ood-release reproduces the published ImageNet-OOD list (no animal; people and plants kept)."""
     from wordnet_tools.jobs import run_filter  # nltk takes ~1.5 s to import: only when the command runs
 
-    with output_lock(out):
-        manifest = run_filter(candidates, id_classes, exclude=exclude, preset=preset, sisters_only=sisters_only,
-                              out=out)
+    manifest = run_filter(candidates, id_classes, exclude=exclude, preset=preset, sisters_only=sisters_only,
+                          out=out)
     out_console.print(summary_table(manifest, "Class filter"))
     out_console.print(f"manifest: {out}")
 
@@ -121,8 +118,7 @@ def wordnet_audit(
     """Audit an OOD class list, image list or manifest for hierarchy leaks into the ID classes."""
     from wordnet_tools.jobs import run_audit  # nltk takes ~1.5 s to import: only when the command runs
 
-    with output_lock(out) if out is not None else contextlib.nullcontext():
-        r = run_audit(source, id_classes, exclude=exclude, preset=preset, out=out)
+    r = run_audit(source, id_classes, exclude=exclude, preset=preset, out=out)
     title = f"Audit of {source} ({r.entries} entries" + (f", manifest {r.manifest.root})" if r.manifest else ")")
     out_console.print(leak_table(r.table))
     out_console.print(counts_table(r.counts, title))

@@ -26,7 +26,7 @@ manifest, as small named steps.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -34,10 +34,10 @@ import numpy as np
 import pandas as pd
 
 import manifests
-from isood.defaults import DEFAULT_DETECTORS, NA_THRESHOLD, OOD_LABEL, cache_dir
+from isood.defaults import DEFAULT_DETECTORS, DEFAULT_VERIFY, NA_THRESHOLD, OOD_LABEL, cache_dir
 from isood.errors import BadInputError, ManifestError
 from isood.images import ImageSource, list_images
-from isood.kinds import AUDIT, SPLITS, SYN_IS, AuditView, GridView
+from isood.kinds import AUDIT, EVALUATION, SPLITS, SYN_IS, AuditView, GridView
 from isood.runtime import resolve_device
 from wordnet_tools.rules import LEAK_RULES, leak_mask, parse_rules
 
@@ -87,6 +87,7 @@ class EvaluateOptions:
     seed: int = 0
     leak_audit: str | None = None
     leak_rules: str = ",".join(LEAK_RULES)
+    verify: str = DEFAULT_VERIFY
     progress: bool = True
 
 
@@ -127,33 +128,20 @@ def _plot_metrics(opts: EvaluateOptions) -> list[str] | None:
     return [m.strip() for m in opts.plot_metrics.split(",") if m.strip()] if opts.plot_metrics else None
 
 
-def load_grid(path: str | Path, kind: str, flag: str) -> GridView:
-    """The typed view of a grid manifest, refused when it fails verification or is of another kind."""
-    p = Path(path)
+def load_grid(path: str | Path, kind: str, flag: str, *, verify: str = DEFAULT_VERIFY) -> GridView:
+    """The typed view of a grid manifest, refused when it fails verification (``verify``: 'fast' or 'full') or
+    is of another kind."""
     try:
-        manifests.read(p)
-    except ManifestError as e:
-        raise ManifestError(f"{flag} {p}: {e}") from None
-    report = manifests.verify(p)
-    if not report.ok:
-        problems = report.lines()
-        more = f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""
-        raise ManifestError(f"{flag} {p} fails verification ({'; '.join(problems[:5])}{more}): "
-                            "rebuild it or restore its files (`isood verify` lists them)")
-    try:
-        return manifests.read(p, kind=kind)
+        return manifests.read(path, kind=kind, verify=verify)
     except ManifestError as e:
         raise type(e)(f"{flag}: {e}") from None
 
 
 def load_grids(opts: EvaluateOptions) -> dict[str, GridView]:
-    """``{'splits': SplitsView, 'syn-is': SynView}`` (Syn-IS only with ``--syn``); ``--out`` may not be one."""
-    grids = {"splits": load_grid(opts.splits, SPLITS, "--splits")}
+    """``{'splits': SplitsView, 'syn-is': SynView}`` (Syn-IS only with ``--syn``)."""
+    grids = {"splits": load_grid(opts.splits, SPLITS, "--splits", verify=opts.verify)}
     if opts.syn:
-        grids[SYN_IS] = load_grid(opts.syn, SYN_IS, "--syn")
-    for g in grids.values():
-        if Path(opts.out).resolve() == Path(g.root).resolve():
-            raise BadInputError(f"--out {opts.out} is the input manifest {g.root}: pass another folder")
+        grids[SYN_IS] = load_grid(opts.syn, SYN_IS, "--syn", verify=opts.verify)
     return grids
 
 
@@ -175,7 +163,7 @@ def load_leak_audit(opts: EvaluateOptions) -> AuditView | None:
         return None
     parse_rules(opts.leak_rules, option="--leak-rules")
     try:
-        return manifests.read(opts.leak_audit, kind=AUDIT)
+        return manifests.read(opts.leak_audit, kind=AUDIT, verify=opts.verify)
     except ManifestError as e:
         raise type(e)(f"--leak-audit: {e}") from None
 
@@ -328,6 +316,15 @@ def run_evaluate(opts: EvaluateOptions, *, adapter=None, argv: list[str] | None 
     t0 = time.perf_counter()
     _check_options(opts)
     detectors = parse_detectors(opts.detectors)
+    inputs = [opts.splits, opts.syn, opts.leak_audit, opts.id_train, opts.id_test, opts.test_root, opts.checkpoint]
+    with manifests.writing(opts.out, EVALUATION, inputs=[p for p in inputs if p]) as o:
+        result = _evaluate(opts, detectors, o.work, adapter=adapter, argv=argv, t0=t0)
+    return replace(result, manifest=manifests.read(o.final, kind=EVALUATION))
+
+
+def _evaluate(opts: EvaluateOptions, detectors: Mapping[str, Detector], out: Path, *, adapter, argv: list[str] | None,
+              t0: float) -> EvaluateResult:
+    """The evaluation steps (module docstring), written into the work folder ``out``."""
     grids = load_grids(opts)
     audit = load_leak_audit(opts)
     test_root = opts.test_root or grids["splits"].test_root
@@ -358,7 +355,7 @@ def run_evaluate(opts: EvaluateOptions, *, adapter=None, argv: list[str] | None 
                     datasets=[ID_TEST, *grids], scores=scores, leaking=leaking)
     plot_metrics = _plot_metrics(opts)
     manifest = write_evaluation(
-        evaluation, opts.out, inputs=run_inputs(opts, grids, sets, audit),
+        evaluation, out, inputs=run_inputs(opts, grids, sets, audit),
         scores=scores_table(scores, sets, leaking),
         config=run_config(opts, test_root=test_root, model_name=model_name, n_classes=n_model, detectors=detectors),
         sanity=sanity, random_per_cell=random_per_cell, metrics=plot_metrics, meta=meta,

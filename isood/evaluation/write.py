@@ -57,8 +57,8 @@ def write_evaluation(result: CellEvaluation, out: str | os.PathLike, *, config: 
                      meta: Mapping[str, Any] | None = None, title: str = "isood evaluation",
                      summary: Mapping[str, Any] | None = None, argv: list[str] | None = None) -> manifests.Manifest:
     """Write a ``CellEvaluation`` (plus optional per-image ``scores`` and the sanity tables) as an ``evaluation``
-    manifest in ``out``. ``metrics`` / ``heatmap_metrics``: what to draw (default: every computed metric).
-    Returns the ``manifests.Manifest``."""
+    manifest in ``out`` (through ``manifests.writing``). ``metrics`` / ``heatmap_metrics``: what to draw
+    (default: every computed metric). Returns the manifest's typed view."""
     for chosen in (metrics, heatmap_metrics):
         unknown = set(chosen or ()) - set(result.metrics)
         if unknown:
@@ -69,7 +69,9 @@ def write_evaluation(result: CellEvaluation, out: str | os.PathLike, *, config: 
     files = evaluation_files(result, tables, images, title=title, meta=meta, sanity=sanity)
     n_na = int(result.per_cell["na"].sum())
     summ = {"cells": int(len(result.per_cell)), "cells_na": n_na, "plots": len(images), **(summary or {})}
-    return manifests.write_with_card(
-        out, kind=EVALUATION, tables=tables, config=dict(config or {}), inputs=list(inputs), files=files,
-        summary=summ, note=f"{len(result.detectors)} detectors on {', '.join(result.datasets)}", argv=argv,
-        title=title)
+    with manifests.writing(out, EVALUATION) as o:
+        manifests.write_with_card(
+            o.work, kind=EVALUATION, tables=tables, config=dict(config or {}), inputs=list(inputs), files=files,
+            summary=summ, note=f"{len(result.detectors)} detectors on {', '.join(result.datasets)}", argv=argv,
+            title=title)
+    return manifests.read(o.final, kind=EVALUATION)

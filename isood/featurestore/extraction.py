@@ -19,7 +19,8 @@ from isood.featurestore.shards import (
     SHARD_NAME, ShardAssembler, complete_shard, image_batches, index_tables, remove_stale_shards, shard_bounds, shard_count,
     shard_dim, shard_files, shard_key, write_shard,
 )
-from manifests.store import Manifest, check_output_kind, input_record, park, unpark, write_manifest
+from manifests.output import writing
+from manifests.store import Manifest, input_record, read, write_manifest
 
 __all__ = [
     "DEFAULT_BATCH_SIZE", "DEFAULT_SHARD_SIZE", "ExtractResult", "ShardRun",
@@ -124,7 +125,8 @@ def _run_config(source: ImageSource, model: _Model, engine: BatchEngine, *, embe
     ``workers``: the decoding threads of the in-process engine, or the workers another engine names in its
     config (Ray: the actors asked for); other engines add their own entry (``ray``)."""
     engine_config = engine.as_config() if engine.name != "local" else {}
-    config = {"images": str(source.source), "source_kind": source.kind, "clip": model.spec,
+    config = {"images": os.path.abspath(source.source), "image_root": os.path.abspath(source.root),
+              "source_kind": source.kind, "clip": model.spec,
               "clip_identity": model.identity, "decode": decode, "embed_dim": embed_dim,
               "shard_size": int(shard_size), "batch_size": int(batch_size), "workers": engine_config.get("workers", threads),
               "device": model.device, "engine": engine.name}
@@ -144,7 +146,7 @@ def extract_shards(source: ImageSource, clip: str | ClipEncoder, out: str | os.P
     decoding mode, same member files and sizes) are kept, the others (re)computed on ``engine`` (default: this
     process). ``workers``: image-decoding threads of each model worker (default
     ``isood.runtime.default_workers()``); ``decode``: ``isood.images.REFERENCE_DECODE`` (default) or
-    ``FAST_DECODE``. The directory is parked (reads as unfinished) until the caller writes its manifest."""
+    ``FAST_DECODE``. ``out`` is a stage's work folder (``manifests.writing``): the caller writes the manifest."""
     check_sizes(batch_size=batch_size, shard_size=shard_size, workers=workers)
     check_decode_mode(decode)
     engine = engine if engine is not None else LocalEngine()
@@ -162,8 +164,6 @@ def extract_shards(source: ImageSource, clip: str | ClipEncoder, out: str | os.P
                          refused=refused[slice(*shard_bounds(k, shard_size, n))]) for k in shards}
     rows = {k: r for k in shards if (r := complete_shard(out, k, keys[k])) is not None}
     todo = [k for k in shards if k not in rows]
-    if todo or not (out / "manifest.json").is_file():
-        park(out)
     written: dict[int, pd.DataFrame] = {}
     if todo:
         for k in todo:  # an old complete-looking shard must not survive beside a new rows file
@@ -189,7 +189,6 @@ def write_features_manifest(out: str | os.PathLike, shard_rows: Mapping[int, pd.
     if sorted(shard_rows) != list(range(n_shards)):
         raise IsoodError(f"{out}: shards {sorted(set(range(n_shards)) - set(shard_rows))} are missing")
     index, rejected = index_tables(shard_rows)
-    unpark(out)
     return write_manifest(
         out, kind=FEATURES, tables={"index": index, "rejected": rejected}, config=config, inputs=inputs,
         existing_files=shard_files(range(n_shards)), note=f"features of {len(index)} images", argv=argv,
@@ -218,7 +217,8 @@ def extract_features(images: str | os.PathLike | ImageSource, clip: str | ClipEn
     check_sizes(batch_size=batch_size, shard_size=shard_size, workers=workers)
     source = (images if isinstance(images, ImageSource)
               else list_images(images, follow_symlinks=follow_symlinks))
-    check_output_kind(out, FEATURES)
-    run = extract_shards(source, clip, out, batch_size=batch_size, workers=workers, shard_size=shard_size,
-                         device=device, progress=progress, engine=engine, on_shard=on_shard, decode=decode)
-    return run.result(write_features_manifest(out, run.rows, run.config, run.inputs, argv=argv))
+    with writing(out, FEATURES, inputs=[source.source]) as o:
+        run = extract_shards(source, clip, o.work, batch_size=batch_size, workers=workers, shard_size=shard_size,
+                             device=device, progress=progress, engine=engine, on_shard=on_shard, decode=decode)
+        write_features_manifest(o.work, run.rows, run.config, run.inputs, argv=argv)
+    return run.result(read(o.final, kind=FEATURES))

@@ -127,8 +127,8 @@ class FeatureReader:
             yield start, self.read(start, start + step)
 
 
-def _open_manifest(p: Path) -> FeatureReader:
-    view: FeaturesView = read(p, kind=FEATURES)
+def _open_manifest(p: Path, verify: str | None) -> FeatureReader:
+    view: FeaturesView = read(p, kind=FEATURES, verify=verify)
     index = view.index
     if not len(index):
         return FeatureReader(clean_index(index, p), int(view.embed_dim or 0), {}, np.empty(0, np.int64),
@@ -144,18 +144,19 @@ def _open_manifest(p: Path) -> FeatureReader:
     return FeatureReader(clean_index(index, p), dim, files, shard, row)
 
 
-def open_features(path: str | os.PathLike) -> FeatureReader:
+def open_features(path: str | os.PathLike, *, verify: str | None = None) -> FeatureReader:
     """Open an ``isood extract`` manifest, a folder with ``features.npy`` + ``index.parquet``, or a
     ``features.npy`` path with ``index.parquet`` beside it, without reading the features (see
     :class:`FeatureReader`). Validates: 2-D numeric features, one index row per feature row, one dimension
-    across shards."""
+    across shards. ``verify`` ('fast' / 'full'): check a manifest's files against their hashes first (what a
+    stage does with the feature sets it is given; a plain folder has no hashes to check)."""
     p = Path(path)
     if p.is_file() and p.suffix == ".npy":
         npy, idx = p, p.with_name("index.parquet")
     elif p.is_dir() and (p / "features.npy").is_file():
         npy, idx = p / "features.npy", p / "index.parquet"
     elif p.is_dir() and (p / MANIFEST_FILE).is_file():
-        return _open_manifest(p)
+        return _open_manifest(p, verify)
     else:
         raise BadInputError(f"{p}: not a feature set; pass an `isood extract` output directory or a folder with "
                             "features.npy + index.parquet")

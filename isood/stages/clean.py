@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import manifests
+from isood.defaults import DEFAULT_VERIFY
 from isood.errors import BadInputError
 from isood.grid import cell_table
 from isood.kinds import AUDIT, LAID_FILE, SPLITS, AuditView, SplitsView
@@ -60,9 +61,10 @@ class CleanResult:
     na_after: int
 
 
-def load_inputs(splits: str | os.PathLike, audit: str | os.PathLike) -> tuple[SplitsView, AuditView]:
-    """The typed views of the splits manifest and of the audit (kinds and schemas checked)."""
-    return manifests.read(splits, kind=SPLITS), manifests.read(audit, kind=AUDIT)
+def load_inputs(splits: str | os.PathLike, audit: str | os.PathLike, *,
+                verify: str = DEFAULT_VERIFY) -> tuple[SplitsView, AuditView]:
+    """The typed views of the splits manifest and of the audit (kinds and schemas checked, files verified)."""
+    return manifests.read(splits, kind=SPLITS, verify=verify), manifests.read(audit, kind=AUDIT, verify=verify)
 
 
 def _arrow(images: pa.Table | pd.DataFrame) -> pa.Table:
@@ -226,14 +228,21 @@ def _stage_lists(view: SplitsView, out: Path, removed: pa.Array) -> list[StagedF
 
 
 def clean_splits(splits: str | os.PathLike, audit: str | os.PathLike, *, out: str | os.PathLike,
-                 rules: str | Sequence[str] = LEAK_RULES, argv: list[str] | None = None) -> CleanResult:
-    """`isood splits clean` (module docstring)."""
-    rules, out = parse_rules(rules), Path(out)
-    for name, path in (("SPLITS", splits), ("--audit", audit)):
-        if out.resolve() == Path(path).resolve():
-            raise BadInputError(f"--out {out} is the {name} manifest: pass another folder")
-    manifests.check_output_kind(out, SPLITS)
-    view, aud = load_inputs(splits, audit)
+                 rules: str | Sequence[str] = LEAK_RULES, argv: list[str] | None = None,
+                 verify: str = DEFAULT_VERIFY) -> CleanResult:
+    """`isood splits clean` (module docstring); ``verify``: how the two inputs are checked ('fast' or 'full')."""
+    rules = parse_rules(rules)
+    with manifests.writing(out, SPLITS, inputs=[splits, audit]) as o:
+        view, aud = load_inputs(splits, audit, verify=verify)
+        kept, n_removed, by_rule, summary = _clean(view, aud, o.work, rules, argv=argv)
+    return CleanResult(manifests.read(o.final, kind=SPLITS), kept, n_removed, by_rule, summary["cells_na_before"],
+                       summary["cells_na"])
+
+
+def _clean(view: SplitsView, aud: AuditView, out: Path, rules: tuple[str, ...], *,
+           argv: list[str] | None) -> tuple[int, int, dict[str, int], dict]:
+    """The clean steps in the work folder ``out``: leaking rows streamed out, lists filtered, cells recounted,
+    the manifest written; returns (kept, removed, removed per rule, summary)."""
     class_rules = aud.class_rules()
     keys = cell_keys(view.cells, view.schema("images").names)
     for piece in view.batches("images", ["wnid"]):  # a class without a verdict fails before anything is written
@@ -253,14 +262,13 @@ def clean_splits(splits: str | os.PathLike, audit: str | os.PathLike, *, out: st
     summary = {"images": kept, "removed": n_removed, "removed_by_rule": by_rule, "cells_na": int(cells["na"].sum()),
                "cells_na_before": int(view.cells["na"].astype(bool).sum())}
     tables = {"cells": cells, "edges": view.edges}
-    config = {**view.config, "clean": {"splits": str(view.root), "audit": str(aud.root), "rules": list(rules)}}
-    manifests.park(out)  # the folder reads as unfinished until the new manifest lands
+    config = {**view.config, "clean": {"splits": os.path.abspath(view.root), "audit": os.path.abspath(aud.root),
+                                       "rules": list(rules)}}
     for c in copies:
         c.commit()
     run.dropped.commit()
     layout, table_files = finish_stream(run.images, tables=tables, config=config,
                                         table_files={"dropped": "data/dropped.parquet"})
-    manifests.unpark(out)
     manifests.write_with_card(
         out, kind=SPLITS, tables=tables, table_files=table_files, layout=layout, config=config,
         existing_files=[c.path.relative_to(out).as_posix() for c in copies], files=_carried_files(view),
@@ -268,5 +276,4 @@ def clean_splits(splits: str | os.PathLike, audit: str | os.PathLike, *, out: st
                 manifests.input_record("audit", aud.root, sha256=aud.content_sha256)],
         summary=summary, note=f"leak-free copy of {view.root.name} ({', '.join(rules)} removed)", argv=argv,
         title="IS-OOD splits (leak-free)")
-    return CleanResult(manifests.read(out, kind=SPLITS), kept, n_removed, by_rule, summary["cells_na_before"],
-                       summary["cells_na"])
+    return kept, n_removed, by_rule, summary

@@ -32,8 +32,8 @@ from isood.featurestore import (
 from isood.images import REFERENCE_DECODE, check_decode_mode, list_images
 from isood.kinds import FEATURES, FEATURES_PART
 from isood.runtime import BatchEngine, check_shard_args, link_or_copy, part_info, selected_units
-from manifests.parts import prepare_merge_output
-from manifests.store import Manifest, check_output_kind, read, unpark, write_manifest
+from manifests.output import writing
+from manifests.store import Manifest, read, write_manifest
 
 __all__ = ["ExtractOptions", "validate", "output_kind", "task_shards", "part_table", "write_part", "run_extract",
            "merged_config", "merge_parts"]
@@ -94,7 +94,6 @@ def write_part(run: ShardRun, opts: ExtractOptions, *, argv: list[str] | None = 
     config = {**run.config, "part": part_info(opts.num_shards, opts.shard_index, run.n_shards, "feature shard")}
     summary = {"images": int(shards["images"].sum()), "rejected": int(shards["rejected"].sum()),
                "embed_dim": run.embed_dim, "shards": len(run.shards), "shards_total": run.n_shards}
-    unpark(run.out)
     return write_manifest(run.out, kind=FEATURES_PART, tables={"shards": shards}, config=config, inputs=run.inputs,
                           existing_files=shard_files(run.shards), summary=summary, argv=argv,
                           note=f"part {opts.shard_index} of {opts.num_shards}: {len(run.shards)} of "
@@ -107,14 +106,16 @@ def run_extract(opts: ExtractOptions, *, engine: BatchEngine | None = None, argv
     validate(opts)
     source = list_images(opts.images, follow_symlinks=opts.follow_symlinks)
     kind = output_kind(opts)
-    check_output_kind(opts.out, kind)
-    run = extract_shards(source, opts.clip, opts.out, shards=task_shards(len(source.files), opts),
-                         batch_size=opts.batch_size, workers=opts.workers, shard_size=opts.shard_size,
-                         device=opts.device, progress=opts.progress, engine=engine, on_shard=on_shard,
-                         decode=opts.decode)
-    if kind == FEATURES:
-        return run.result(write_features_manifest(opts.out, run.rows, run.config, run.inputs, argv=argv))
-    return run.result(write_part(run, opts, argv=argv))
+    with writing(opts.out, kind, inputs=[source.source]) as o:
+        run = extract_shards(source, opts.clip, o.work, shards=task_shards(len(source.files), opts),
+                             batch_size=opts.batch_size, workers=opts.workers, shard_size=opts.shard_size,
+                             device=opts.device, progress=opts.progress, engine=engine, on_shard=on_shard,
+                             decode=opts.decode)
+        if kind == FEATURES:
+            write_features_manifest(o.work, run.rows, run.config, run.inputs, argv=argv)
+        else:
+            write_part(run, opts, argv=argv)
+    return run.result(read(o.final, kind=kind))
 
 
 # ------------------------------------------------------------------------------------------------ merge
@@ -147,15 +148,16 @@ def merge_parts(parts: Sequence[Manifest], out: str | os.PathLike, config: Mappi
     """Combine the ``features-part`` manifests of one job array (checked by ``manifests.parts.read_parts``) into
     the ``features`` manifest a single run writes in ``out``: shard files hard-linked (copied across file
     systems), the index built as a single run builds it."""
-    out = prepare_merge_output(parts, out, FEATURES)
     views = [read(m.root, kind=FEATURES_PART) for m in parts]
     n_shards = int(config["part"]["units"])
     merged = merged_config(config, [v.field("embed_dim") for v in views])
-    rows: dict[int, pd.DataFrame] = {}
-    for view in views:
-        _take_part(view, out, rows)
-    missing = sorted(set(range(n_shards)) - set(rows))
-    if missing:
-        raise BadInputError(f"feature shards {missing[:10]} are in no part; run the missing array tasks first")
-    remove_stale_shards(out, set(range(n_shards)))
-    return write_features_manifest(out, rows, merged, parts[0].meta.get("inputs", []), argv=argv)
+    with writing(out, FEATURES, inputs=[m.root for m in parts]) as o:
+        rows: dict[int, pd.DataFrame] = {}
+        for view in views:
+            _take_part(view, o.work, rows)
+        missing = sorted(set(range(n_shards)) - set(rows))
+        if missing:
+            raise BadInputError(f"feature shards {missing[:10]} are in no part; run the missing array tasks first")
+        remove_stale_shards(o.work, set(range(n_shards)))
+        write_features_manifest(o.work, rows, merged, parts[0].meta.get("inputs", []), argv=argv)
+    return read(o.final, kind=FEATURES)

@@ -119,8 +119,8 @@ def test_kill_and_resume_gives_the_uninterrupted_files(syn_inputs, tiny_clip_spe
 
     with pytest.raises(Stop):
         run_generate_syn(opts, generator=gen, on_image=stop_after_5)
-    assert not (out / "manifest.json").exists()  # an interrupted run is visibly unfinished
-    assert len(list((out / "images").rglob("*.png"))) == 5
+    assert not out.exists()  # an interrupted run is visibly unfinished: its work waits in the staging folder
+    assert len(list((tmp_path / ".~killed.isood-new" / "images").rglob("*.png"))) == 5
     run_generate_syn(opts, generator=gen)
     assert manifests.verify(out).ok
     full = manifests.read(out_full).frame("images")
@@ -226,7 +226,7 @@ def test_refuses_to_overwrite_other_manifests(syn_inputs, tiny_clip_spec, full_r
         run_generate_syn(options(syn_inputs, tmp_path / "splits", tiny_clip_spec, prompts_only=True))
     assert manifests.verify(tmp_path / "splits").ok
     out, _, _ = full_run
-    with pytest.raises(IsoodError, match="holds a generated Syn-IS set"):
+    with pytest.raises(IsoodError, match="holds a 'syn-is' manifest, not 'syn-is-prompts'"):
         run_generate_syn(options(syn_inputs, out, tiny_clip_spec, prompts_only=True))
     assert manifests.verify(out).ok
 

@@ -96,7 +96,7 @@ def test_merge_refuses_a_part_as_out(syn_inputs, tiny_clip_spec, tiny_pipeline_s
     for i in range(2):
         run_generate_syn(options(syn_inputs, tmp_path / f"p{i}", tiny_clip_spec, tiny_pipeline_spec, num_shards=2,
                                  shard_index=i, per_cell=1, images_per_prompt=1), generator=sdxl)
-    with pytest.raises(IsoodError, match="is one of the parts"):
+    with pytest.raises(IsoodError, match="is also an input of this command"):
         merge([tmp_path / "p0", tmp_path / "p1"], tmp_path / "p0")
     with pytest.raises(IsoodError, match="missing"):
         merge([tmp_path / "p0"], tmp_path / "m")

@@ -10,7 +10,7 @@ import pytest
 
 from generation.prompts import build_prompts
 from generation.styles import load_styles
-from generation.syn.options import KIND, KIND_PART, KIND_PROMPTS, SynOptions, check_options
+from generation.syn.options import KIND, KIND_PART, KIND_PROMPTS, SynOptions, check_options, output_kinds
 from generation.syn.steps import (
     IMAGE_COLUMNS,
     REJECTED_COLUMNS,
@@ -119,28 +119,27 @@ def test_merge_summaries_adds_the_counts():
                  "images_per_second": 1.0}
 
 
-@pytest.mark.parametrize("kw, previous, fragment", [
-    (dict(prompts_only=True, num_shards=2), None, "--prompts-only runs once"),
-    (dict(num_shards=2, shard_index=2), None, "--shard-index must be in 0..1"),
-    (dict(), "splits", "holds a 'splits' manifest"),
-    (dict(num_shards=2), KIND, "new directory for each array task"),
-    (dict(prompts_only=True), KIND, "holds a generated Syn-IS set"),
-    (dict(per_cell=0), None, "--per-cell"),
-    (dict(images_per_prompt=0), None, "--images-per-prompt"),
-    (dict(size=60), None, "--size"),
+@pytest.mark.parametrize("kw, fragment", [
+    (dict(prompts_only=True, num_shards=2), "--prompts-only runs once"),
+    (dict(num_shards=2, shard_index=2), "--shard-index must be in 0..1"),
+    (dict(per_cell=0), "--per-cell"),
+    (dict(images_per_prompt=0), "--images-per-prompt"),
+    (dict(size=60), "--size"),
 ])
-def test_check_options_refuses(kw, previous, fragment):
+def test_check_options_refuses(kw, fragment):
     with pytest.raises(BadInputError, match=fragment):
-        check_options(SynOptions(out=Path("o"), **kw), previous_kind=previous)
+        check_options(SynOptions(out=Path("o"), **kw))
 
 
 def test_check_options_refuses_a_custom_generator_off_the_local_engine():
     with pytest.raises(BadInputError, match="only with the local engine, not 'ray'"):
-        check_options(SynOptions(out=Path("o")), previous_kind=None, engine="ray", custom_generator=True)
-    check_options(SynOptions(out=Path("o")), previous_kind=None, engine="ray")
+        check_options(SynOptions(out=Path("o")), engine="ray", custom_generator=True)
+    check_options(SynOptions(out=Path("o")), engine="ray")
 
 
-def test_check_options_accepts_reruns():
-    check_options(SynOptions(out=Path("o")), previous_kind=KIND)
-    check_options(SynOptions(out=Path("o"), prompts_only=True), previous_kind=KIND_PROMPTS)
-    check_options(SynOptions(out=Path("o"), num_shards=2, shard_index=1), previous_kind=KIND_PART)
+def test_output_kinds_say_what_out_may_hold():
+    """What the writer (``manifests.writing``) lets each run replace: a Syn-IS run its own set or its prompts, a
+    prompts-only run only prompts, an array task only its part."""
+    assert output_kinds(SynOptions(out=Path("o"))) == (KIND, KIND_PROMPTS)
+    assert output_kinds(SynOptions(out=Path("o"), prompts_only=True)) == (KIND_PROMPTS,)
+    assert output_kinds(SynOptions(out=Path("o"), num_shards=2, shard_index=1)) == (KIND_PART,)

@@ -122,14 +122,16 @@ def test_extract_from_file_list_with_prefix_wnids_and_missing_file(tiny_encoder,
     r = FS.extract_features(lst, tiny_encoder, tmp_path / "f", workers=0, progress=False)
     assert (r.n_images, r.n_rejected) == (3, 1)
     x, index = FS.load_features(tmp_path / "f")
+    # every path relative to one explicit root: the deepest folder holding the list and its entries (issue 17)
     assert dict(zip(index["path"], index["wnid"])) == {
-        "n01440764_7.JPEG": "n01440764", "n02084071_2.png": "n02084071", (elsewhere / "x.png").as_posix(): "n04399382",
+        "flat/n01440764_7.JPEG": "n01440764", "flat/n02084071_2.png": "n02084071",
+        "elsewhere/n04399382/x.png": "n04399382",
     }
     view = manifests.read(tmp_path / "f", kind="features")
-    assert view.rejected["path"].tolist() == ["n01443537_gone.JPEG"] and view.rejected["wnid"].tolist() == ["n01443537"]
-    assert "FileNotFoundError" in view.rejected["error"][0] and view.image_root == str(flat)
-    np.testing.assert_allclose(x, _direct(tiny_encoder, [p if p.startswith("/") else flat / p for p in index["path"]]),
-                               atol=2e-5)
+    assert view.rejected["path"].tolist() == ["flat/n01443537_gone.JPEG"]
+    assert view.rejected["wnid"].tolist() == ["n01443537"]
+    assert "FileNotFoundError" in view.rejected["error"][0] and view.image_root == str(tmp_path)
+    np.testing.assert_allclose(x, _direct(tiny_encoder, [tmp_path / p for p in index["path"]]), atol=2e-5)
 
 
 def _data_hashes(root):
@@ -152,8 +154,9 @@ def test_interrupted_extraction_resumes_to_identical_features_and_files(tiny_enc
     with pytest.raises(Killed):
         FS.extract_features(tiny_images, tiny_encoder, tmp_path / "b", on_shard=kill_after_shard_1, **kw)
     b = tmp_path / "b"
-    assert not (b / "manifest.json").exists()  # unfinished
-    assert sorted(p.name for p in b.glob("features-*.npy")) == ["features-00000.npy", "features-00001.npy"]
+    assert not b.exists()  # unfinished: the work so far waits in the staging folder beside it
+    staged = tmp_path / ".~b.isood-new"
+    assert sorted(p.name for p in staged.glob("features-*.npy")) == ["features-00000.npy", "features-00001.npy"]
 
     resumed = FS.extract_features(tiny_images, tiny_encoder, b, **{**kw, "workers": 2})
     assert resumed.shards_reused == [0, 1] and resumed.shards_written == [2, 3, 4]
@@ -161,7 +164,7 @@ def test_interrupted_extraction_resumes_to_identical_features_and_files(tiny_enc
     xa, ia = FS.load_features(tmp_path / "a")
     xb, ib = FS.load_features(b)
     assert np.array_equal(xa, xb) and ia.equals(ib)
-    assert manifests.verify(b).ok and manifests.read(b).dataset_version == "1.0.0"
+    assert manifests.verify(b).ok and manifests.read(b).dataset_version == "1.0.0" and not staged.exists()
 
     # a shard whose .npy never landed (killed mid-write) is redone; a finished rerun changes nothing
     (b / "features-00003.npy").unlink()
@@ -265,9 +268,10 @@ def test_other_engines_build_the_same_worker_with_the_decode_mode(tiny_clip_spec
 
 def test_output_of_another_kind_and_bad_sizes_are_refused(tiny_encoder, tiny_images, tmp_path):
     manifests.write_manifest(tmp_path / "s", kind="class-filter-x", tables={}, config={})
+    before = {p: p.read_bytes() for p in (tmp_path / "s").rglob("*") if p.is_file()}
     with pytest.raises(IsoodError, match=r"holds a 'class-filter-x' manifest, not 'features'"):
         FS.extract_features(tiny_images, tiny_encoder, tmp_path / "s", progress=False)
-    assert manifests.verify(tmp_path / "s").ok  # untouched
+    assert {p: p.read_bytes() for p in (tmp_path / "s").rglob("*") if p.is_file()} == before  # untouched
     with pytest.raises(IsoodError, match="--batch-size must be an integer >= 1, got 0"):
         FS.extract_features(tiny_images, tiny_encoder, tmp_path / "o", batch_size=0, progress=False)
 

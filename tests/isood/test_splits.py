@@ -244,7 +244,7 @@ def test_bad_inputs_are_one_line_errors_and_leave_nothing_half_written(built, tm
         assert expected in line, (args, line)
         assert manifests.verify(target).ok and manifests.read(target).meta["content_sha256"] == good
     line = _one_error_line(CliRunner().invoke(app, ["build-splits", "--id", str(fid), "--test", str(ftest), "--laid", str(laid), "--out", str(fid)]))
-    assert "holds a 'features' manifest, not 'splits'" in line and manifests.verify(fid).ok
+    assert "is also an input of this command" in line and manifests.verify(fid).ok
     fresh = tmp_path / "fresh"
     _one_error_line(CliRunner().invoke(app, ["build-splits", "--id", str(fid), "--test", str(ftest), "--clip", "ViT-B-32:openai", "--out", str(fresh)]))
     assert not (fresh / "manifest.json").exists()

@@ -184,11 +184,14 @@ def test_load_build_config_rejects_bad_values(overrides, match):
         load_build_config(None, overrides)
 
 
-def test_splits_config_records_every_option_but_progress_and_the_view_fields():
+def test_splits_config_records_every_option_but_progress_and_the_view_fields(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     cfg = BuildConfig(id="a", test="b", out="c")
-    config = splits_config(cfg, clip_identity="X", id_root="/ids", test_root="/test")
-    assert "progress" not in config and config["levels"] == 8 and config["test"] == "b"
-    assert (config["clip_identity"], config["id_root"], config["test_root"]) == ("X", "/ids", "/test")
+    config = splits_config(cfg, clip_identity="X", id_root="ids", test_root="/test")
+    assert "progress" not in config and "verify" not in config and config["levels"] == 8
+    # paths against explicit roots, never the working directory (issue 17, S8)
+    assert config["test"] == str(tmp_path / "b") and config["id_root"] == str(tmp_path / "ids")
+    assert (config["clip_identity"], config["test_root"]) == ("X", "/test")
 
 
 # ---------------------------------------------------------------------------------------------- write

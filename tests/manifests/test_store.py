@@ -7,6 +7,10 @@ from typer.testing import CliRunner
 import manifests
 from isood.cli import app
 from isood.errors import ManifestError
+from manifests.schema import FLOAT, STRING, KindSpec, TableSpec, register_kind
+
+register_kind(KindSpec("test", writer="tests/manifests/test_store.py",
+                       tables={"rows": TableSpec({"path": STRING, "d_sem": FLOAT}, paths=("path",))}))
 
 
 def _table(n=5, shift=0.0):

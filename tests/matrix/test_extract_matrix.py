@@ -273,9 +273,11 @@ def test_file_list_missing_duplicates_and_dotdot(cli, tiny_clip_spec, tmp_path):
     r = _extract(cli, tiny_clip_spec, root / "list.txt", out)
     assert r.exit_code == 0, r.output
     view = manifests.read(out, kind="features")
-    assert view.rejected["path"].tolist() == ["missing/gone.png"]
+    # the root is the deepest folder holding the list and every entry (here tmp_path: ../beside.png leads out)
+    assert view.image_root == str(tmp_path)
+    assert view.rejected["path"].tolist() == ["data/missing/gone.png"]
     assert view.rejected["error"].iloc[0].startswith("FileNotFoundError")
-    assert sorted(view.index["path"]) == sorted([rel, f"{WNID}/ok_1.png", str(tmp_path / "beside.png")])
+    assert sorted(view.index["path"]) == sorted([f"data/{rel}", f"data/{WNID}/ok_1.png", "beside.png"])
 
 
 # ------------------------------------------------------------------------------------ user errors: exit 2

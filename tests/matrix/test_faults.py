@@ -22,13 +22,14 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import re
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
@@ -103,9 +104,21 @@ def files_of(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file() and not p.name.startswith(".~")}
 
 
+def _final_name(rel: str) -> str:
+    """A path inside a staging folder (``.~<name>.isood-new``, where an interrupted writer left its work) as the
+    path it gets once the folder is swapped in."""
+    return "/".join(re.sub(r"^\.~(.+)\.isood-new$", r"\1", part) for part in rel.split("/"))
+
+
 def identities(root: Path, pattern: str) -> dict[str, tuple[int, int]]:
-    """(inode, mtime) of the files matching ``pattern``: a file kept by a rerun keeps both."""
-    return {p.relative_to(root).as_posix(): (p.stat().st_ino, p.stat().st_mtime_ns) for p in root.glob(pattern)}
+    """(inode, mtime) of the files matching ``pattern``, also where they wait in a staging folder (under their
+    final name): a file kept by a rerun keeps both, as the swap renames folders and never copies."""
+    found = {}
+    for p in root.rglob("*"):
+        rel = p.relative_to(root).as_posix()
+        if p.is_file() and PurePosixPath(_final_name(rel)).match(pattern):
+            found[_final_name(rel)] = (p.stat().st_ino, p.stat().st_mtime_ns)
+    return found
 
 
 def json_diff(a, b, prefix: str = "") -> set[str]:
@@ -426,8 +439,9 @@ WRITERS = ["extract", "merge", "build-splits", "generate-syn", "evaluate", "spli
 
 @pytest.mark.parametrize("name", WRITERS)
 def test_every_writer_takes_the_out_lock(inputs, writers, tmp_path, name):
-    """guard: ``with output_lock(...)`` around the stage call of the command in isood/cli/*.py"""
-    from isood.runtime import LOCK_FILE
+    """guard: the lock ``manifests.writing`` takes for every manifest stage (``output_lock`` for exports and
+    receipts), on the one lock file beside ``--out`` (``isood.runtime.lock_path``)"""
+    from isood.runtime import lock_path
 
     out = _target(inputs, name, tmp_path / "out")
     before = files_of(out) if out.exists() else {}
@@ -441,7 +455,8 @@ def test_every_writer_takes_the_out_lock(inputs, writers, tmp_path, name):
         assert r.exit_code == 2, r.output[-3000:]
         line = one_error_line(r.stderr)
         assert str(out) in line and f"pid {holder.pid}" in line, line
-        assert files_of(out) == before and sorted(p.name for p in out.iterdir() if p.name.startswith(".~")) == [LOCK_FILE]
+        assert files_of(out) == before and lock_path(out).is_file()
+        assert not [p for p in out.parent.iterdir() if p.name.endswith(".isood-new")]  # refused before any staging
     finally:
         holder.kill()
         holder.wait()
@@ -503,5 +518,8 @@ def test_a_read_only_out_is_one_line(inputs, writers, mounts, tmp_path, name, ex
     r = _invoke(writers[name](str(out)))
     assert r.exit_code == 2, r.output[-3000:]
     line = one_error_line(r.stderr)
-    assert os.strerror(errno.EROFS) in line and str(out) in line, line
+    if name == "card" and not exists:  # card writes into an existing manifest: a missing one is refused as such
+        assert "no manifest.json" in line and str(out) in line, line
+    else:
+        assert os.strerror(errno.EROFS) in line and str(out) in line, line
     assert files_of(disk) == before

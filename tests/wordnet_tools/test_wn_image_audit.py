@@ -137,6 +137,9 @@ def test_audit_command_on_a_splits_manifest_and_an_image_list(tmp_path, in1k, hi
 
 
 def test_audit_of_a_manifest_without_wnid_is_one_line(tmp_path):
+    from manifests.schema import INT, KindSpec, TableSpec, register_kind
+
+    register_kind(KindSpec("evaluation-like", writer="a test", tables={"t": TableSpec({"a": INT})}))
     manifests.write_manifest(tmp_path / "m", kind="evaluation-like", tables={"t": pd.DataFrame({"a": [1]})},
                              config={}, argv=["t"])
     r = CliRunner().invoke(app, ["wordnet", "audit", str(tmp_path / "m")])

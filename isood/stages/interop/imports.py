@@ -14,7 +14,7 @@ import pandas as pd
 from isood.defaults import OOD_LABEL
 from isood.errors import BadInputError, ManifestError
 from isood.kinds import IMAGE_LIST
-from manifests import Manifest, input_record, write_with_card
+from manifests import Manifest, input_record, read, write_with_card, writing
 from manifests.paths import check_relative
 from wordnet_tools.wnids import wnid_from_path
 
@@ -118,13 +118,15 @@ def image_list_table(entries: Sequence[ListEntry], *, name: str) -> pd.DataFrame
 
 def _import_one_list(file: str | os.PathLike, out: str | os.PathLike, *, fmt: str, labels: str,
                      argv: list[str] | None) -> Manifest:
-    images = image_list_table(parse_list(file, labels=labels), name=str(file))
-    return write_with_card(
-        out, kind=IMAGE_LIST, tables={"images": images},
-        config={"import": fmt, "source_file": str(file)}, inputs=[input_record(fmt, file)],
-        summary={"images": len(images), "labels": sorted(int(x) for x in images["label"].unique())[:20]},
-        note=f"imported from {fmt} list", argv=argv, title=f"OOD image list (imported {fmt})",
-    )
+    with writing(out, IMAGE_LIST, inputs=[file]) as o:
+        images = image_list_table(parse_list(file, labels=labels), name=str(file))
+        write_with_card(
+            o.work, kind=IMAGE_LIST, tables={"images": images},
+            config={"import": fmt, "source_file": os.path.abspath(file)}, inputs=[input_record(fmt, file)],
+            summary={"images": len(images), "labels": sorted(int(x) for x in images["label"].unique())[:20]},
+            note=f"imported from {fmt} list", argv=argv, title=f"OOD image list (imported {fmt})",
+        )
+    return read(o.final, kind=IMAGE_LIST)
 
 
 def import_imagenet_ood(file: str | os.PathLike, out: str | os.PathLike, *, argv: list[str] | None = None) -> Manifest:

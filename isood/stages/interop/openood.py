@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -18,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
-from isood.defaults import NA_THRESHOLD, OOD_LABEL
+from isood.defaults import DEFAULT_VERIFY, NA_THRESHOLD, OOD_LABEL
 from isood.errors import BadInputError
 from isood.grid import cell_name
 from isood.kinds import GRID_KINDS, IMAGE_LIST, SPLITS, SYN_IS, SplitsView
@@ -278,15 +277,44 @@ def _export_list(m: Manifest, files: _LineFiles, *, name: str, data_dir: str) ->
              "na": False, "data_dir": data_dir, "imglist_path": rel}], 1, st
 
 
+#: The files each export wrote, by benchmark name: a re-export removes its own earlier files, nothing else.
+EXPORT_LEDGER = f"{TMP_PREFIX}isood-export.json"
+
+
+def _ledger(out: Path) -> dict[str, list[str]]:
+    try:
+        data = json.loads((out / EXPORT_LEDGER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): [str(x) for x in v] for k, v in data.items()} if isinstance(data, dict) else {}
+
+
 def _prepare_out(out: Path, name: str) -> None:
     if out.exists() and not out.is_dir():
         raise BadInputError(f"--out {out} is a file; pass a folder")
     if out.is_dir() and any(not p.name.startswith(TMP_PREFIX) for p in out.iterdir()):  # not the --out lock
         if not (out / EXPORT_INFO).is_file():
             raise BadInputError(f"--out {out} is not empty and holds no earlier isood export; pass a new folder")
-        for top in (BENCHMARK_DIR, RELEASE_DIR):
-            shutil.rmtree(out / top / name, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
+
+
+def _forget_old_files(out: Path, name: str, written: Sequence[str]) -> None:
+    """Remove the files an earlier export of ``name`` wrote and this one did not (the ledger says which: a file
+    isood did not write is never removed), then record this export's files."""
+    ledger = _ledger(out)
+    for rel in sorted(set(ledger.get(name, [])) - set(written)):
+        p = out / rel
+        if p.is_file():
+            p.unlink()
+        for parent in p.parents:
+            if parent == out:
+                break
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+    ledger[name] = sorted(written)
+    atomic_write_bytes(out / EXPORT_LEDGER, json.dumps(ledger, indent=1, sort_keys=True).encode())
 
 
 def _default_name(m: Manifest) -> str:
@@ -297,12 +325,12 @@ def _default_name(m: Manifest) -> str:
 
 def export_openood(manifest_dir: str | os.PathLike, out: str | os.PathLike, *, name: str | None = None,
                    data_root: str = "./data/", data_dir: str = "images_largescale/",
-                   num_classes: int = 1000) -> ExportResult:
+                   num_classes: int = 1000, verify: str = DEFAULT_VERIFY) -> ExportResult:
     """Write OpenOOD v1.5 imglists per cell plus configs, and a grid's release-format lists (see the module
     docstring of ``isood.stages.interop``); the images are read one row group at a time."""
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise BadInputError(f"--num-classes must be an integer >= 1 (the ID classifier's classes), got {num_classes!r}")
-    m = read(manifest_dir, kind=EXPORT_KINDS)
+    m = read(manifest_dir, kind=EXPORT_KINDS, verify=verify)
     name = name or _default_name(m)
     if not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name):
         raise BadInputError(f"--name {name!r}: use letters, digits, '_', '-' or '.'")
@@ -316,6 +344,7 @@ def export_openood(manifest_dir: str | os.PathLike, out: str | os.PathLike, *, n
     except BaseException:
         files.abort()
         raise
+    _forget_old_files(out, name, list(files.files))
     info = data_info(datasets, n_levels, name=name, num_classes=num_classes, manifest=m)
     atomic_write_bytes(out / EXPORT_INFO, (json.dumps(info, indent=2) + "\n").encode())
     config = ood_dataset_config(datasets, n_levels, name=name, num_classes=num_classes, data_root=data_root)

@@ -41,7 +41,7 @@ from isood.stages.interop.lines import (
     read_lines,
     write_lines,
 )
-from manifests import Manifest, check_output_kind, input_record, park, unpark, write_with_card
+from manifests import Manifest, input_record, read, write_with_card, writing
 from manifests.card_stream import MainTableStream, finish_stream
 from manifests.stream import ROW_GROUP_ROWS, StagedFile
 
@@ -326,24 +326,23 @@ def import_isood_lists(directory: str | os.PathLike, out: str | os.PathLike, *, 
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise BadInputError(f"{flag} must be an integer >= {least}, got {value!r}")
     rel = scan_release(directory, n_levels=n_levels, na_rule=na_rule, allow_missing=allow_missing)
-    out = Path(out)
-    check_output_kind(out, SPLITS)
-    counts, stream, copies = _stream_lists(rel, out, per_subset=na_rule != "pooled", row_group_rows=row_group_rows)
-    cells = release_cells(counts, rel.subsets, n_levels=n_levels, na_threshold=na_threshold, na_rule=na_rule,
-                          missing=rel.missing)
-    tables = {"cells": cells, "edges": release_edges(n_levels)}
-    config = {"import": "isood-lists", "source_dir": str(directory), "release_name": rel.directory.resolve().name,
-              "n_levels": n_levels, "na_threshold": na_threshold, "na_rule": na_rule, "subsets": rel.subsets,
-              "allow_missing": allow_missing}
-    park(out)  # the directory reads as unfinished until the new manifest lands
-    for c in copies:
-        c.commit()
-    layout, table_files = finish_stream(stream, tables=tables, config=config)
-    unpark(out)
-    return write_with_card(
-        out, kind=SPLITS, tables=tables, table_files=table_files, layout=layout,
-        existing_files=[_list_rel(cl) for cl in rel.lists], config=config,
-        inputs=[input_record("isood-lists", directory, sha256=rel.input_sha256())],
-        summary=_summary(rel, counts, cells, na_rule=na_rule), note="imported from IS-OOD lists", argv=argv,
-        title="IS-OOD splits (imported lists)",
-    )
+    with writing(out, SPLITS, inputs=[directory]) as o:
+        counts, stream, copies = _stream_lists(rel, o.work, per_subset=na_rule != "pooled",
+                                               row_group_rows=row_group_rows)
+        cells = release_cells(counts, rel.subsets, n_levels=n_levels, na_threshold=na_threshold, na_rule=na_rule,
+                              missing=rel.missing)
+        tables = {"cells": cells, "edges": release_edges(n_levels)}
+        config = {"import": "isood-lists", "source_dir": os.path.abspath(directory),
+                  "release_name": rel.directory.resolve().name, "n_levels": n_levels, "na_threshold": na_threshold,
+                  "na_rule": na_rule, "subsets": rel.subsets, "allow_missing": allow_missing}
+        for c in copies:
+            c.commit()
+        layout, table_files = finish_stream(stream, tables=tables, config=config)
+        write_with_card(
+            o.work, kind=SPLITS, tables=tables, table_files=table_files, layout=layout,
+            existing_files=[_list_rel(cl) for cl in rel.lists], config=config,
+            inputs=[input_record("isood-lists", directory, sha256=rel.input_sha256())],
+            summary=_summary(rel, counts, cells, na_rule=na_rule), note="imported from IS-OOD lists", argv=argv,
+            title="IS-OOD splits (imported lists)",
+        )
+    return read(o.final, kind=SPLITS)

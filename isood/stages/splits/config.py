@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from isood.ann import BACKENDS
-from isood.defaults import LAID_TRIPLETS, NA_THRESHOLD, N_LEVELS, QUANTILE_CLIP
+from isood.defaults import DEFAULT_VERIFY, LAID_TRIPLETS, NA_THRESHOLD, N_LEVELS, QUANTILE_CLIP
 from isood.errors import BadInputError
+from manifests.verify import check_verify_mode
 
 __all__ = ["BuildConfig", "load_build_config", "parse_quantile", "read_toml", "splits_config", "PATH_KEYS"]
 
@@ -49,6 +50,7 @@ class BuildConfig:
     shard_size: int = 10_000
     device: str | None = None
     cache_dir: str | None = None
+    verify: str = DEFAULT_VERIFY
     progress: bool = True
 
 
@@ -138,6 +140,7 @@ def _check(cfg: BuildConfig) -> BuildConfig:
     for name in ("id", "test", "out"):
         if not getattr(cfg, name):
             raise BadInputError(f"--{name} is required (on the command line or in --config)")
+    check_verify_mode(cfg.verify)
     paths = {name: str(getattr(cfg, name)) for name in PATH_KEYS + ("cache_dir",) if getattr(cfg, name) is not None}
     return replace(cfg, **paths)
 
@@ -157,8 +160,16 @@ def load_build_config(config_file: str | os.PathLike | None = None,
 
 def splits_config(cfg: BuildConfig, *, clip_identity: str | None, id_root: str | None,
                   test_root: str | None) -> dict[str, Any]:
-    """The config a splits manifest records: every option (but ``progress``) plus what the views read
-    (``clip_identity``, ``id_root``, ``test_root``)."""
-    config = {k: v for k, v in asdict(cfg).items() if k != "progress"}
-    config.update(clip_identity=clip_identity, id_root=id_root, test_root=test_root)
+    """The config a splits manifest records: every option (but ``progress`` and ``verify``) plus what the views
+    read (``clip_identity``, ``id_root``, ``test_root``). Paths are absolute (explicit roots: a manifest read
+    from another working directory still names the same folders)."""
+    config = {k: v for k, v in asdict(cfg).items() if k not in ("progress", "verify")}
+    for key in PATH_KEYS + ("cache_dir",):
+        if config.get(key):
+            config[key] = os.path.abspath(config[key])
+    config.update(clip_identity=clip_identity, id_root=_absolute(id_root), test_root=_absolute(test_root))
     return config
+
+
+def _absolute(path: str | None) -> str | None:
+    return os.path.abspath(path) if path else None

@@ -3,7 +3,7 @@ side is streamed (``stream``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -15,12 +15,13 @@ from isood.clip import ClipEncoder
 from isood.errors import BadInputError
 from isood.images import list_images
 from isood.featurestore.loading import READ_ROWS
-from isood.kinds import LAID_FILE, SplitsView
+from isood.kinds import LAID_FILE, SPLITS, SplitsView
 from isood.runtime import BatchEngine, progress_bar
 from isood.shift import ShiftSearch, ShiftStream
 from isood.stages.splits.config import BuildConfig, splits_config
-from isood.stages.splits.load import (FeatureSet, Inputs, check_destination, check_feature_sets, extract_set,
-                                      extracted_files, load_encoder, load_inputs, load_precomputed, train_laid)
+from isood.stages.splits.load import (FeatureSet, Inputs, check_feature_sets, check_sources, extract_set,
+                                      extracted_files, input_paths, load_encoder, load_inputs, load_precomputed,
+                                      train_laid)
 from isood.stages.splits.steps import (ann_summary, bin_shifts, clean_features, drop_rows, empty_dropped,
                                        filter_test_rows, rejected_rows, shift_stream)
 from isood.stages.splits.stream import StreamedTest, check_test_rows, streamed_test
@@ -44,8 +45,9 @@ class BuildResult:
 
 
 def _precomputed_sets(cfg: BuildConfig, inputs: Inputs, note: Warn) -> dict[str, FeatureSet]:
-    """The precomputed sides, checked against --clip and --laid before anything heavy runs or is written."""
-    sets = {name: load_precomputed(name, getattr(cfg, name)) for name in ("id", "test") if inputs.precomputed[name]}
+    """The precomputed sides (verified), checked against --clip and --laid before anything heavy runs."""
+    sets = {name: load_precomputed(name, getattr(cfg, name), verify=cfg.verify)
+            for name in ("id", "test") if inputs.precomputed[name]}
     check_feature_sets(sets, clip=cfg.clip, clip_identity=inputs.clip_identity,
                        laid_dim=inputs.laid.dim if inputs.laid else None)
     trained_with = inputs.laid.config.get("clip_identity") if inputs.laid is not None else None
@@ -54,14 +56,11 @@ def _precomputed_sets(cfg: BuildConfig, inputs: Inputs, note: Warn) -> dict[str,
     return sets
 
 
-def _extract_missing(cfg: BuildConfig, sets: dict[str, FeatureSet], encoder: ClipEncoder | None, *, note: Warn,
-                     argv: list[str] | None, engine: BatchEngine | None) -> dict[str, FeatureSet]:
-    """List both image sources (an empty one fails before anything is extracted), park ``--out`` (unfinished
-    until the new manifest lands), extract the image sources into it, check."""
+def _extract_missing(cfg: BuildConfig, sets: dict[str, FeatureSet], encoder: ClipEncoder | None, out: Path, *,
+                     note: Warn, argv: list[str] | None, engine: BatchEngine | None) -> dict[str, FeatureSet]:
+    """List both image sources (an empty one fails before anything is extracted), extract them into the work
+    folder ``out`` (``features-id/``, ``features-test/``), check."""
     sources = {name: list_images(getattr(cfg, name)) for name in ("id", "test") if name not in sets}
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    manifests.park(out)
     for name, images in sources.items():
         sets[name] = extract_set(name, getattr(cfg, name), encoder, out / f"features-{name}", cfg, note=note,
                                  argv=argv, engine=engine, images=images)
@@ -115,6 +114,15 @@ def build_splits(cfg: BuildConfig, *, warn: Warn | None = None, argv: list[str] 
     """Run `isood build-splits` with ``cfg`` (module docstring): load -> clean/filter -> LAID -> measure -> bin ->
     write. Warnings go to ``warn`` (and into the manifest's summary); ``engine`` runs any extraction. The test
     features are streamed (``stream``): memory grows with the test set by its index and two distances per image."""
+    check_sources(cfg)
+    with manifests.writing(cfg.out, SPLITS, inputs=input_paths(cfg)) as o:
+        result = _build(cfg, o.work, warn=warn, argv=argv, engine=engine)
+    return replace(result, manifest=manifests.read(o.final, kind=SPLITS))
+
+
+def _build(cfg: BuildConfig, out: Path, *, warn: Warn | None, argv: list[str] | None,
+           engine: BatchEngine | None) -> BuildResult:
+    """The build-splits steps in the work folder ``out`` (``manifests.writing``)."""
     notes: list[str] = []
 
     def note(message: str) -> None:
@@ -122,11 +130,10 @@ def build_splits(cfg: BuildConfig, *, warn: Warn | None = None, argv: list[str] 
         if warn is not None:
             warn(message)
 
-    check_destination(cfg)
     inputs = load_inputs(cfg)
     sets = _precomputed_sets(cfg, inputs, note)
     encoder = load_encoder(cfg, inputs)
-    sets = _extract_missing(cfg, sets, encoder, note=note, argv=argv, engine=engine)
+    sets = _extract_missing(cfg, sets, encoder, out, note=note, argv=argv, engine=engine)
     x_id, test, dropped = _clean_and_filter(cfg, sets, inputs, note)
     n_id = len(x_id)
     laid, fit_seconds = train_laid(cfg, inputs, encoder, dim=x_id.shape[1])
@@ -146,10 +153,10 @@ def build_splits(cfg: BuildConfig, *, warn: Warn | None = None, argv: list[str] 
     if ann is not None:
         summary["ann"] = ann
     view = write_splits(
-        cfg.out, images=grid.images, cells=grid.cells, edges=grid.edges, dropped=dropped,
+        out, images=grid.images, cells=grid.cells, edges=grid.edges, dropped=dropped,
         config=splits_config(cfg, clip_identity=inputs.clip_identity or ids.identity, id_root=ids.root,
                              test_root=test_set.root),
         inputs=[ids.input, test_set.input, *inputs.records], files=laid.files(LAID_FILE),
-        existing_files=extracted_files(Path(cfg.out), sets.values()), summary=summary,
+        existing_files=extracted_files(out, sets.values()), summary=summary,
         note=f"{len(grid.images)} test images in {cfg.levels}x{cfg.levels} cells", argv=argv, card=False)
     return BuildResult(view, len(grid.images), n_id, len(dropped), grid.cells, notes)

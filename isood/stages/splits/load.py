@@ -22,7 +22,7 @@ from isood.laid_training import train_laid_from_labels
 from isood.runtime import TMP_PREFIX, BatchEngine
 from isood.stages.splits.config import BuildConfig
 
-__all__ = ["FeatureSet", "Inputs", "check_destination", "load_inputs", "load_precomputed",
+__all__ = ["FeatureSet", "Inputs", "check_sources", "input_paths", "load_inputs", "load_precomputed",
            "check_feature_sets", "load_encoder", "extract_set", "extracted_files", "train_laid"]
 
 Warn = Callable[[str], None]
@@ -70,22 +70,21 @@ class Inputs:
     records: list[dict]
 
 
-def check_destination(cfg: BuildConfig) -> None:
-    """``--out`` is (or can become) a splits directory and both sources exist."""
-    out = Path(cfg.out)
-    if out.exists() and not out.is_dir():
-        raise BadInputError(f"--out {out} is a file; pass a directory")
-    manifests.check_output_kind(out, SPLITS)
-    for name in ("id", "test"):
-        manifests.check_output_kind(out / f"features-{name}", FEATURES)
+def check_sources(cfg: BuildConfig) -> None:
+    """Both sources exist (``--out`` is checked by the writer, ``manifests.writing``)."""
     for name in ("id", "test"):
         if not Path(getattr(cfg, name)).exists():
             raise BadInputError(f"--{name} {getattr(cfg, name)} does not exist; pass an image folder, a file list or "
                                 "a feature set")
 
 
+def input_paths(cfg: BuildConfig) -> list[str]:
+    """The files and folders build-splits reads, which ``--out`` may not be (or be inside, or hold)."""
+    return [str(p) for p in (cfg.id, cfg.test, cfg.laid, cfg.class_filter, cfg.labels) if p and Path(str(p)).exists()]
+
+
 def load_inputs(cfg: BuildConfig) -> Inputs:
-    """Read --laid, --class-filter and (without --laid) --labels; decide whether a CLIP is needed."""
+    """Read --laid, --class-filter (verified) and (without --laid) --labels; decide whether a CLIP is needed."""
     precomputed = {name: is_feature_dir(getattr(cfg, name)) for name in ("id", "test")}
     need_clip = not (all(precomputed.values()) and cfg.laid)
     if need_clip and not cfg.clip:
@@ -97,7 +96,7 @@ def load_inputs(cfg: BuildConfig) -> Inputs:
     if cfg.laid:
         records.append(manifests.input_record("laid", cfg.laid))
     if cfg.class_filter:
-        view = manifests.read(cfg.class_filter, kind=CLASS_FILTER)
+        view = manifests.read(cfg.class_filter, kind=CLASS_FILTER, verify=cfg.verify)
         kept = view.kept()[0]
         records.append(manifests.input_record("class_filter", cfg.class_filter, sha256=view.content_sha256))
     labels = None
@@ -108,10 +107,11 @@ def load_inputs(cfg: BuildConfig) -> Inputs:
     return Inputs(precomputed, need_clip, clip_identity, laid, kept, labels, records)
 
 
-def load_precomputed(name: str, path: str) -> FeatureSet:
-    """A precomputed feature set, opened (nothing read but its index): an `isood extract` manifest (with its CLIP
-    identity, image root and rejected images) or a folder with features.npy + index.parquet."""
-    reader = open_features(path)
+def load_precomputed(name: str, path: str, *, verify: str | None = None) -> FeatureSet:
+    """A precomputed feature set, opened (nothing read but its index): an `isood extract` manifest (its files
+    verified by ``verify``; with its CLIP identity, image root and rejected images) or a folder with
+    features.npy + index.parquet."""
+    reader = open_features(path, verify=verify)
     p = Path(path)
     identity = root = rejected = None
     if p.is_dir() and (p / manifests.MANIFEST_FILE).is_file():

@@ -26,14 +26,14 @@ def write_splits(out: str | os.PathLike, *, images: pd.DataFrame, cells: pd.Data
                  summary: Mapping[str, Any] | None = None, note: str = "", argv: list[str] | None = None,
                  card: bool = True) -> SplitsView:
     """Write a ``splits`` manifest (tables checked against the kind's schema) with a cell list
-    ``lists/<cell>.txt`` per row of ``cells`` (entries of ``files`` win) and, with ``card``, the dataset card;
-    a parked previous manifest is restored first (for the version bump). Returns the typed view."""
+    ``lists/<cell>.txt`` per row of ``cells`` (entries of ``files`` win) and, with ``card``, the dataset card,
+    through ``manifests.writing`` (inside a stage's work folder: into it). Returns the typed view."""
     tables = {"images": images, "cells": cells, "edges": edges}
     if dropped is not None:
         tables["dropped"] = dropped
     all_files = {**cell_lists(images, cells), **dict(files or {})}
-    manifests.unpark(out)
     write = manifests.write_with_card if card else manifests.write_manifest
-    write(out, kind=SPLITS, tables=tables, config=config, inputs=inputs, files=all_files,
-          existing_files=existing_files, summary=summary, note=note, argv=argv)
-    return manifests.read(out, kind=SPLITS)
+    with manifests.writing(out, SPLITS) as o:
+        write(o.work, kind=SPLITS, tables=tables, config=config, inputs=inputs, files=all_files,
+              existing_files=existing_files, summary=summary, note=note, argv=argv)
+    return manifests.read(o.final, kind=SPLITS)
