@@ -36,7 +36,8 @@ from isood.runtime import BatchEngine, LocalEngine, explicit_device, one_line, p
 
 __all__ = [
     "DEFAULT_PIPELINE", "LOCAL_PREFIX", "BATCH_COLUMNS", "GeneratorSettings", "dtype_for", "load_pipeline",
-    "pipeline_weights", "generator_fingerprint", "expected_fingerprint", "fingerprint_of", "plan_fingerprint", "SDXLGenerator",
+    "pipeline_weights", "generator_fingerprint", "expected_fingerprint", "fingerprint_of", "plan_fingerprint",
+    "SDXLGenerator",
     "GeneratorWorker", "plan_batches", "generate_images",
 ]
 

@@ -133,8 +133,8 @@ def _image_name(name: str) -> bool:
 
 def _alias_reason(link_rel: str, target: str) -> str:
     where = f"folder {utf8_text(target)}" if target != "." else "the image root itself"
-    return (f"AliasError: folder {utf8_text(link_rel)} is a symlink to {where} inside the root; its files are listed there "
-            "(under their real names)")
+    return (f"AliasError: folder {utf8_text(link_rel)} is a symlink to {where} inside the root; its files are "
+            "listed there (under their real names)")
 
 
 def _folder_paths(root: Path) -> tuple[list[str], dict[str, str]]:

@@ -100,32 +100,31 @@ def _record_stats(out: Path, k: int, source: ImageSource, lo: int, hi: int, hash
     """Save the stat cache of shard ``k`` (files ``[lo, hi)`` with their content ``hashes``), so that a rerun
     reads none of its unchanged files."""
     cache = shard_stat_cache(out, k)
-    files, stats = source.files[lo:hi], (source.stats or [None] * len(source.files))[lo:hi]
+    files = source.files[lo:hi]
+    stats = source.stats[lo:hi] if source.stats else [None] * len(files)
     for f, st, sha in zip(files, stats, hashes):
         cache.record(f, st, sha, source.seen_ns)
     cache.keep_only(files)
     cache.save()
 
 
-def _reusable(source: ImageSource, model: _Model, out: Path, k: int, *, shard_size: int,
-              decode: str) -> tuple[pd.DataFrame, str] | None:
+def _reusable(source: ImageSource, rels: Sequence[str], refused: Sequence[str], model: _Model, out: Path, k: int,
+              *, shard_size: int, decode: str) -> tuple[pd.DataFrame, str] | None:
     """``(rows, key)`` of shard ``k`` when ``out`` holds it complete and its key still holds: same model and
     decoding mode (``key_head``, checked without reading a file), same member files with the same content
-    (hashes from the shard's stat cache, a file read only when its stat changed)."""
+    (hashes from the shard's stat cache, a file read only when its stat changed). ``rels`` / ``refused``: the
+    listing's paths and refusals."""
     found = stored_key(out, k)
-    head = key_head(model.identity, decode)
-    if found is None or not found[1].startswith(head + "."):
+    if found is None or not found[1].startswith(key_head(model.identity, decode) + "."):
         return None
     lo, hi = shard_bounds(k, shard_size, len(source.files))
-    rels = source.table["path"].tolist()[lo:hi]
-    refused = (source.refused or [""] * len(source.files))[lo:hi]
-    stats = (source.stats or [None] * len(source.files))[lo:hi]
+    files = source.files[lo:hi]
+    stats = source.stats[lo:hi] if source.stats else [None] * len(files)
     cache = shard_stat_cache(out, k)
-    hashes = content_hashes(source.files[lo:hi], stats, cache=cache, seen_ns=source.seen_ns,
-                            skip=[bool(r) for r in refused])
-    cache.keep_only(source.files[lo:hi])
+    hashes = content_hashes(files, stats, cache=cache, seen_ns=source.seen_ns, skip=[bool(r) for r in refused[lo:hi]])
+    cache.keep_only(files)
     cache.save()
-    key = shard_key(model.identity, rels, hashes, decode=decode, refused=refused)
+    key = shard_key(model.identity, rels[lo:hi], hashes, decode=decode, refused=refused[lo:hi])
     return (found[0], key) if key == found[1] else None
 
 
@@ -198,8 +197,9 @@ def extract_shards(source: ImageSource, clip: str | ClipEncoder, out: str | os.P
     out.mkdir(parents=True, exist_ok=True)
     rows: dict[int, pd.DataFrame] = {}
     keys: dict[int, str] = {}
+    rels, refused = source.table["path"].tolist(), source.refused or [""] * n
     for k in shards:
-        found = _reusable(source, model, out, k, shard_size=shard_size, decode=decode)
+        found = _reusable(source, rels, refused, model, out, k, shard_size=shard_size, decode=decode)
         if found is not None:
             rows[k], keys[k] = found
     todo = [k for k in shards if k not in rows]
@@ -251,8 +251,8 @@ def extract_features(images: str | os.PathLike | ImageSource, clip: str | ClipEn
 
     Resumable: complete shards (same model, decoding mode, member files and their content) are kept; others are
     (re)computed. A rerun reads only files whose stat (size, mtime, ctime, inode) changed since they were hashed
-    (``isood.content``); one touched but with the same bytes is kept. ``decode``: ``reference`` (default: PIL + the model's own preprocess) or ``fast``
-    (``isood.images.image_decoder``; never mixed with reference shards).
+    (``isood.content``); one touched but with the same bytes is kept. ``decode``: ``reference`` (default: PIL +
+    the model's own preprocess) or ``fast`` (``isood.images.image_decoder``; never mixed with reference shards).
     ``engine``: where the model runs (default ``LocalEngine()``: this process, ``workers`` decoding threads;
     ``isood.engines.ray.RayEngine``: Ray actors, each holding one model). Every engine writes the same shards
     and manifest. ``on_shard(k)`` is called after shard k is written (tests use it to interrupt a run).

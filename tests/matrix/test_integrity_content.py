@@ -2,22 +2,22 @@
 odd images, links and names are converted or rejected, never silently wrong. Each row drives the real CLI (or the
 stage's own function) on tiny data made here and names its guard.
 
-| row                               | input                                                | guard                                         |
-|-----------------------------------|------------------------------------------------------|-----------------------------------------------|
-| S1 overwritten_same_size          | an image overwritten in place, same size (mtime too) | featurestore.shards.shard_key (content)       |
-| S1 reads                          | first run, rerun, touch, racy file                   | isood.content.content_hashes + StatCache      |
-| S1 machine_independent            | a copy of the images (other inodes, mtimes)          | shard_key: relative paths + content, no stat  |
-| S1 job_array                      | parts merged, then rerun                             | stages.extract._take_part (stat caches)       |
-| S2 evaluate_overwritten           | a test image overwritten in place, same size         | evaluation.job.data_identity                  |
-| T4 truncated_cache                | a truncated model-output cache file                  | evaluation.capture.OutputCache.get            |
-| S3 new_weights                    | new weights saved into the same pipeline folder      | generation.sdxl.pipeline_weights              |
-| S3 weights_cached                 | a weights folder fingerprinted twice, then touched   | isood.content.folder_fingerprint              |
-| S6 float / int32 images           | TIFF mode F in [0,1], [0,255], other; mode I         | isood.images.to_rgb                           |
-| S6 nan_float                      | a float TIFF with NaN                                | isood.images.to_rgb (ValueError: rejected)    |
-| S7 alias_folder                   | ln -s n01443537 root/n01440764                       | isood.images._folder_paths (AliasError)       |
-| S7 outside_twice                  | two links to one folder outside the root             | isood.images._folder_paths                    |
-| T2 non_utf8_names                 | a file and a folder whose names are not UTF-8        | isood.images._utf8_names (UnicodeError)       |
-| portability                       | one text encoded in batches of 2 and of 1            | tolerance, not bit equality                   |
+| row                      | input                                          | guard                                   |
+|--------------------------|------------------------------------------------|-----------------------------------------|
+| S1 overwritten_same_size | image overwritten in place, same size and mtime| featurestore.shards.shard_key (content) |
+| S1 reads                 | first run, rerun, touch, racy file             | isood.content.content_hashes, StatCache |
+| S1 machine_independent   | a copy of the images (other inodes, mtimes)    | shard_key: relative paths + content     |
+| S1 job_array             | parts merged, then rerun                       | stages.extract._take_part (stat caches) |
+| S2 evaluate_overwritten  | a test image overwritten in place, same size   | evaluation.job.data_identity            |
+| T4 truncated_cache       | a truncated model-output cache file            | evaluation.capture.OutputCache.get      |
+| S3 new_weights           | new weights saved into the same pipeline folder| generation.sdxl.pipeline_weights        |
+| S3 weights_cached        | a weights folder fingerprinted twice, touched  | isood.content.folder_fingerprint        |
+| S6 float / int32 images  | TIFF mode F in [0,1], [0,255], other; mode I   | isood.images.to_rgb                     |
+| S6 nan_float             | a float TIFF with NaN                          | isood.images.to_rgb (ValueError row)    |
+| S7 alias_folder          | ln -s n01443537 root/n01440764                 | isood.images._folder_paths (AliasError) |
+| S7 outside_twice         | two links to one folder outside the root       | isood.images._folder_paths              |
+| T2 non_utf8_names        | a file and a folder named in non-UTF-8 bytes   | isood.images._utf8_names (UnicodeError) |
+| portability              | one text encoded in batches of 2 and of 1      | tolerance, not bit equality             |
 """
 
 from __future__ import annotations
@@ -258,7 +258,8 @@ def _direct_msp(world: Path, files: list[Path]) -> np.ndarray:
                               checkpoint_path=str(world / "resnet.safetensors")).eval()
     tf = timm.data.create_transform(**timm.data.resolve_data_config(model=model))
     with torch.no_grad():
-        return torch.softmax(model(torch.stack([tf(Image.open(f).convert("RGB")) for f in files])), 1).max(1).values.numpy()
+        x = torch.stack([tf(Image.open(f).convert("RGB")) for f in files])
+        return torch.softmax(model(x), 1).max(1).values.numpy()
 
 
 def _grid_msp(out: Path) -> pd.Series:
