@@ -29,13 +29,15 @@ import pandas as pd
 
 from generation.outputs import GenerationResult, finish_hashes, prepare_outputs, write_image
 from generation.safety import load_image_checker
+from isood.content import folder_fingerprint
 from isood.defaults import DEFAULT_PIPELINE
 from isood.errors import BadInputError, IsoodError, MissingWeightsError
 from isood.runtime import BatchEngine, LocalEngine, explicit_device, one_line, progress_bar, resolve_device
 
 __all__ = [
     "DEFAULT_PIPELINE", "LOCAL_PREFIX", "BATCH_COLUMNS", "GeneratorSettings", "dtype_for", "load_pipeline",
-    "generator_fingerprint", "expected_fingerprint", "fingerprint_of", "plan_fingerprint", "SDXLGenerator",
+    "pipeline_weights", "generator_fingerprint", "expected_fingerprint", "fingerprint_of", "plan_fingerprint",
+    "SDXLGenerator",
     "GeneratorWorker", "plan_batches", "generate_images",
 ]
 
@@ -113,10 +115,33 @@ def load_pipeline(spec: str = DEFAULT_PIPELINE, device: str | None = None):
 
 
 # ------------------------------------------------------------------------------------------- fingerprints
-def generator_fingerprint(settings: GeneratorSettings, *, pipeline_class: str, dtype: Any) -> dict[str, Any]:
-    """The settings that change image content (batch size and device placement do not, by design): the one
+#: The files of a pipeline folder that shape its images: weights, configs, tokenizer and scheduler files, custom
+#: pipeline code (READMEs, licences in Markdown and sample pictures do not).
+_PIPELINE_SUFFIXES = frozenset({".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".msgpack", ".onnx", ".json", ".txt",
+                                ".model", ".py"})
+
+
+def _pipeline_file(p: Path) -> bool:
+    return p.suffix in _PIPELINE_SUFFIXES
+
+
+def pipeline_weights(spec: str) -> str | None:
+    """The content fingerprint of a ``local-dir:PATH`` pipeline: ``isood.content.folder_fingerprint`` of its
+    weights, configs and tokenizer files in every subfolder (hashed once, then read again only when a file's
+    stat changes), so new weights saved into the same folder are another generator. None for a Hub name (keyed
+    by its name)."""
+    if not spec.startswith(LOCAL_PREFIX):
+        return None
+    folder = Path(spec[len(LOCAL_PREFIX):]).expanduser()
+    return folder_fingerprint(folder, _pipeline_file, recursive=True) if folder.is_dir() else None
+
+
+def generator_fingerprint(settings: GeneratorSettings, *, pipeline_class: str, dtype: Any,
+                          weights: str | None = None) -> dict[str, Any]:
+    """The settings that change image content (batch size and device placement do not, by design), and for a
+    local pipeline folder the content of its weights (``weights``, default ``pipeline_weights``): the one
     builder behind :attr:`SDXLGenerator.fingerprint` and :func:`expected_fingerprint`."""
-    return {
+    fingerprint = {
         "pipeline": settings.pipeline,
         "pipeline_class": pipeline_class,
         "steps": settings.steps,
@@ -124,6 +149,10 @@ def generator_fingerprint(settings: GeneratorSettings, *, pipeline_class: str, d
         "size": settings.size,
         "dtype": str(dtype).replace("torch.", "") if dtype is not None else "unknown",
     }
+    weights = weights if weights is not None else pipeline_weights(settings.pipeline)
+    if weights is not None:
+        fingerprint["weights"] = weights
+    return fingerprint
 
 
 def expected_fingerprint(settings: GeneratorSettings, device: str) -> dict[str, Any]:
@@ -183,6 +212,7 @@ class SDXLGenerator:
         self.pipe = pipe
         self.settings = settings
         self.calls = 0
+        self._weights: str | None = None
 
     @classmethod
     def load(cls, settings: GeneratorSettings) -> "SDXLGenerator":
@@ -190,8 +220,10 @@ class SDXLGenerator:
 
     @property
     def fingerprint(self) -> dict[str, Any]:
+        if self._weights is None:  # the folder's content, fingerprinted once per generator
+            self._weights = pipeline_weights(self.settings.pipeline) or ""
         return generator_fingerprint(self.settings, pipeline_class=type(self.pipe).__name__,
-                                     dtype=getattr(self.pipe, "dtype", None))
+                                     dtype=getattr(self.pipe, "dtype", None), weights=self._weights or None)
 
     def __call__(self, prompts: Sequence[str], negative_prompts: Sequence[str], seeds: Sequence[int]):
         import torch

@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from isood.content import file_sha256, folder_fingerprint
 from isood.errors import BadInputError, IsoodError, MissingWeightsError
 from isood.images import REFERENCE_DECODE, collate, image_decoder
-from isood.runtime import atomic_write_bytes, one_line, progress_bar, sha256_file, torch_device
+from isood.runtime import atomic_write_bytes, one_line, progress_bar, torch_device
 
 if TYPE_CHECKING:
     import torch
@@ -84,13 +85,14 @@ def _quiet_libraries():
         logging.disable(previous)
 
 
+def _clip_file(p: Path) -> bool:
+    return p.name == "open_clip_config.json" or p.suffix in _WEIGHT_SUFFIXES
+
+
 def _local_dir_identity(folder: Path) -> str:
-    """local-dir identity: hash of the config and of every checkpoint file (content, not location)."""
-    h = hashlib.sha256()
-    for p in sorted(folder.iterdir()):
-        if p.name == "open_clip_config.json" or p.suffix in _WEIGHT_SUFFIXES:
-            h.update(p.name.encode() + b"\0" + sha256_file(p).encode() + b"\n")
-    return f"local-dir:sha256={h.hexdigest()[:32]}"
+    """local-dir identity: ``isood.content.folder_fingerprint`` of the config and every checkpoint file (content,
+    not location; hashed once, then read again only when a file's stat changes)."""
+    return f"local-dir:sha256={folder_fingerprint(folder, _clip_file)[:32]}"
 
 
 def _parse_local_dir(spec: str) -> ClipSpec:
@@ -121,7 +123,7 @@ def _parse_builtin(spec: str) -> ClipSpec:
         return ClipSpec(name, pretrained, f"open_clip:{name}:{pretrained}")
     if Path(pretrained).expanduser().is_file():
         pretrained = str(Path(pretrained).expanduser())
-        return ClipSpec(name, pretrained, f"open_clip:{name}:sha256={sha256_file(pretrained)[:32]}")
+        return ClipSpec(name, pretrained, f"open_clip:{name}:sha256={file_sha256(pretrained)[:32]}")
     shown = ", ".join(tags[:8]) + (", ..." if len(tags) > 8 else "")
     raise BadInputError(f"unknown pretrained tag {pretrained!r} for {name} (known: {shown or 'none'}); "
                         "pass a tag, a checkpoint file, or --clip local-dir:PATH")
@@ -276,7 +278,8 @@ class ClipEncodeWorker:
     (``isood.images.REFERENCE_DECODE`` or ``FAST_DECODE``, see ``isood.images.image_decoder``). A call takes a
     batch ``{'path': files, 'name': relative paths (for error messages), 'i': row ids (echoed)}`` (and
     optionally ``'refused'``: per file '' or why the listing refused it; such a file is not opened) and returns
-    ``{'i', 'feature' (n, D) float32, zeros where unreadable, 'ok' (n,) bool, 'error' (n,) str ('' when ok)}``:
+    ``{'i', 'feature' (n, D) float32, zeros where unreadable, 'ok' (n,) bool, 'error' (n,) str ('' when ok),
+    'sha256' (n,) str (the content hash of the bytes decoded, '' when none were read: what shard keys use)}``:
     images decoded by ``decode_threads`` threads, the readable ones encoded in ONE forward pass (so the batch
     composition fixes the numerics).
     """
@@ -297,6 +300,7 @@ class ClipEncodeWorker:
         decoded = iter(self.decoder.decode([paths[j] for j in read], [names[j] for j in read], self.pool))
         items = [next(decoded) if not refused[j] else (None, refused[j]) for j in range(n)]
         ok_pos, tensor, bad = collate(items)
+        hashes = np.array([getattr(item, "sha256", "") for item in items], dtype=object)
         feats = np.zeros((n, self.encoder.embed_dim), np.float32)
         ok = np.zeros(n, dtype=bool)
         errors = np.array([""] * n, dtype=object)
@@ -306,4 +310,4 @@ class ClipEncodeWorker:
         for j, err in bad:
             errors[j] = err
         ids = np.asarray(batch["i"], dtype=np.int64) if "i" in batch else np.arange(n, dtype=np.int64)
-        return {"i": ids, "feature": feats, "ok": ok, "error": errors}
+        return {"i": ids, "feature": feats, "ok": ok, "error": errors, "sha256": hashes}

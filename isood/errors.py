@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "IsoodError", "BadInputError", "MissingWeightsError", "ManifestError", "SchemaError", "DetectorParamError",
+    "IsoodWarning",
 ]
 
 
@@ -34,3 +35,8 @@ class SchemaError(ManifestError):
 
 class DetectorParamError(BadInputError):
     """A detector was given an unknown or out-of-range hyper-parameter (e.g. ``knn:k=0``)."""
+
+
+class IsoodWarning(UserWarning):
+    """Something a run recovered from but the user should know (e.g. a corrupt cache entry recomputed); the CLI
+    prints each as one line on stderr (``warnings.warn(message, IsoodWarning)``)."""

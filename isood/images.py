@@ -1,24 +1,31 @@
 """L3: image listing and decoding, with the bad-image policy every extraction follows.
 
 * Listing (``list_images``): a dataset root (image files found recursively by extension, hidden files and
-  folders skipped, symlinked folders followed, each real folder listed once, broken links listed so that they
-  are rejected, not skipped) or a file list (one path per line, relative to the list's folder or absolute;
-  blank lines and ``#`` comments skipped; duplicates dropped, also when written differently: ``./a.png``,
-  ``a/../a.png``, the absolute path). Paths are sorted and stored relative to an explicit root, never the
-  working directory: the folder itself, or for a list the deepest folder holding the list and every entry
-  (``ImageSource.root``, recorded as the feature set's ``image_root``). Each path gets the class
-  ``wordnet_tools.wnids.wnid_from_path(path)`` (``''`` when the path names no ImageNet class).
+  folders skipped, broken links listed so that they are rejected, not skipped) or a file list (one path per line,
+  relative to the list's folder or absolute; blank lines and ``#`` comments skipped; duplicates dropped, also
+  when written differently: ``./a.png``, ``a/../a.png``, the absolute path). Paths are sorted and stored relative
+  to an explicit root, never the working directory: the folder itself, or for a list the deepest folder holding
+  the list and every entry (``ImageSource.root``, recorded as the feature set's ``image_root``). Each path gets
+  the class ``wordnet_tools.wnids.wnid_from_path(path)`` (``''`` when the path names no ImageNet class), and its
+  ``isood.content.FileStat`` (what content keys are checked against).
 * Symlinks: the relative paths a manifest records promise files inside the image root. A listed file whose real
   location (symlinks resolved) lies outside the root is therefore refused (``ImageSource.refused``, listed in the
   extraction's ``rejected`` table with ``OutsideRootError`` and the location) unless the caller opts in with
-  ``follow_symlinks=True`` (``isood extract --follow-symlinks``). Links that stay inside the root are read.
+  ``follow_symlinks=True`` (``isood extract --follow-symlinks``). Links to files that stay inside the root are
+  read. Every real folder inside the root is listed under its own name; a symlinked folder whose target is
+  another folder inside the root (an *alias*, e.g. ``ln -s n01443537 root/n01440764``, or a link cycle) is not
+  read twice: the files reached through it are refused with an ``AliasError`` naming the real folder.
+* Names: a file or folder name that is not valid UTF-8 cannot be recorded in a table; its path is recorded with
+  the undecodable bytes written ``\\xNN`` (``utf8_text``) and the file refused (``UnicodeError``: rename it).
 * Decoding (``decode_image``): an image that cannot be read (missing, 0 bytes, truncated, not an image, a
   decompression bomb) is never fatal: it yields an error string ``"<ExceptionType>: <message>"`` naming the
   image by its relative path, and the extraction lists it in its ``rejected`` table. A decompression bomb is
   refused from its header, before any pixel is decoded (``check_pixels``: more pixels than PIL's
-  ``Image.MAX_IMAGE_PIXELS``, where PIL itself only warns up to twice that). Grayscale, palette, CMYK, RGBA and
-  16-bit images are converted to 8-bit RGB (``to_rgb``: 16-bit values scaled by 255/65535, where PIL's own
-  conversion clips them at 255).
+  ``Image.MAX_IMAGE_PIXELS``, where PIL itself only warns up to twice that). Grayscale, palette, CMYK, RGBA,
+  16-bit, 32-bit integer and float images are converted to 8-bit RGB (``to_rgb``: 16-bit values scaled by
+  255/65535, where PIL's own conversion clips them at 255; float images by their range, where PIL's makes them
+  black; NaN or infinite pixels refused). The decoder reads each file's bytes once and hashes them on the way
+  (``Decoded.sha256``): the content keys of feature shards come for free.
 * Decoding modes (``image_decoder``): ``reference`` (the default) decodes every pixel with PIL and runs the
   model's own preprocessing (open_clip's transform); ``fast`` (``isood extract --fast-decode``) runs the same
   transform steps on a uint8 tensor (torch's SIMD antialiased resize instead of PIL's), decodes a JPEG whose
@@ -32,6 +39,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import warnings
 from concurrent.futures import Executor
@@ -43,10 +51,11 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
+from isood.content import FileStat, stat_files
 from isood.errors import BadInputError
 from isood.image_tensors import (Drafted, TensorPreprocess, decode_jpeg_bytes, draft_size, jpeg_header,
                                  tensor_decodes, tensor_preprocess)
-from isood.runtime import one_line
+from isood.runtime import one_line, sha256_bytes, sha256_file
 from manifests.paths import is_inside
 from wordnet_tools.wnids import wnid_from_path
 
@@ -55,8 +64,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "IMAGE_EXTENSIONS", "ImageSource", "list_images", "image_rows", "listing_sha256", "decode_image",
-    "decode_images", "collate", "REFERENCE_DECODE", "FAST_DECODE", "DECODE_MODES", "ImageDecoder",
-    "image_decoder", "check_decode_mode", "OutsideRootError", "outside_root", "check_pixels", "to_rgb", "read_rgb",
+    "decode_images", "Decoded", "collate", "REFERENCE_DECODE", "FAST_DECODE", "DECODE_MODES", "ImageDecoder",
+    "image_decoder", "check_decode_mode", "OutsideRootError", "AliasError", "outside_root", "utf8_text",
+    "check_pixels", "to_rgb", "read_rgb",
 ]
 
 #: File extensions (lower case) the folder lister takes for images.
@@ -70,17 +80,30 @@ REFERENCE_DECODE = "reference"
 FAST_DECODE = "fast"
 DECODE_MODES = (REFERENCE_DECODE, FAST_DECODE)
 
-#: One decoded image: (preprocessed tensor, '') or (None, error string).
-Decoded = tuple["torch.Tensor | None", str]
+class Decoded(tuple):
+    """One decoded image: ``(preprocessed tensor, '')`` or ``(None, error string)``, and ``sha256``: the hex
+    SHA-256 of the bytes read ('' when none could be read), which content keys use (``isood.content``)."""
+
+    sha256: str
+
+    def __new__(cls, tensor: "torch.Tensor | None", error: str, sha256: str = "") -> "Decoded":
+        item = super().__new__(cls, (tensor, error))
+        item.sha256 = sha256
+        return item
+
+    def __reduce__(self):
+        return Decoded, (self[0], self[1], self.sha256)
 
 
 @dataclass
 class ImageSource:
     """Images to extract: ``root`` (paths are relative to it), ``table`` (path, wnid) sorted by path,
     ``files`` (absolute paths, same order), ``sizes`` (bytes, -1 for a missing file), ``listing_sha256`` (hash
-    of the 'path<TAB>size' lines), ``kind`` ('folder' or 'list'), ``source`` (what the user passed) and
-    ``refused`` (per file: '' or why it is not read, e.g. a symlink leading outside the root; module docstring),
-    ``follow_symlinks`` (whether such links were opted in)."""
+    of the 'path<TAB>size' lines), ``kind`` ('folder' or 'list'), ``source`` (what the user passed),
+    ``refused`` (per file: '' or why it is not read: a symlink leading outside the root, a file reached through
+    an alias folder, a name that is not UTF-8; module docstring), ``follow_symlinks`` (whether links leading
+    outside were opted in), ``stats`` (per file its ``isood.content.FileStat``, None when missing) and
+    ``seen_ns`` (when they were taken): what content keys are checked against (``isood.content``)."""
 
     root: Path
     table: pd.DataFrame
@@ -91,6 +114,13 @@ class ImageSource:
     source: Path
     refused: list[str] = field(default_factory=list)
     follow_symlinks: bool = False
+    stats: list[FileStat | None] = field(default_factory=list)
+    seen_ns: int = 0
+
+
+class AliasError(OSError):
+    """A file reached through an alias folder: a symlinked folder whose target is another folder inside the image
+    root (its files are listed, and read, under the real folder's name)."""
 
 
 class OutsideRootError(OSError):
@@ -101,23 +131,86 @@ def _image_name(name: str) -> bool:
     return not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 
 
-def _folder_paths(root: Path) -> list[str]:
-    """Relative posix paths of the image files under ``root``, sorted: hidden files and folders skipped,
-    symlinked folders followed (a real folder reached twice, e.g. by a link cycle, is listed once), broken links
-    kept (they are rejected when read, not silently dropped)."""
-    seen: set[str] = set()
-    rels = []
-    for folder, dirs, names in os.walk(root, followlinks=True):
-        real = os.path.realpath(folder)
-        if real in seen:
-            dirs[:] = []
-            continue
-        seen.add(real)
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # sorted: the first of two aliases wins
-        rel = Path(folder).relative_to(root).as_posix()
-        prefix = "" if rel == "." else rel + "/"
-        rels += [prefix + n for n in names if _image_name(n)]
-    return sorted(rels)
+def _alias_reason(link_rel: str, target: str) -> str:
+    where = f"folder {utf8_text(target)}" if target != "." else "the image root itself"
+    return (f"AliasError: folder {utf8_text(link_rel)} is a symlink to {where} inside the root; its files are "
+            "listed there (under their real names)")
+
+
+def _folder_paths(root: Path) -> tuple[list[str], dict[str, str]]:
+    """The image files under ``root``: (relative posix paths, sorted; {path: why it is not read}).
+
+    Hidden files and folders are skipped; broken links are kept (they are rejected when read, not silently
+    dropped). Every real folder inside the root is listed under its own name. A symlinked folder whose target is
+    a folder inside the root (an *alias*, a link cycle included) is not read a second time: the files reached
+    through it are listed with an ``AliasError`` reason naming the real folder (the walk inside an alias follows
+    no further links). A symlinked folder leading outside the root is followed once (the listing then refuses
+    its files unless ``follow_symlinks``); a second link to the same outside folder is an alias of the first."""
+    real_root = os.path.realpath(root)
+    outside: dict[str, str] = {}  # real folder outside the root -> the relative name it is listed under
+    rels: list[str] = []
+    reasons: dict[str, str] = {}
+
+    def walk(folder: str, prefix: str, alias: str | None) -> None:
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            return
+        for e in entries:
+            if e.name.startswith("."):
+                continue
+            rel = prefix + e.name
+            try:
+                is_dir = e.is_dir()  # follows links; a broken link is no folder
+            except OSError:
+                is_dir = False
+            if not is_dir:
+                if _image_name(e.name):
+                    rels.append(rel)
+                    if alias is not None:
+                        reasons[rel] = alias
+                continue
+            if not e.is_symlink():
+                walk(e.path, rel + "/", alias)
+            elif alias is None:  # a symlinked folder outside any alias: follow it once, or list it as an alias
+                target = os.path.realpath(e.path)
+                if is_inside(target, real_root):
+                    inner = Path(os.path.relpath(target, real_root)).as_posix()
+                    walk(e.path, rel + "/", _alias_reason(rel, inner))
+                elif target in outside:
+                    walk(e.path, rel + "/", _alias_reason(rel, outside[target]))
+                else:
+                    outside[target] = rel
+                    walk(e.path, rel + "/", None)
+
+    walk(str(root), "", None)
+    return sorted(rels), reasons
+
+
+def utf8_text(text: str) -> str:
+    """``text`` as valid UTF-8: a file name's undecodable bytes (Python's surrogate escapes) written as ``\\xNN``."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return os.fsencode(text).decode("utf-8", "backslashreplace")
+
+
+def _utf8_names(rels: list[str], files: list[Path], reasons: dict[str, str]) -> tuple[list[str], list[Path]]:
+    """Paths whose name is not valid UTF-8 (they cannot be written to a table) recorded in an escaped form
+    (``utf8_text``) with a reason in ``reasons`` (updated); the listing re-sorted by the recorded path."""
+    if all(utf8_text(r) is r for r in rels):
+        return rels, files
+    shown = []
+    for r in rels:
+        u = utf8_text(r)
+        if u is not r:
+            reasons[u] = (f"UnicodeError: the name {u} is not valid UTF-8 (undecodable bytes shown as \\xNN); "
+                          "rename it")
+        shown.append(u)
+    order = sorted(range(len(shown)), key=shown.__getitem__)
+    return [shown[i] for i in order], [files[i] for i in order]
 
 
 def _list_paths(lines: Sequence[str], base: Path) -> tuple[Path, list[str], list[Path]]:
@@ -154,15 +247,12 @@ def listing_sha256(paths: Sequence[str], sizes: Sequence[int]) -> str:
 
 
 def outside_root(root: str | os.PathLike, rels: Sequence[str], files: Sequence[str | os.PathLike]) -> list[str]:
-    """For each listed file: '' when its real location (symlinks resolved) is inside ``root`` (or its path is
-    absolute: a file list's entry taken as given), else that real location. Each folder is resolved once."""
+    """For each listed file: '' when its real location (symlinks resolved) is inside ``root``, else that real
+    location. Each folder is resolved once."""
     real_root = os.path.realpath(root)
     folders: dict[str, str] = {}
     out = []
-    for rel, f in zip(rels, files):
-        if os.path.isabs(rel):
-            out.append("")
-            continue
+    for _rel, f in zip(rels, files):
         f = os.fspath(f)
         parent, name = os.path.split(f)
         real_parent = folders.get(parent)
@@ -173,12 +263,14 @@ def outside_root(root: str | os.PathLike, rels: Sequence[str], files: Sequence[s
     return out
 
 
-def _refusals(root: Path, rels: Sequence[str], files: Sequence[Path], follow_symlinks: bool) -> list[str]:
-    """Why each file is not read ('' when it is): outside the root, unless ``follow_symlinks``."""
-    if follow_symlinks:
-        return [""] * len(rels)
-    return [f"OutsideRootError: {rel} resolves to {real}, outside the image root {root}; pass --follow-symlinks "
-            "to read it" if real else "" for rel, real in zip(rels, outside_root(root, rels, files))]
+def _refusals(root: Path, rels: Sequence[str], files: Sequence[Path], follow_symlinks: bool,
+              reasons: dict[str, str]) -> list[str]:
+    """Why each file is not read ('' when it is): its name (not UTF-8) or an alias folder (``reasons``), else
+    outside the root, unless ``follow_symlinks``."""
+    far = outside_root(root, rels, files) if not follow_symlinks else [""] * len(rels)
+    return [reasons.get(rel) or (f"OutsideRootError: {rel} resolves to {utf8_text(real)}, outside the image root "
+                                 f"{utf8_text(str(root))}; pass --follow-symlinks to read it" if real else "")
+            for rel, real in zip(rels, far)]
 
 
 def _read_list(src: Path) -> list[str]:
@@ -194,9 +286,10 @@ def list_images(src: str | os.PathLike, *, follow_symlinks: bool = False) -> Ima
     or holds no images. ``follow_symlinks``: read files whose links lead outside the root too (module
     docstring); by default they are listed as ``refused``."""
     src = Path(os.path.abspath(Path(src).expanduser()))
+    reasons: dict[str, str] = {}
     if src.is_dir():
         root, kind = src, "folder"
-        rels = _folder_paths(root)
+        rels, reasons = _folder_paths(root)
         files = [root / r for r in rels]
     elif src.is_file():
         kind = "list"
@@ -207,9 +300,11 @@ def list_images(src: str | os.PathLike, *, follow_symlinks: bool = False) -> Ima
     if not rels:
         raise BadInputError(f"image source {src} holds no images ({', '.join(sorted(IMAGE_EXTENSIONS))}); pass a "
                             "folder or file list with at least one image")
-    sizes = [f.stat().st_size if f.is_file() else -1 for f in files]
+    rels, files = _utf8_names(rels, files, reasons)
+    stats, seen_ns = stat_files(files)
+    sizes = [st.size if st is not None else -1 for st in stats]
     return ImageSource(root, image_rows(rels), files, sizes, listing_sha256(rels, sizes), kind, src,
-                       _refusals(root, rels, files, follow_symlinks), bool(follow_symlinks))
+                       _refusals(root, rels, files, follow_symlinks, reasons), bool(follow_symlinks), stats, seen_ns)
 
 
 # ------------------------------------------------------------------------------------------------ decoding
@@ -224,18 +319,51 @@ def check_pixels(size: tuple[int, int]) -> None:
                                            "(PIL.Image.MAX_IMAGE_PIXELS); not decoded")
 
 
-#: Integer grayscale modes holding 16-bit values (PNG, TIFF, PGM with maxval 65535).
-_WIDE_GRAY = frozenset({"I", "I;16", "I;16L", "I;16B", "I;16N"})
+#: Integer grayscale modes holding 16-bit values (PNG, TIFF).
+_WIDE_GRAY = frozenset({"I;16", "I;16L", "I;16B", "I;16N"})
+
+
+def _gray8(values: np.ndarray) -> Image.Image:
+    return Image.fromarray(np.clip(np.rint(values), 0, 255).astype(np.uint8), mode="L").convert("RGB")
+
+
+def _stretched(values: np.ndarray) -> np.ndarray:
+    """``values`` mapped linearly from [min, max] onto [0, 255] (a constant image: clipped to [0, 255])."""
+    lo, hi = float(values.min()), float(values.max())
+    if hi <= lo:
+        return np.clip(values, 0.0, 255.0)
+    return (values - lo) * (255.0 / (hi - lo))
 
 
 def to_rgb(im: Image.Image) -> Image.Image:
-    """An 8-bit RGB copy of a decoded image: 16-bit grayscale (modes ``I;16*`` and ``I``) scaled by 255/65535
-    and rounded (PIL's ``convert('RGB')`` clips them at 255: a 16-bit image turns white), every other mode
-    (L, LA, P, CMYK, RGBA, 1, ...) by PIL's ``convert('RGB')`` (alpha dropped)."""
+    """An 8-bit RGB copy of a decoded image.
+
+    * 16-bit grayscale (modes ``I;16*``): scaled by 255/65535 and rounded (PIL's ``convert('RGB')`` clips them
+      at 255: a 16-bit image turns white).
+    * 32-bit integer (mode ``I``: 16-bit PGM, 32-bit TIFF): values within [0, 65535] are 16-bit samples, scaled
+      as above; others are mapped linearly from [min, max] onto [0, 255].
+    * float (mode ``F``, e.g. a float TIFF; PIL would clip it to black): values within [0, 1] are scaled by 255,
+      values within [0, 255] taken as they are, others mapped linearly from [min, max] onto [0, 255]; an image
+      with a NaN or infinite pixel is refused (``ValueError``: a rejected row, not a guess).
+    * every other mode (L, LA, P, CMYK, RGBA, 1, ...) by PIL's ``convert('RGB')`` (alpha dropped).
+    """
     if im.mode in _WIDE_GRAY:
+        return _gray8(np.asarray(im, dtype=np.float64) * (255.0 / 65535.0))
+    if im.mode == "I":
         values = np.asarray(im, dtype=np.float64)
-        gray = np.clip(np.rint(values * (255.0 / 65535.0)), 0, 255).astype(np.uint8)
-        return Image.fromarray(gray, mode="L").convert("RGB")
+        if values.size and (values.min() < 0 or values.max() > 65535):
+            return _gray8(_stretched(values))
+        return _gray8(values * (255.0 / 65535.0))
+    if im.mode == "F":
+        values = np.asarray(im, dtype=np.float64)
+        if not np.isfinite(values).all():
+            raise ValueError(f"a float image (mode F) with {int((~np.isfinite(values)).sum())} NaN or infinite "
+                             "pixel value(s); replace them with finite values")
+        if not values.size or (values.min() >= 0.0 and values.max() <= 1.0):
+            return _gray8(values * 255.0)
+        if values.min() >= 0.0 and values.max() <= 255.0:
+            return _gray8(values)
+        return _gray8(_stretched(values))
     return im if im.mode == "RGB" else im.convert("RGB")
 
 
@@ -250,8 +378,10 @@ def read_rgb(path: str | os.PathLike) -> Image.Image:
 
 def decode_image(path: str | os.PathLike, preprocess: Callable, name: str | None = None, *,
                  draft: tuple[int, int] | None = None, jpeg_tensor: bool = False) -> Decoded:
-    """One image file as ``(preprocess(RGB image), '')``, or ``(None, '<ExceptionType>: <message>')`` when it
-    cannot be read; the message names the image by ``name`` (its relative path), not by its absolute path.
+    """One image file as ``Decoded(preprocess(RGB image), '')``, or ``Decoded(None, '<ExceptionType>: <message>')``
+    when it cannot be read; the message names the image by ``name`` (its relative path), not by its absolute
+    path. ``.sha256``: the hash of the file's bytes, computed from the bytes the decoder reads anyway (a file is
+    read once; one larger than ``_READ_WHOLE`` is hashed as it streams and decoded from disk).
 
     ``draft`` (w, h): a JPEG is decoded DCT-scaled by the largest of 1/2, 1/4, 1/8 that keeps it at least
     ``draft`` in both sides (PIL ``Image.draft``); other formats ignore it. A ``TensorPreprocess`` is called
@@ -261,24 +391,54 @@ def decode_image(path: str | os.PathLike, preprocess: Callable, name: str | None
     cannot decode goes to PIL, which decides and words the error). A decompression bomb is refused from its
     header (``check_pixels``); the image is converted to RGB by ``to_rgb``.
     """
+    digest = [""]
     try:
-        return _decode(path, preprocess, draft, jpeg_tensor), ""
+        return Decoded(_decode(path, preprocess, draft, jpeg_tensor, digest), "", digest[0])
     except Exception as e:  # unreadable, truncated, not an image: reported, never fatal
         msg = one_line(e, 300).replace(str(path), str(name if name is not None else path))
-        return None, f"{type(e).__name__}: {msg}"
+        return Decoded(None, utf8_text(f"{type(e).__name__}: {msg}"), digest[0])
+
+
+#: Files up to this size are read into memory once (hashed, then decoded from the bytes); larger ones are hashed
+#: as they stream and decoded from disk.
+_READ_WHOLE = 64 << 20
+
+
+class _NamedBytes(io.BytesIO):
+    """A file's bytes in memory whose repr is the file's path, so that PIL's messages ('cannot identify image
+    file ...') read as they do for a path (and name no memory address)."""
+
+    def __init__(self, data: bytes, path: str) -> None:
+        super().__init__(data)
+        self.path = path
+
+    def __repr__(self) -> str:
+        return repr(self.path)
+
+
+def _read_hashed(path: str | os.PathLike, digest: list[str]) -> bytes | None:
+    """The bytes of ``path`` with their SHA-256 in ``digest[0]``; None (hash only) for a file above
+    ``_READ_WHOLE``."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size > _READ_WHOLE:
+            digest[0] = sha256_file(path)
+            return None
+        data = f.read()
+    digest[0] = sha256_bytes(data)
+    return data
 
 
 def _decode(path: str | os.PathLike, preprocess: Callable, draft: tuple[int, int] | None,
-            jpeg_tensor: bool) -> "torch.Tensor":
+            jpeg_tensor: bool, digest: list[str]) -> "torch.Tensor":
     tensor_steps = isinstance(preprocess, TensorPreprocess)
-    if jpeg_tensor and tensor_steps:
-        data = Path(path).read_bytes()
+    data = _read_hashed(path, digest)
+    if data is not None and jpeg_tensor and tensor_steps:
         if tensor_decodes(jpeg_header(data), draft):
             try:
                 return preprocess(decode_jpeg_bytes(data))
             except Exception:  # PIL decides (and words) what torchvision cannot decode
                 pass
-    with Image.open(path) as im:
+    with Image.open(_NamedBytes(data, str(path)) if data is not None else path) as im:
         check_pixels(im.size)  # a decompression bomb: refused from its header, nothing decoded
         source, box = im.size, None
         if draft is not None:

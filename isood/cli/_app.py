@@ -2,13 +2,16 @@
 
 Every ``IsoodError`` raised below a command becomes one red line on stderr and exit status 2 (no traceback);
 so does an ``OSError`` from the environment (disk full, read-only or unwritable folder, a missing file), with
-the path it concerns. Ctrl-C stops cleanly with exit status 130: a stage writes ``manifest.json`` last, so an
-interrupted output never looks complete, and rerunning the same command resumes it.
+the path it concerns. An ``isood.errors.IsoodWarning`` (something a run recovered from) is one yellow line.
+Ctrl-C stops cleanly with exit status 130: a stage writes ``manifest.json`` last, so an interrupted output never
+looks complete, and rerunning the same command resumes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import warnings
 
 import click
 import typer
@@ -16,9 +19,10 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from isood.errors import IsoodError
+from isood.errors import IsoodError, IsoodWarning
 
-__all__ = ["app", "wordnet_app", "import_app", "export_app", "splits_app", "console", "out_console", "error_exit"]
+__all__ = ["app", "wordnet_app", "import_app", "export_app", "splits_app", "console", "out_console", "error_exit",
+           "isood_warnings"]
 
 console = Console(stderr=True)
 out_console = Console()
@@ -47,13 +51,32 @@ def os_error_message(error: OSError) -> str:
     return f"cannot use{where}: {error.strerror or type(error).__name__}; {hint}"
 
 
+@contextlib.contextmanager
+def isood_warnings():
+    """Show every ``IsoodWarning`` raised meanwhile as one yellow line on stderr (other warnings as before)."""
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, IsoodWarning):
+            console.print(f"[yellow]warning:[/yellow] {escape(str(message))}", highlight=False, soft_wrap=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", IsoodWarning)
+        warnings.showwarning = show
+        yield
+
+
 class FriendlyGroup(TyperGroup):
     """Turns an IsoodError (or an OSError from the environment) raised anywhere below into one red line and exit
-    status 2 (no traceback); Ctrl-C into a one-line note and exit status 130."""
+    status 2 (no traceback); Ctrl-C into a one-line note and exit status 130; an ``IsoodWarning`` into one yellow
+    line."""
 
     def invoke(self, ctx: click.Context):
         try:
-            return super().invoke(ctx)
+            with isood_warnings():
+                return super().invoke(ctx)
         except IsoodError as e:
             error_exit(ctx, e)
         except OSError as e:

@@ -11,7 +11,6 @@ leak-free images (``leak_free_set`` / ``with_leak_free``; dataset ``<name>-leak-
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -28,7 +27,7 @@ from .detectors import Detector
 from .levels import ALL_IMAGES, LEAK_FREE, leak_free_name
 from .scoring import TRAIN_NAME, DetectorScores
 
-__all__ = ["ID_TRAIN", "ID_TEST", "EvalSet", "grid_rows", "files_id", "check_files", "precomputed_rows",
+__all__ = ["ID_TRAIN", "ID_TEST", "EvalSet", "grid_rows", "check_files", "precomputed_rows",
            "evaluate_sets", "scores_table", "sanity_table", "leak_free_cells", "leak_free_set", "with_leak_free",
            "evaluate_with_leaks"]
 
@@ -70,18 +69,6 @@ def grid_rows(images: pd.DataFrame, cells: pd.DataFrame, *, where: str) -> tuple
     if images.empty:
         raise BadInputError(f"{where}: no image has a grid cell: nothing to evaluate")
     return images, cells
-
-
-def files_id(files: Sequence[Path]) -> str:
-    """Identity of a list of files for the output cache: their paths and sizes (-1 when missing)."""
-    h = hashlib.sha256()
-    for f in files:
-        try:
-            size = f.stat().st_size
-        except OSError:
-            size = -1
-        h.update(f"{f}\t{size}\n".encode())
-    return h.hexdigest()
 
 
 def check_files(files: Sequence[Path], what: str) -> None:

@@ -5,8 +5,11 @@ on-disk cache.
 dataset (batch size, device, DataLoader workers, optional progress bar) and scores the detectors that need the
 model on the input (ODIN) on the same batches. With a cache folder the outputs are stored as one safetensors file
 per kind and dataset under a key hashing model identity + data identity + preprocessing (``OutputCache``): a
-second evaluation with other detectors does no forward pass. ``ImageList`` is the torch dataset of image files
-the ``isood evaluate`` job feeds it.
+second evaluation with other detectors does no forward pass. The data identity of image files holds their content
+(``isood.content``: the job keys a list of files by path and content hash), so an image overwritten in place is
+a cache miss. A corrupt or truncated cache entry (unreadable, or not one row per image) is a miss too: one
+warning line (``isood.errors.IsoodWarning``), then recomputed and replaced atomically. ``ImageList`` is the torch
+dataset of image files the ``isood evaluate`` job feeds it.
 """
 
 from __future__ import annotations
@@ -14,15 +17,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from isood.errors import BadInputError, IsoodError
+from isood.errors import BadInputError, IsoodError, IsoodWarning
 from isood.images import read_rgb
-from isood.runtime import atomic_write_bytes, track
+from isood.runtime import atomic_write_bytes, one_line, track
 
 from .detectors import CAPTURE_KINDS, Detector, ForwardOutputs
 from .models import ModelAdapter
@@ -30,7 +34,8 @@ from .models import ModelAdapter
 __all__ = ["CACHE_VERSION", "OutputCache", "cache_key", "score_kind", "as_loader", "split_batch", "ImageList",
            "default_transform", "extract_outputs"]
 
-CACHE_VERSION = 2  # 2: 16-bit images scaled to 8 bits (isood.images.to_rgb), bombs refused before decoding
+CACHE_VERSION = 3  # 2: 16-bit images scaled to 8 bits, bombs refused before decoding; 3: float / 32-bit images
+#                     scaled by their range (isood.images.to_rgb), image lists keyed by content
 
 
 # ================================================================================================== data
@@ -135,6 +140,22 @@ class OutputCache:
 
         return load_file(str(self.path(kind)))[kind]
 
+    def get(self, kind: str, rows: int | None = None) -> np.ndarray | None:
+        """The cached array of ``kind``, None when there is none. A corrupt entry (unreadable or truncated, or not
+        ``rows`` rows when given) is a miss: one ``IsoodWarning`` line, and the caller recomputes it (``save``
+        replaces it atomically)."""
+        if not self.has(kind):
+            return None
+        try:
+            array = self.load(kind)
+            if rows is not None and (array.ndim == 0 or len(array) != rows):
+                raise ValueError(f"{array.shape[0] if array.ndim else 0} rows for {rows} images")
+        except Exception as e:  # safetensors' own error type, OSError, ValueError: all a miss
+            warnings.warn(f"the cached model outputs {self.path(kind)} are unreadable ({type(e).__name__}: "
+                          f"{one_line(e, 120)}); recomputing them", IsoodWarning, stacklevel=2)
+            return None
+        return array
+
     def save(self, kind: str, array: np.ndarray) -> None:
         from safetensors.numpy import save
 
@@ -161,6 +182,19 @@ def _open_cache(adapter: ModelAdapter, data, cache_dir, data_id: str | None, pre
 
 
 # ================================================================================================ extract
+def _n_items(data) -> int | None:
+    """The number of images ``data`` yields, when it says (a tensor, an array, a sized dataset; None for a
+    DataLoader, whose sampler decides)."""
+    if isinstance(data, (torch.Tensor, np.ndarray)):
+        return int(data.shape[0])
+    if isinstance(data, torch.utils.data.DataLoader):
+        return None
+    try:
+        return len(data)
+    except TypeError:
+        return None
+
+
 def _cat(parts: list[np.ndarray]) -> np.ndarray:
     if not parts:
         raise BadInputError("the dataset yielded no image: an empty dataset cannot be evaluated")
@@ -219,7 +253,8 @@ def extract_outputs(adapter: ModelAdapter, data, kinds: Iterable[str] = ("logits
     score_kinds = {n: score_kind(d, adapter.input_std) for n, d in input_detectors.items()}
     got: dict[str, np.ndarray] = {}
     if cache is not None:
-        got = {k: cache.load(k) for k in [*kinds, "labels", *score_kinds.values()] if cache.has(k)}
+        n = _n_items(data)
+        got = {k: a for k in [*kinds, "labels", *score_kinds.values()] if (a := cache.get(k, n)) is not None}
     todo_kinds = kinds - set(got)
     todo_input = {n: d for n, d in input_detectors.items() if score_kinds[n] not in got}
     # labels are saved whenever a pass sees them, so a cache hit without a labels file means "no labels"

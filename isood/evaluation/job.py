@@ -9,8 +9,8 @@ manifest, as small named steps.
    ``--test-root`` (default: ``SplitsView.test_root``); Syn-IS paths are relative to the Syn-IS manifest folder.
    The model's class list and the labels: ``classes``.
 3. ``score_with_model``: one forward pass per batch (``scoring.run_detectors``; outputs cached on disk under
-   ``--cache-dir``, default ``$ISOOD_CACHE_DIR/outputs``), detectors fitted on ``--id-train`` (which is also
-   scored: DER's threshold).
+   ``--cache-dir``, default ``$ISOOD_CACHE_DIR/outputs``, keyed by the images' content: ``data_identity``),
+   detectors fitted on ``--id-train`` (which is also scored: DER's threshold).
 4. ``assemble.evaluate_sets``: every metric per cell (N/A: marked by the manifest or fewer than
    ``--na-threshold`` images), level curves, Table 1, per-detector means.
 5. ``--leak-audit``: an ``audit`` of the splits manifest's classes (``isood wordnet audit SPLITS``); every
@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 import manifests
+from isood.content import content_listing
 from isood.defaults import DEFAULT_DETECTORS, DEFAULT_VERIFY, NA_THRESHOLD, OOD_LABEL, cache_dir
 from isood.errors import BadInputError, ManifestError
 from isood.images import ImageSource, list_images
@@ -41,7 +42,7 @@ from isood.kinds import AUDIT, EVALUATION, SPLITS, SYN_IS, AuditView, GridView
 from isood.runtime import resolve_device
 from wordnet_tools.rules import LEAK_RULES, leak_mask, parse_rules
 
-from .assemble import (ID_TEST, ID_TRAIN, EvalSet, check_files, evaluate_with_leaks, files_id, grid_rows,
+from .assemble import (ID_TEST, ID_TRAIN, EvalSet, check_files, evaluate_with_leaks, grid_rows,
                        precomputed_rows, sanity_table, scores_table)
 from .capture import ImageList, default_transform
 from .cells import CellEvaluation
@@ -55,8 +56,8 @@ from .scoring import DetectorScores, check_requirements, run_detectors, score_pr
 from .write import write_evaluation
 
 __all__ = ["DEFAULT_DETECTORS", "EvaluateOptions", "EvaluateResult", "load_grid", "load_grids", "input_kind",
-           "load_leak_audit", "leak_masks", "precomputed_sets", "image_sets", "score_with_model", "run_config",
-           "run_meta", "run_inputs", "run_evaluate"]
+           "load_leak_audit", "leak_masks", "precomputed_sets", "output_cache_dir", "data_identity", "image_sets",
+           "score_with_model", "run_config", "run_meta", "run_inputs", "run_evaluate"]
 
 _FLAGS = {"splits": "--splits", SYN_IS: "--syn"}
 
@@ -203,30 +204,45 @@ def precomputed_sets(opts: EvaluateOptions, test_root: str, splits: GridView, de
     return sets, scores, classes, n_model
 
 
-def _grid_set(name: str, view: GridView, root: Path, classes: list[str]) -> EvalSet:
+def output_cache_dir(opts: EvaluateOptions) -> str:
+    """The model-output cache folder: ``--cache-dir``, default ``$ISOOD_CACHE_DIR/outputs``."""
+    return opts.cache_dir if opts.cache_dir is not None else str(cache_dir("outputs"))
+
+
+def data_identity(files: list[Path], names: list[str], opts: EvaluateOptions) -> str:
+    """The content identity of a list of image files (``isood.content.content_listing``: names + content hashes,
+    through a stat cache in the output cache folder, so unchanged files are not read again): an image overwritten
+    in place, even by one of the same size, is another dataset for the output cache."""
+    return content_listing(files, names, cache_folder=output_cache_dir(opts))
+
+
+def _grid_set(name: str, view: GridView, root: Path, classes: list[str], opts: EvaluateOptions) -> EvalSet:
     """A grid manifest's images (files under ``root``, which must exist) as a dataset to score."""
     flag = _FLAGS.get(name, name)
     images, cells = grid_rows(view.images, view.cells, where=str(view.root))
     files = [root / p for p in images["path"].astype(str)]
     check_files(files, f"{flag} {view.root}")
     labels = labels_for(wnids_of(images), classes, strict=False, what=name)
-    return EvalSet(name, labels, data_id=f"manifest:{view.content_sha256}:{files_id(files)}", files=files,
-                   images=images, cells=cells)
+    data_id = f"manifest:{view.content_sha256}:{data_identity(files, [str(f) for f in files], opts)}"
+    return EvalSet(name, labels, data_id=data_id, files=files, images=images, cells=cells)
 
 
 def image_sets(opts: EvaluateOptions, grids: Mapping[str, GridView], test_root: str | None, adapter: ModelAdapter,
                *, src_train: ImageSource, src_test: ImageSource) -> tuple[dict[str, EvalSet], list[str]]:
     """The datasets from image folders (``--id-train``, ``--id-test`` as listed, the grids' images) with their
-    labels in the model's class order: ``(sets, classes)``."""
+    labels in the model's class order, each keyed by content (``data_identity``; the ID sets by their relative
+    paths, so the identity recorded as their input hash is machine independent): ``(sets, classes)``."""
     listed = read_class_file(opts.classes) if opts.classes else None
     classes = class_list(src_train.table["wnid"].tolist(), model_classes(adapter), listed=listed,
                          model_name=adapter.name)
+    ids = {name: "images:" + data_identity(list(src.files), src.table["path"].tolist(), opts)
+           for name, src in ((ID_TRAIN, src_train), (ID_TEST, src_test))}
     sets = {
         ID_TRAIN: EvalSet(ID_TRAIN, labels_for(src_train.table["wnid"].tolist(), classes, strict=True,
                                                what="--id-train"),
-                          data_id=f"images:{src_train.listing_sha256}", files=list(src_train.files)),
+                          data_id=ids[ID_TRAIN], files=list(src_train.files)),
         ID_TEST: EvalSet(ID_TEST, labels_for(src_test.table["wnid"].tolist(), classes, strict=True, what="--id-test"),
-                         data_id=f"images:{src_test.listing_sha256}", files=list(src_test.files),
+                         data_id=ids[ID_TEST], files=list(src_test.files),
                          paths=src_test.table["path"].tolist()),
     }
     for name, view in grids.items():
@@ -234,7 +250,7 @@ def image_sets(opts: EvaluateOptions, grids: Mapping[str, GridView], test_root: 
             raise BadInputError(f"--splits {view.root} records no test_root: pass --test-root (the folder its image "
                                 "paths are relative to)")
         root = Path(test_root) if name == "splits" else Path(view.root)
-        sets[name] = _grid_set(name, view, root, classes)
+        sets[name] = _grid_set(name, view, root, classes, opts)
     return sets, classes
 
 
@@ -260,7 +276,7 @@ def score_with_model(adapter: ModelAdapter, detectors: Mapping[str, Detector], s
         adapter, detectors, {k: v for k, v in data.items() if k != ID_TRAIN}, id_train=data[ID_TRAIN],
         score_train=opts.der, batch_size=opts.batch_size, device=resolve_device(opts.device),
         num_workers=opts.workers, progress=opts.progress,
-        cache_dir=opts.cache_dir if opts.cache_dir is not None else str(cache_dir("outputs")),
+        cache_dir=output_cache_dir(opts),
         data_ids={k: s.data_id for k, s in sets.items()}, preprocess_id=repr(transform))
 
 
@@ -296,8 +312,8 @@ def run_meta(opts: EvaluateOptions, *, model_name: str, detectors: Mapping[str, 
 
 def run_inputs(opts: EvaluateOptions, grids: Mapping[str, GridView], sets: Mapping[str, EvalSet],
                audit: AuditView | None = None) -> list[dict]:
-    """Provenance: the grid manifests (their content hash), the leak audit, the ID sets (their listing hash) and
-    the checkpoint."""
+    """Provenance: the grid manifests (their content hash), the leak audit, the ID sets (the hash of their
+    relative paths and content hashes) and the checkpoint."""
     inputs = [manifests.input_record(f"{ds}_manifest", g.root, sha256=g.content_sha256) for ds, g in grids.items()]
     if audit is not None:
         inputs.append(manifests.input_record("leak_audit", audit.root, sha256=audit.content_sha256))

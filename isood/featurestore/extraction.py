@@ -11,13 +11,14 @@ import numpy as np
 import pandas as pd
 
 from isood.clip import ClipEncoder, ClipEncodeWorker, load_clip, parse_clip_spec
+from isood.content import content_hashes
 from isood.errors import BadInputError, IsoodError
 from isood.images import REFERENCE_DECODE, ImageSource, check_decode_mode, list_images
 from isood.kinds import FEATURES
 from isood.runtime import BatchEngine, LocalEngine, default_workers
 from isood.featurestore.shards import (
-    SHARD_NAME, ShardAssembler, complete_shard, image_batches, index_tables, remove_stale_shards, shard_bounds, shard_count,
-    shard_dim, shard_files, shard_key, write_shard,
+    SHARD_NAME, ShardAssembler, image_batches, index_tables, key_head, remove_stale_shards, shard_bounds,
+    shard_count, shard_dim, shard_files, shard_key, shard_stat_cache, stored_key, write_shard,
 )
 from manifests.output import writing
 from manifests.store import Manifest, input_record, read, write_manifest
@@ -96,27 +97,66 @@ def _model(clip: str | ClipEncoder, engine: BatchEngine, device: str | None) -> 
     return _Model(spec, parse_clip_spec(spec).identity, None, engine.device_name(device))
 
 
-def _encode(source: ImageSource, model: _Model, out: Path, todo: Sequence[int], keys: Mapping[int, str], *,
-            shard_size: int, batch_size: int, threads: int, decode: str, engine: BatchEngine, progress: bool,
-            on_shard: Callable[[int], None] | None) -> dict[int, pd.DataFrame]:
-    """Encode the files of shards ``todo`` on ``engine``; write each shard as soon as it is complete."""
+def _record_stats(out: Path, k: int, source: ImageSource, lo: int, hi: int, hashes: Sequence[str]) -> None:
+    """Save the stat cache of shard ``k`` (files ``[lo, hi)`` with their content ``hashes``), so that a rerun
+    reads none of its unchanged files."""
+    cache = shard_stat_cache(out, k)
+    files = source.files[lo:hi]
+    stats = source.stats[lo:hi] if source.stats else [None] * len(files)
+    for f, st, sha in zip(files, stats, hashes):
+        cache.record(f, st, sha, source.seen_ns)
+    cache.keep_only(files)
+    cache.save()
+
+
+def _reusable(source: ImageSource, rels: Sequence[str], refused: Sequence[str], model: _Model, out: Path, k: int,
+              *, shard_size: int, decode: str) -> tuple[pd.DataFrame, str] | None:
+    """``(rows, key)`` of shard ``k`` when ``out`` holds it complete and its key still holds: same model and
+    decoding mode (``key_head``, checked without reading a file), same member files with the same content
+    (hashes from the shard's stat cache, a file read only when its stat changed). ``rels`` / ``refused``: the
+    listing's paths and refusals."""
+    found = stored_key(out, k)
+    if found is None or not found[1].startswith(key_head(model.identity, decode) + "."):
+        return None
+    lo, hi = shard_bounds(k, shard_size, len(source.files))
+    files = source.files[lo:hi]
+    stats = source.stats[lo:hi] if source.stats else [None] * len(files)
+    cache = shard_stat_cache(out, k)
+    hashes = content_hashes(files, stats, cache=cache, seen_ns=source.seen_ns, skip=[bool(r) for r in refused[lo:hi]])
+    cache.keep_only(files)
+    cache.save()
+    key = shard_key(model.identity, rels[lo:hi], hashes, decode=decode, refused=refused[lo:hi])
+    return (found[0], key) if key == found[1] else None
+
+
+def _encode(source: ImageSource, model: _Model, out: Path, todo: Sequence[int], *, shard_size: int,
+            batch_size: int, threads: int, decode: str, engine: BatchEngine, progress: bool,
+            on_shard: Callable[[int], None] | None) -> tuple[dict[int, pd.DataFrame], dict[int, str]]:
+    """Encode the files of shards ``todo`` on ``engine``; write each shard as soon as it is complete, keyed by
+    the content its worker read. Returns (rows, keys) of the written shards."""
     rels = source.table["path"].tolist()
     refused = source.refused if any(source.refused) else None
     batches = image_batches(source.files, rels, todo, shard_size=shard_size, batch_size=batch_size, refused=refused)
     assembler = ShardAssembler(source.table, todo, shard_size=shard_size)
     args = (model.encoder if model.encoder is not None else model.spec, model.device, threads, decode)
     written: dict[int, pd.DataFrame] = {}
+    keys: dict[int, str] = {}
     total = sum(len(b["i"]) for b in batches)
+    n = len(source.files)
     for result in engine.map(ClipEncodeWorker, args, batches, total=total,
                              description=f"extracting {source.source.name}", progress=progress):
         for shard in assembler.add(result):
+            lo, hi = shard_bounds(shard.shard, shard_size, n)
+            keys[shard.shard] = shard_key(model.identity, rels[lo:hi], shard.hashes, decode=decode,
+                                          refused=refused[lo:hi] if refused is not None else None)
             write_shard(out, shard.shard, keys[shard.shard], shard.rows, shard.features)
             written[shard.shard] = shard.rows
+            _record_stats(out, shard.shard, source, lo, hi, shard.hashes)
             if on_shard is not None:
                 on_shard(shard.shard)
     if assembler.pending:
         raise IsoodError(f"{out}: shard(s) {assembler.pending} did not receive every image; rerun to resume")
-    return written
+    return written, keys
 
 
 def _run_config(source: ImageSource, model: _Model, engine: BatchEngine, *, embed_dim: int | None,
@@ -143,9 +183,9 @@ def extract_shards(source: ImageSource, clip: str | ClipEncoder, out: str | os.P
                    progress: bool = True, engine: BatchEngine | None = None,
                    on_shard: Callable[[int], None] | None = None, decode: str = REFERENCE_DECODE) -> ShardRun:
     """Make ``shards`` (default: all) of ``source`` complete in ``out``: complete shards (same model, same
-    decoding mode, same member files and sizes) are kept, the others (re)computed on ``engine`` (default: this
-    process). ``workers``: image-decoding threads of each model worker (default
-    ``isood.runtime.default_workers()``); ``decode``: ``isood.images.REFERENCE_DECODE`` (default) or
+    decoding mode, same member files with the same content: ``shards.shard_key``) are kept, the others
+    (re)computed on ``engine`` (default: this process). ``workers``: image-decoding threads of each model worker
+    (default ``isood.runtime.default_workers()``); ``decode``: ``isood.images.REFERENCE_DECODE`` (default) or
     ``FAST_DECODE``. ``out`` is a stage's work folder (``manifests.writing``): the caller writes the manifest."""
     check_sizes(batch_size=batch_size, shard_size=shard_size, workers=workers)
     check_decode_mode(decode)
@@ -157,20 +197,23 @@ def extract_shards(source: ImageSource, clip: str | ClipEncoder, out: str | os.P
     n_shards = shard_count(n, shard_size)
     shards = list(range(n_shards)) if shards is None else list(shards)
     out.mkdir(parents=True, exist_ok=True)
-    rels = source.table["path"].tolist()
-    refused = source.refused or [""] * n
-    keys = {k: shard_key(model.identity, rels[slice(*shard_bounds(k, shard_size, n))],
-                         source.sizes[slice(*shard_bounds(k, shard_size, n))], decode=decode,
-                         refused=refused[slice(*shard_bounds(k, shard_size, n))]) for k in shards}
-    rows = {k: r for k in shards if (r := complete_shard(out, k, keys[k])) is not None}
+    rows: dict[int, pd.DataFrame] = {}
+    keys: dict[int, str] = {}
+    rels, refused = source.table["path"].tolist(), source.refused or [""] * n
+    for k in shards:
+        found = _reusable(source, rels, refused, model, out, k, shard_size=shard_size, decode=decode)
+        if found is not None:
+            rows[k], keys[k] = found
     todo = [k for k in shards if k not in rows]
     written: dict[int, pd.DataFrame] = {}
     if todo:
         for k in todo:  # an old complete-looking shard must not survive beside a new rows file
             (out / SHARD_NAME.format(k)).unlink(missing_ok=True)
-        written = _encode(source, model, out, todo, keys, shard_size=shard_size, batch_size=batch_size,
-                          threads=threads, decode=decode, engine=engine, progress=progress, on_shard=on_shard)
+        written, new_keys = _encode(source, model, out, todo, shard_size=shard_size, batch_size=batch_size,
+                                    threads=threads, decode=decode, engine=engine, progress=progress,
+                                    on_shard=on_shard)
         rows.update(written)
+        keys.update(new_keys)
     embed_dim = model.encoder.embed_dim if model.encoder is not None else shard_dim(out, shards)
     remove_stale_shards(out, set(shards))
     config = _run_config(source, model, engine, embed_dim=embed_dim, shard_size=shard_size, batch_size=batch_size,
@@ -205,9 +248,10 @@ def extract_features(images: str | os.PathLike | ImageSource, clip: str | ClipEn
     """Extract L2-normalised CLIP image features of ``images`` (dataset root or file list, or one already listed
     by ``isood.images.list_images``) into the ``features`` manifest ``out``.
 
-    Resumable: complete shards (same model, decoding mode, member files and sizes) are kept; others are
-    (re)computed. ``decode``: ``reference`` (default: PIL + the model's own preprocess) or ``fast``
-    (``isood.images.image_decoder``; never mixed with reference shards).
+    Resumable: complete shards (same model, decoding mode, member files and their content) are kept; others are
+    (re)computed. A rerun reads only files whose stat (size, mtime, ctime, inode) changed since they were hashed
+    (``isood.content``); one touched but with the same bytes is kept. ``decode``: ``reference`` (default: PIL +
+    the model's own preprocess) or ``fast`` (``isood.images.image_decoder``; never mixed with reference shards).
     ``engine``: where the model runs (default ``LocalEngine()``: this process, ``workers`` decoding threads;
     ``isood.engines.ray.RayEngine``: Ray actors, each holding one model). Every engine writes the same shards
     and manifest. ``on_shard(k)`` is called after shard k is written (tests use it to interrupt a run).

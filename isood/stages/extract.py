@@ -25,7 +25,7 @@ import pandas as pd
 from isood.clip import ClipEncoder
 from isood.errors import BadInputError
 from isood.featurestore import (
-    DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE, SHARD_NAME, SHARD_ROWS_NAME, ExtractResult, ShardRun,
+    DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE, SHARD_NAME, SHARD_ROWS_NAME, SHARD_STATS_NAME, ExtractResult, ShardRun,
     check_sizes, extract_shards, read_shard_rows, remove_stale_shards, shard_count, shard_files,
     write_features_manifest,
 )
@@ -131,13 +131,17 @@ def merged_config(config: Mapping, embed_dims: Sequence[int | None]) -> dict:
 
 
 def _take_part(view, out: Path, rows: dict[int, pd.DataFrame]) -> None:
-    """Link (or copy) the shards of one part into ``out`` and read their rows, checking their keys."""
+    """Link (or copy) the shards of one part (and their stat caches) into ``out`` and read their rows, checking
+    their keys."""
     table = view.frame("shards")
     for k, key in zip(table["shard"].astype(int), table["key"]):
         if k in rows:
             raise BadInputError(f"feature shard {k} is in two parts ({view.root} and another); merge parts of one run")
         for name in (SHARD_ROWS_NAME.format(k), SHARD_NAME.format(k)):
             link_or_copy(view.path(name), out / name)
+        stats = view.root / SHARD_STATS_NAME.format(k)  # bookkeeping: a rerun of the merged set reads no file
+        if stats.is_file():
+            link_or_copy(stats, out / stats.name)
         rows[k], stored = read_shard_rows(out / SHARD_ROWS_NAME.format(k))
         if stored != key:
             raise BadInputError(f"{view.root}: shard {k} does not match its part manifest; rerun that part")

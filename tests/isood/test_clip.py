@@ -86,7 +86,7 @@ def test_text_cache_hit_returns_identical_array_without_the_model(tiny_encoder, 
     plain = encode_texts(tiny_encoder, texts, batch_size=2)
     assert plain.dtype == np.float32 and plain.shape == (3, 32)
     np.testing.assert_allclose(np.linalg.norm(plain, axis=1), 1.0, atol=1e-5)
-    np.testing.assert_array_equal(plain[0], plain[2])
+    np.testing.assert_allclose(plain[0], plain[2], atol=1e-6)  # one text in batches of 2 and 1: not bit-equal
     assert np.abs(plain[0] - plain[1]).max() > 1e-3
     first = encode_texts(tiny_encoder, texts, cache_dir=tmp_path)
     np.testing.assert_allclose(first, plain, atol=1e-6)

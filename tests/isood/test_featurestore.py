@@ -201,19 +201,24 @@ def test_rerun_with_other_model_recomputes_every_shard(tiny_encoder, tiny_images
     assert view.dataset_version == "1.1.0" and view.clip_identity == other.identity
 
 
-def test_shard_key_names_the_decode_mode_and_keeps_reference_keys():
+def test_shard_key_names_the_decode_mode_and_the_content():
     import hashlib
 
     from isood.errors import BadInputError
     from isood.images import FAST_DECODE, REFERENCE_DECODE
 
-    paths, sizes = ["a.png", "b.png"], [3, 4]
-    before_modes = hashlib.sha256(b"m\0" + b"a.png\t3\nb.png\t4\n").hexdigest()  # the key shards had until now
-    assert FS.shard_key("m", paths, sizes) == FS.shard_key("m", paths, sizes, decode=REFERENCE_DECODE) == before_modes
-    fast = FS.shard_key("m", paths, sizes, decode=FAST_DECODE)
-    assert fast != before_modes and fast == FS.shard_key("m", paths, sizes, decode=FAST_DECODE)
+    paths, hashes = ["a.png", "b.png"], ["1" * 64, "2" * 64]
+    size_key = hashlib.sha256(b"m\0" + b"a.png\t3\nb.png\t4\n").hexdigest()  # the path + size key of version 1
+    key = FS.shard_key("m", paths, hashes)
+    assert key == FS.shard_key("m", paths, hashes, decode=REFERENCE_DECODE) != size_key
+    assert key.startswith(FS.key_head("m") + ".") and not size_key.startswith(FS.key_head("m") + ".")
+    fast = FS.shard_key("m", paths, hashes, decode=FAST_DECODE)
+    assert fast != key and fast.startswith(FS.key_head("m", FAST_DECODE) + ".")
+    assert FS.key_head("m", FAST_DECODE) != FS.key_head("m") != FS.key_head("n")
+    assert FS.shard_key("m", paths, ["1" * 64, "3" * 64]) != key  # same paths (and sizes), other content
+    assert FS.shard_key("m", paths, hashes, refused=["", "OutsideRootError: ..."]) != key
     with pytest.raises(BadInputError, match="turbo"):
-        FS.shard_key("m", paths, sizes, decode="turbo")
+        FS.shard_key("m", paths, hashes, decode="turbo")
 
 
 def test_fast_and_reference_shards_never_mix(tiny_encoder, tiny_images, tmp_path):

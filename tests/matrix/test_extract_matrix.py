@@ -18,7 +18,7 @@ one line on stderr naming the option or value, no traceback, no ``manifest.json`
 | broken_link          | a dangling symlink                               | isood.images._folder_paths (links listed)  |
 | converted modes      | L, LA, P, CMYK, RGBA, 16-bit PNG                 | isood.images.to_rgb (16-bit: scaled)       |
 | names                | non-wnid folder, unicode + spaces                | isood.images.image_rows ('' wnid)          |
-| link policy          | inside link read, cycle once, --follow-symlinks  | _folder_paths (seen), ExtractOptions       |
+| link policy          | inside link read, cycle once, --follow-symlinks  | _folder_paths (aliases), ExtractOptions    |
 | file list            | missing, duplicates written 4 ways, ``..``       | isood.images._list_paths                   |
 | user errors          | empty folder/list, bad counts, ...               | list_images, check_sizes, check_shard_args |
 """
@@ -233,13 +233,17 @@ def test_symlinks_leading_outside_the_root_are_rejected_naming_them(linked, cli,
     assert r.exit_code == 0, r.output
     view = manifests.read(out, kind="features")
     errors = dict(zip(view.rejected["path"], view.rejected["error"]))
+    loop = {p: e for p, e in errors.items() if p.startswith(f"{WNID}/loop/")}  # the cycle: an alias of the root
+    assert sorted(loop) == [f"{WNID}/loop/{WNID}/{n}" for n in ("alias.png", "dangling.png", "far.png", "ok_0.png")]
+    assert all(e.startswith(f"AliasError: folder {WNID}/loop is a symlink to the image root") for e in loop.values())
+    errors = {p: e for p, e in errors.items() if p not in loop}
     assert sorted(errors) == [f"{WNID}/dangling.png", f"{WNID}/far.png", "n01443537/fish.png"]
     far = errors[f"{WNID}/far.png"]
     assert far.startswith("OutsideRootError") and str(outside / "far.png") in far
     assert str(outside / "n01443537" / "fish.png") in errors["n01443537/fish.png"]
     assert "--follow-symlinks" in far
     assert errors[f"{WNID}/dangling.png"].startswith("FileNotFoundError")
-    # a link inside the root is read; the cycle lists every file once
+    # a link to a file inside the root is read; the cycle lists every file once under its real name
     assert sorted(view.index["path"]) == [f"{WNID}/alias.png", f"{WNID}/ok_0.png"]
     feats = _features(out)
     np.testing.assert_allclose(feats[f"{WNID}/alias.png"], feats[f"{WNID}/ok_0.png"], atol=1e-6)
@@ -252,7 +256,8 @@ def test_follow_symlinks_opts_in_and_is_recorded(linked, cli, tiny_clip_spec, tm
     r = _extract(cli, tiny_clip_spec, root, out, "--follow-symlinks")
     assert r.exit_code == 0, r.output
     view = manifests.read(out, kind="features")
-    assert view.rejected["path"].tolist() == [f"{WNID}/dangling.png"]
+    rejected = [p for p in view.rejected["path"] if not p.startswith(f"{WNID}/loop/")]  # the cycle's alias rows
+    assert rejected == [f"{WNID}/dangling.png"]
     feats = _features(out)
     np.testing.assert_allclose(feats[f"{WNID}/far.png"], feats[f"{WNID}/far_copy.png"], atol=1e-6)
     assert view.meta["command"]["config"]["follow_symlinks"] is True

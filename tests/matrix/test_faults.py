@@ -7,7 +7,7 @@ row, waits), then calls the ``isood`` entry point. No test hook lives in the pro
 
 | row                        | guard                                                                             |
 |----------------------------|-----------------------------------------------------------------------------------|
-| kill -9 / SIGINT, rerun    | extract: ``featurestore.shards.complete_shard`` (shard key) + ``write_shard`` (rows, then .npy, atomically); build-splits: the same, per feature set; generate-syn: ``generation.outputs.prepare_outputs`` (content keys, valid PNG); evaluate: ``evaluation.capture.OutputCache``; all: ``manifests.store.write_manifest`` writes manifest.json last, ``park`` / ``unpark`` |
+| kill -9 / SIGINT, rerun    | extract: ``featurestore.extraction._reusable`` (content shard key) + ``write_shard`` (rows, then .npy, atomically); build-splits: the same, per feature set; generate-syn: ``generation.outputs.prepare_outputs`` (content keys, valid PNG); evaluate: ``evaluation.capture.OutputCache``; all: ``manifests.store.write_manifest`` writes manifest.json last, ``park`` / ``unpark`` |
 | SIGINT: exit 130, one line | ``isood.cli._app.FriendlyGroup.invoke`` (``except KeyboardInterrupt``)                |
 | second writer refused      | ``isood.runtime.output_lock`` around the stage call in ``isood/cli/*.py``           |
 | disk full / read-only      | ``isood.cli._app.FriendlyGroup.invoke`` (``except OSError`` -> ``os_error_message``) + manifest.json last |
