@@ -57,11 +57,15 @@ def test_list_file_relative_absolute_comments_duplicates_and_missing(tmp_path):
     lst = tmp_path / "d" / "list.txt"
     lst.write_text(f"# comment\n\nn01440764_1.png\n{other}\nn01440764_1.png\ngone.JPEG\n")
     src = list_images(lst)
-    assert src.kind == "list" and src.root == tmp_path / "d"
-    assert src.table["path"].tolist() == sorted([other.as_posix(), "gone.JPEG", "n01440764_1.png"])
-    assert dict(zip(src.table["path"], src.table["wnid"])) == {
-        other.as_posix(): "n02084071", "gone.JPEG": "", "n01440764_1.png": "n01440764"}
-    assert dict(zip(src.table["path"], src.sizes)) == {other.as_posix(): 2, "gone.JPEG": -1, "n01440764_1.png": 1}
+    # one explicit root for every entry: the deepest folder holding the list and what it names (issue 17, S8/S10)
+    assert src.kind == "list" and src.root == tmp_path
+    mine, theirs = "d/n01440764_1.png", "elsewhere/n02084071/a.png"
+    assert src.table["path"].tolist() == sorted([theirs, "d/gone.JPEG", mine])
+    assert dict(zip(src.table["path"], src.table["wnid"])) == {theirs: "n02084071", "d/gone.JPEG": "",
+                                                               mine: "n01440764"}
+    assert dict(zip(src.table["path"], src.sizes)) == {theirs: 2, "d/gone.JPEG": -1, mine: 1}
+    assert list_images(tmp_path / "d" / "only.txt" if (tmp_path / "d" / "only.txt").write_text(
+        "n01440764_1.png\n") else None).root == tmp_path / "d"  # a list naming only its own folder keeps it
 
 
 def test_list_errors_are_one_line(tmp_path):
