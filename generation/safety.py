@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
 
 from isood.errors import BadInputError
+from isood.textio import read_lines
 
 ImageChecker = Callable[[Any, Mapping[str, Any]], Optional[str]]
 
@@ -31,11 +32,7 @@ DEFAULT_BLOCKLIST: tuple[str, ...] = (
 
 def read_blocklist(path: str | Path) -> list[str]:
     """Terms from a file: one per line, blank lines and ``#`` comments ignored."""
-    p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise BadInputError(f"cannot read blocklist file {p} ({e.strerror or e}); pass a text file with one term per line") from None
+    lines = read_lines(path, what="--blocklist")
     return [t for t in (line.split("#", 1)[0].strip() for line in lines) if t]
 
 

@@ -20,6 +20,7 @@ import pandas as pd
 import manifests
 from isood.errors import BadInputError
 from isood.kinds import AUDIT, CLASS_FILTER
+from isood.textio import read_lines
 from wordnet_tools.synsets import NAMED_LISTS, imagenet_names, load_synset_list
 from wordnet_tools.wnids import is_wnid
 
@@ -104,10 +105,7 @@ def labels_from_manifest(root: str | Path) -> pd.DataFrame:
 
 
 def _read_lines(path: Path) -> list[str]:
-    try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise LabelError(f"cannot read labels file {path} ({type(e).__name__}); pass a UTF-8 text file") from None
+    return read_lines(path, what="labels file", error=LabelError)
 
 
 def load_labels(spec: str | Path | None = DEFAULT_LABELS) -> Labels:

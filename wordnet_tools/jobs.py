@@ -21,6 +21,7 @@ import manifests
 from isood.errors import BadInputError
 from isood.kinds import AUDIT, CLASS_FILTER
 from isood.runtime import sha256_bytes
+from isood.textio import read_lines
 from manifests.card_stream import WHOLE_TABLE_ROWS
 from manifests.schema import kind_spec
 from manifests.stream import ParquetStream
@@ -124,8 +125,7 @@ def read_list_file(path: str | os.PathLike) -> list[tuple[int, str]]:
     if not path.is_file():
         raise ClassListError(f"{path}: no such list file (pass a text file of wnids or image paths, or a manifest "
                              "folder with a wnid column)")
-    with path.open(encoding="utf-8", errors="replace") as f:
-        return parse_class_list(f, str(path))
+    return parse_class_list(read_lines(path, error=ClassListError), str(path))
 
 
 def open_audited_table(path: str | os.PathLike) -> tuple[manifests.Manifest, str, list[str]]:

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from isood.ann import BACKENDS
 from isood.defaults import LAID_TRIPLETS, NA_THRESHOLD, N_LEVELS, QUANTILE_CLIP
 from isood.errors import BadInputError
+from isood.textio import read_text
 
 __all__ = ["BuildConfig", "load_build_config", "parse_quantile", "read_toml", "splits_config", "PATH_KEYS"]
 
@@ -89,9 +90,7 @@ def read_toml(config_file: str | os.PathLike) -> dict[str, Any]:
     """The options of a TOML file (keys with _), paths resolved against its folder; unknown keys refused."""
     path = Path(config_file)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BadInputError(f"--config {path}: file not found") from None
+        data = tomllib.loads(read_text(path, what="--config"))
     except tomllib.TOMLDecodeError as e:
         raise BadInputError(f"--config {path}: invalid TOML ({' '.join(str(e).split())})") from None
     if set(data) in ({"build-splits"}, {"build_splits"}):
