@@ -104,6 +104,8 @@ def run_generate_syn(opts: SynOptions, *, engine: BatchEngine | None = None, gen
     out = Path(opts.out)
     check_options(opts, previous_kind=manifests.existing_kind(out), engine=engine.name,
                   custom_generator=generator is not None)
+    if opts.safety_checker and image_checker is None and not opts.prompts_only:
+        load_image_checker(opts.safety_checker)  # an unusable checker is refused before anything is loaded
     notes: list[str] = []
 
     def note(message: str) -> None:
