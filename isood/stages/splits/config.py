@@ -15,13 +15,14 @@ from typing import Any, Mapping
 from isood.ann import BACKENDS
 from isood.defaults import LAID_TRIPLETS, NA_THRESHOLD, N_LEVELS, QUANTILE_CLIP
 from isood.errors import BadInputError
+from isood.grid import check_levels
 from isood.textio import read_text
 
 __all__ = ["BuildConfig", "load_build_config", "parse_quantile", "read_toml", "splits_config", "PATH_KEYS"]
 
 #: Options holding paths (resolved against the TOML file's folder when they come from it).
 PATH_KEYS = ("id", "test", "laid", "class_filter", "out")
-_POSITIVE = ("levels", "na_threshold", "triplets", "batch_size", "shard_size")
+_POSITIVE = ("na_threshold", "triplets", "batch_size", "shard_size")
 _AT_LEAST = {"laid_steps": 1, "workers": 0, "seed": 0}
 
 
@@ -123,6 +124,7 @@ def _check_ann(cfg: BuildConfig) -> None:
 def _check(cfg: BuildConfig) -> BuildConfig:
     """Validate the merged options (one-line errors) and normalise paths to strings."""
     cfg = replace(cfg, clip_quantile=parse_quantile(cfg.clip_quantile))
+    check_levels(cfg.levels)
     for name in _POSITIVE:
         v = getattr(cfg, name)
         if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "na_threshold" else 1):
