@@ -5,7 +5,8 @@ d = 1 - cos.
 :func:`nearest_cosine_distance` returns the distances only; :func:`shift_distances` applies LAID and measures
 both axes; :func:`shift_search` also returns, for a recall-tuned approximate search (``ann_recall``), what it
 achieved (:class:`isood.ann.AnnReport` per axis; :func:`level_agreement` turns one into the fraction of
-held-out images whose level the approximation left unchanged). The search itself (blocked torch, faiss flat,
+held-out images whose level under given edges the approximation left unchanged; ``isood.ann.exact_agreement``
+compares with the levels and edges of an exact build). The search itself (blocked torch, faiss flat,
 IVF; options and their measured defaults) lives in :mod:`isood.ann`: ``backend`` ('auto' = exact, 'torch',
 'faiss-flat', 'faiss-ivf'), ``memory_mb``, ``query_chunk`` / ``reference_chunk``, ``nlist`` / ``nprobe`` /
 ``train_size`` / ``seed`` (IVF), ``ann_recall`` (a target recall@1: approximate search tuned on a sample of
