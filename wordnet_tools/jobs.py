@@ -205,6 +205,7 @@ def run_audit(source: str | os.PathLike, id_classes: str = "1k", *, exclude: Seq
     and, for a graded one, the per-cell and per-level tables. Written as an `audit` manifest when ``out`` is
     given."""
     roots = resolve_exclude(exclude, preset)
+    listed = None if _is_manifest(source) else read_list_file(source)  # a bad list fails before WordNet loads
     ids = load_synset_list(id_classes)
     h, names = load_hierarchy(), imagenet_names()
     config = {"list": str(source), "id": id_classes, "exclude": roots, "preset": preset if exclude is None else None}
@@ -220,7 +221,6 @@ def run_audit(source: str | os.PathLike, id_classes: str = "1k", *, exclude: Seq
         config["source_kind"] = m.kind
         source_input = manifests.input_record("source", source, sha256=m.content_sha256)
     else:
-        listed = read_list_file(source)
         table, entries = audit_classes(listed, ids, h, exclude=roots, fallback_names=names), len(listed)
         config["source_kind"] = "list"
         source_input = manifests.input_record("list", source)

@@ -38,14 +38,14 @@ from isood.ann.ivf import (DEFAULT_NPROBE, QUERY_CHUNK, IVFIndex, ProbePlan, bui
                            scan_lists)
 from isood.ann.search import (BACKENDS, ChunkedSearch, SearchOptions, chunk_options, resolve_backend, search,
                               search_faiss_ivf, search_report)
-from isood.ann.tune import (DEFAULT_SAMPLE, MAX_SCAN_FRACTION, AnnReport, Fix, IvfChunks, TunedSearch, probe_ladder,
-                            reachable_target, sample_rows, search_tuned, tune_plan)
+from isood.ann.tune import (DEFAULT_SAMPLE, MAX_SCAN_FRACTION, AnnReport, Fix, IvfChunks, RecallOutOfReach, TunedSearch,
+                            probe_ladder, reachable_target, sample_rows, search_tuned, tune_plan)
 
 __all__ = [
     "BACKENDS", "DEFAULT_NPROBE", "DEFAULT_MEMORY_MB", "DEFAULT_SAMPLE", "MAX_SCAN_FRACTION", "QUERY_CHUNK",
-    "SearchOptions", "AnnReport", "IVFIndex", "ProbePlan", "default_nlist", "block_sizes", "resolve_backend", "search",
-    "search_report", "search_torch", "search_faiss_flat", "search_faiss_ivf", "build_ivf", "ivf_search", "probe",
-    "scan_lists", "probe_ladder", "sample_rows", "search_tuned", "tune_plan", "ChunkedSearch", "chunk_options",
-    "TunedSearch", "IvfChunks", "Fix", "reachable_target", "Agreement", "AGREEMENT_CONFIDENCE", "AGREEMENT_RESAMPLES",
-    "estimate_exact_edges", "exact_agreement", "held_out_distances",
+    "SearchOptions", "AnnReport", "IVFIndex", "ProbePlan", "default_nlist", "block_sizes", "resolve_backend",
+    "search", "search_report", "search_torch", "search_faiss_flat", "search_faiss_ivf", "build_ivf", "ivf_search",
+    "probe", "scan_lists", "probe_ladder", "sample_rows", "search_tuned", "tune_plan", "ChunkedSearch",
+    "chunk_options", "TunedSearch", "IvfChunks", "Fix", "RecallOutOfReach", "reachable_target", "Agreement",
+    "AGREEMENT_CONFIDENCE", "AGREEMENT_RESAMPLES", "estimate_exact_edges", "exact_agreement", "held_out_distances",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from isood.ann.ivf import QUERY_CHUNK, IVFIndex, ProbePlan, build_ivf, ivf_searc
 from isood.errors import BadInputError
 
 __all__ = ["AnnReport", "MAX_SCAN_FRACTION", "DEFAULT_SAMPLE", "Fix", "IvfChunks", "TunedSearch", "probe_ladder",
-           "reachable_target", "sample_rows", "search_tuned", "tune_plan"]
+           "RecallOutOfReach", "reachable_target", "sample_rows", "search_tuned", "tune_plan"]
 
 #: A plan may probe at most this fraction of the lists (a wider scan is no faster than exact search).
 MAX_SCAN_FRACTION = 0.125
@@ -130,15 +130,33 @@ def tune_plan(index: IVFIndex, query: np.ndarray, exact_rows: np.ndarray, *, rec
                 reached = float(np.where(m < margin, rank < p2, hit1).mean())
                 best = (cost, ProbePlan(p1, p2, margin), reached)
     if best is None:
-        reached = float(np.mean(rank < limit))
-        top = reachable_target(reached, n)
-        what = (f"pass --ann-recall {top:.4f} or lower" if top > 0 else "search exactly (no --ann-recall)")
-        raise BadInputError(
+        raise RecallOutOfReach(recall, need, {"": float(np.mean(rank < limit))}, n, limit, index.nlist)
+    return best[1], best[2]
+
+
+class RecallOutOfReach(BadInputError):
+    """A recall target no probe plan reaches, in one line: the recall@1 it needs on the ``n`` tuning queries,
+    the best reached there (per axis: ``reached``, '' for a single search), probing ``limit`` of ``nlist``
+    lists, and the highest target that every axis reaches (:func:`reachable_target`). :meth:`combine` joins the
+    refusals of the axes of one shift search."""
+
+    def __init__(self, recall: float, need: float, reached: dict[str, float], n: int, limit: int, nlist: int):
+        self.recall, self.need, self.reached, self.n, self.limit, self.nlist = recall, need, reached, n, limit, nlist
+        top = reachable_target(min(reached.values()), n)
+        what = f"pass --ann-recall {top:.4f} or lower" if top > 0 else "search exactly (no --ann-recall)"
+        shown = " / ".join(f"{axis} {r:.4f}" if axis else f"{r:.4f}" for axis, r in reached.items())
+        super().__init__(
             f"--ann-recall {recall:g} is out of reach: on the {n} tuning queries it needs recall@1 >= {need:.4f} "
             f"(the target plus one standard error, so that it holds beyond the sample) and the best plan, probing "
-            f"{limit} of {index.nlist} lists (beyond that exact search is as fast), reaches {reached:.4f}; {what} "
+            f"{limit} of {nlist} lists (beyond that exact search is as fast), reaches {shown}; {what} "
             "(ann_recall in the API)")
-    return best[1], best[2]
+
+    @classmethod
+    def combine(cls, errors: Mapping[str, "RecallOutOfReach"]) -> "RecallOutOfReach":
+        """One refusal for the axes (name -> refusal) of one search (same target and tuning queries)."""
+        first = next(iter(errors.values()))
+        reached = {axis: min(e.reached.values()) for axis, e in errors.items()}
+        return cls(first.recall, first.need, reached, first.n, first.limit, first.nlist)
 
 
 def _needed(recall: float, n: int) -> float:
