@@ -384,13 +384,14 @@ def test_every_kind_exports_or_is_refused_in_one_line(kind, exportable, cli, tmp
 # ====================================================================== T7, T8, floats: generate-syn options
 @pytest.fixture
 def nothing_loads(monkeypatch):
-    """generate-syn's inputs must not be loaded (the run is refused before)."""
+    """generate-syn's inputs must not be loaded, nor Ray imported (the run is refused before)."""
     import generation.syn.stage as stage
 
     def loaded(*args, **kwargs):
         raise AssertionError("the inputs were loaded before the options were checked")
 
     monkeypatch.setattr(stage, "load_inputs", loaded)
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails: a cluster would start here
 
 
 SYN_ROWS = [  # (extra arguments, substrings of the one line); guard in the id
@@ -433,8 +434,9 @@ def test_build_splits_float_options_refuse_nan_and_inf(extra, names, cli, tmp_pa
 
 
 @pytest.mark.parametrize("value", ["nan", "inf"])
-def test_extract_ray_gpus_refuse_nan_and_inf(value, tiny_images, tiny_clip_spec, cli, tmp_path):
-    """Guard: isood.engines.ray.RayOptions (nan passed `< 0`)."""
+def test_extract_ray_gpus_refuse_nan_and_inf(value, tiny_images, tiny_clip_spec, cli, tmp_path, monkeypatch):
+    """Guard: isood.engines.ray.RayOptions (nan passed `< 0`; inf started a Ray cluster, then found no GPUs)."""
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails: refused before a cluster starts
     line = cli.one_line_error(cli.invoke(["extract", "--images", tiny_images, "--clip", tiny_clip_spec, "--out",
                                           tmp_path / "out", "--engine", "ray", "--num-gpus-per-worker", value]))
     assert "--num-gpus-per-worker" in line and value in line, line
