@@ -36,9 +36,9 @@ from isood.errors import BadInputError, IsoodError, MissingWeightsError
 from isood.runtime import BatchEngine, LocalEngine, explicit_device, one_line, progress_bar, resolve_device
 
 __all__ = [
-    "DEFAULT_PIPELINE", "LOCAL_PREFIX", "MAX_SIZE", "BATCH_COLUMNS", "GeneratorSettings", "dtype_for", "quiet_libraries",
-    "load_pipeline", "generator_fingerprint", "expected_fingerprint", "fingerprint_of", "plan_fingerprint", "SDXLGenerator",
-    "GeneratorWorker", "plan_batches", "generate_images",
+    "DEFAULT_PIPELINE", "LOCAL_PREFIX", "MAX_SIZE", "BATCH_COLUMNS", "GeneratorSettings", "dtype_for",
+    "quiet_libraries", "load_pipeline", "generator_fingerprint", "expected_fingerprint", "fingerprint_of",
+    "plan_fingerprint", "SDXLGenerator", "GeneratorWorker", "plan_batches", "generate_images",
 ]
 
 LOCAL_PREFIX = "local-dir:"

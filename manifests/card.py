@@ -36,8 +36,9 @@ from isood.runtime import atomic_write_bytes, sha256_bytes
 from manifests.schema import CardSpec, kind_spec
 from manifests.store import MANIFEST_FILE, Manifest, parquet_bytes, read, write_manifest
 
-__all__ = ["CARD_FILE", "CONFIGS_DIR", "FEATURES_PREFIX", "is_feature_file", "ConfigLayout", "config_layout", "dataset_card", "write_with_card", "add_card",
-           "markdown_table", "split_name", "card_spec", "card_frames", "allowed_splits", "plan_configs",
+__all__ = ["CARD_FILE", "CONFIGS_DIR", "FEATURES_PREFIX", "is_feature_file", "ConfigLayout", "config_layout",
+           "dataset_card", "write_with_card", "add_card", "markdown_table", "split_name", "card_spec", "card_frames",
+           "allowed_splits", "plan_configs",
            "add_other_tables"]
 
 CARD_FILE = "README.md"

@@ -9,10 +9,11 @@
    glob-escaped), but the feature shards (`manifests.card.is_feature_file`: build-splits' `features-id/` and
    `features-test/` sub-manifests, ~24 GB of test features at IS-OOD's size, and any `.npy` array) unless
    `include_features=True` (`--include-features`; a feature set, whose shards are its content, is refused
-   without it); the dataset card says which files are feature shards, and the plan lists what it leaves out; in one commit whose message holds the dataset version. Folders above `LARGE_UPLOAD_BYTES` or
-   `LARGE_UPLOAD_FILES` go in resumable batches (`upload_large_folder` where the installed huggingface_hub has it;
-   newer releases batch inside `upload_folder`), and then manifest.json lands last in its own commit carrying the
-   version, so the tagged revision is always complete;
+   without it; the dataset card says which files are feature shards, and the plan lists what it leaves out), in
+   one commit whose message holds the dataset version. Folders above `LARGE_UPLOAD_BYTES` or `LARGE_UPLOAD_FILES`
+   go in resumable batches (`upload_large_folder` where the installed huggingface_hub has it; newer releases
+   batch inside `upload_folder`), and then manifest.json lands last in its own commit carrying the version, so
+   the tagged revision is always complete;
 4. `create_tag` with the dataset version (`v1.2.0`, or `tag=`) on that commit.
 
 The token comes from huggingface_hub's usual sources (the `HF_TOKEN` variable or the `hf auth login` file), or,
