@@ -20,8 +20,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
-from isood.errors import BadInputError
-from isood.runtime import TMP_PREFIX, atomic_write_bytes, remove_temporaries, sha256_bytes, sha256_file
+from isood.errors import BadInputError, IsoodError
+from isood.runtime import TMP_PREFIX, atomic_write_bytes, one_line, remove_temporaries, sha256_bytes, sha256_file
 
 __all__ = [
     "STATE_FILE", "STATE_FORMAT", "REJECT_SUFFIX", "png_bytes", "is_valid_image", "reject_marker", "content_key",
@@ -155,7 +155,12 @@ def write_image(root: str | Path, row: Mapping[str, Any], image, flag: str | Non
     its text chunks); rejected (``flag`` from the pipeline, or ``image_checker(image, row)``) -> a marker with
     the reason. Returns ``(sha256 or '', reason or '')``."""
     p = Path(root) / row["path"]
-    reason = flag or (image_checker(image, dict(row)) if image_checker is not None else None)
+    try:
+        reason = flag or (image_checker(image, dict(row)) if image_checker is not None else None)
+    except Exception as e:  # the user's checker: its failure is a one-line error naming it and the image
+        name = getattr(image_checker, "__name__", type(image_checker).__name__)
+        raise IsoodError(f"the safety checker {name} failed on {row['path']} ({type(e).__name__}: {one_line(e)}); "
+                         "fix the checker or pass another --safety-checker") from None
     if reason:
         atomic_write_bytes(reject_marker(p), str(reason).encode())
         return "", str(reason)

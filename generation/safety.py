@@ -13,11 +13,14 @@ returning a rejection reason (or None to accept); ``item`` holds the image's row
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
 
 from isood.errors import BadInputError
+from isood.runtime import one_line
+from isood.textio import read_lines
 
 ImageChecker = Callable[[Any, Mapping[str, Any]], Optional[str]]
 
@@ -31,11 +34,7 @@ DEFAULT_BLOCKLIST: tuple[str, ...] = (
 
 def read_blocklist(path: str | Path) -> list[str]:
     """Terms from a file: one per line, blank lines and ``#`` comments ignored."""
-    p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise BadInputError(f"cannot read blocklist file {p} ({e.strerror or e}); pass a text file with one term per line") from None
+    lines = read_lines(path, what="--blocklist")
     return [t for t in (line.split("#", 1)[0].strip() for line in lines) if t]
 
 
@@ -69,14 +68,26 @@ class PromptBlocklist:
 
 
 def load_image_checker(spec: str) -> ImageChecker:
-    """Import ``package.module:function`` (a callable ``(image, item) -> reason | None``)."""
+    """Import ``package.module:function`` (a callable ``(image, item) -> reason | None``); a name that does not
+    import, or names something that is not callable with ``(image, item)`` (e.g. ``os:getcwd``), is a one-line
+    ``BadInputError``. Callables whose signature Python cannot tell (some built-ins) are taken as given."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise BadInputError(f"--safety-checker {spec!r} must look like package.module:function")
     try:
         obj = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise BadInputError(f"cannot import safety checker {spec!r} ({e}); pass an importable package.module:function") from None
+    except Exception as e:  # ImportError, AttributeError, or whatever the module's own code raises on import
+        raise BadInputError(f"cannot import safety checker {spec!r} ({one_line(e)}); pass an importable "
+                            "package.module:function") from None
     if not callable(obj):
         raise BadInputError(f"safety checker {spec!r} is not callable; pass a function (image, item) -> reason or None")
+    try:
+        signature = inspect.signature(obj)
+    except (TypeError, ValueError):  # no signature to check (some built-ins)
+        return obj
+    try:
+        signature.bind(None, {})
+    except TypeError:
+        raise BadInputError(f"safety checker {spec!r} takes {signature}, not (image, item); pass a function "
+                            "(image, item) -> reason or None") from None
     return obj

@@ -18,6 +18,8 @@ called once per plan slice), so :func:`generate_images` runs in this process (``
 
 from __future__ import annotations
 
+import contextlib
+import math
 import time
 import warnings
 from dataclasses import dataclass, replace
@@ -35,13 +37,15 @@ from isood.errors import BadInputError, IsoodError, MissingWeightsError
 from isood.runtime import BatchEngine, LocalEngine, explicit_device, one_line, progress_bar, resolve_device
 
 __all__ = [
-    "DEFAULT_PIPELINE", "LOCAL_PREFIX", "BATCH_COLUMNS", "GeneratorSettings", "dtype_for", "load_pipeline",
-    "pipeline_weights", "generator_fingerprint", "expected_fingerprint", "fingerprint_of", "plan_fingerprint",
-    "SDXLGenerator",
-    "GeneratorWorker", "plan_batches", "generate_images",
+    "DEFAULT_PIPELINE", "LOCAL_PREFIX", "MAX_SIZE", "BATCH_COLUMNS", "GeneratorSettings", "dtype_for",
+    "quiet_libraries", "load_pipeline", "pipeline_weights", "generator_fingerprint", "expected_fingerprint",
+    "fingerprint_of", "plan_fingerprint", "SDXLGenerator", "GeneratorWorker", "plan_batches", "generate_images",
 ]
 
 LOCAL_PREFIX = "local-dir:"
+#: The largest --size: 8x SDXL-Turbo's 512 and 4x SDXL's 1024 (a 4096 x 4096 image already needs ~10 GB of
+#: VAE activations; 100000 would ask for tens of GB before the first step).
+MAX_SIZE = 4096
 
 
 @dataclass(frozen=True)
@@ -58,8 +62,12 @@ class GeneratorSettings:
     def __post_init__(self) -> None:
         if self.steps < 1:
             raise BadInputError(f"--steps must be >= 1, got {self.steps}")
-        if self.size < 8 or self.size % 8:
-            raise BadInputError(f"--size must be a positive multiple of 8 (SDXL latents are 1/8 scale), got {self.size}")
+        if self.size < 8 or self.size > MAX_SIZE or self.size % 8:
+            raise BadInputError(f"--size must be a multiple of 8 from 8 to {MAX_SIZE} (SDXL latents are 1/8 scale; "
+                                f"SDXL-Turbo is made for 512, SDXL for 1024), got {self.size}")
+        if not math.isfinite(self.guidance_scale) or self.guidance_scale < 0:
+            raise BadInputError(f"--guidance-scale must be a finite number >= 0 (SDXL-Turbo: 0), got "
+                                f"{self.guidance_scale}")
         if self.batch_size < 1:
             raise BadInputError(f"--batch-size must be >= 1, got {self.batch_size}")
 
@@ -83,6 +91,34 @@ def _local_kwargs(spec: str, cuda: bool) -> tuple[str, dict[str, Any]]:
     return str(path), kwargs
 
 
+@contextlib.contextmanager
+def quiet_libraries() -> Iterator[None]:
+    """diffusers' and transformers' log lines below errors, their progress bars ("Loading pipeline
+    components", "Loading weights") and Python warnings are silenced inside, so that only isood's lines and bars
+    reach the terminal (their errors still raise); the libraries' settings are restored on the way out."""
+    from diffusers.utils import logging as diffusers_logging
+
+    libs = [diffusers_logging]
+    try:
+        from transformers.utils import logging as transformers_logging
+
+        libs.append(transformers_logging)
+    except ImportError:  # pragma: no cover - transformers comes with every SDXL pipeline
+        pass
+    saved = [(lib, lib.get_verbosity(), lib.is_progress_bar_enabled()) for lib in libs]
+    for lib in libs:
+        lib.set_verbosity_error()
+        lib.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lib, verbosity, bar in saved:
+            lib.set_verbosity(verbosity)
+            (lib.enable_progress_bar if bar else lib.disable_progress_bar)()
+
+
 def load_pipeline(spec: str = DEFAULT_PIPELINE, device: str | None = None):
     """A diffusers text-to-image pipeline on ``device`` (fp16 on CUDA). Missing/offline weights ->
     :class:`MissingWeightsError` in one line naming ``--pipeline local-dir:PATH``."""
@@ -96,8 +132,7 @@ def load_pipeline(spec: str = DEFAULT_PIPELINE, device: str | None = None):
     else:
         source, kwargs = spec, ({"variant": "fp16"} if cuda else {})
     try:
-        with warnings.catch_warnings():  # newer diffusers rename torch_dtype to dtype; older ones only know torch_dtype
-            warnings.filterwarnings("ignore", message=".*torch_dtype.*", category=FutureWarning)
+        with quiet_libraries():  # e.g. newer diffusers rename torch_dtype to dtype; older ones only know torch_dtype
             pipe = AutoPipelineForText2Image.from_pretrained(source, torch_dtype=dtype_for(device), **kwargs)
     except (MemoryError, torch.OutOfMemoryError):
         raise
@@ -231,8 +266,10 @@ class SDXLGenerator:
         s = self.settings
         generators = [torch.Generator("cpu").manual_seed(int(seed)) for seed in seeds]
         self.calls += 1
-        out = self.pipe(prompt=list(prompts), negative_prompt=list(negative_prompts), num_inference_steps=s.steps,
-                        guidance_scale=s.guidance_scale, height=s.size, width=s.size, generator=generators)
+        with quiet_libraries():
+            out = self.pipe(prompt=list(prompts), negative_prompt=list(negative_prompts),
+                            num_inference_steps=s.steps, guidance_scale=s.guidance_scale, height=s.size, width=s.size,
+                            generator=generators)
         flags = getattr(out, "nsfw_content_detected", None) or [False] * len(out.images)
         return [(img, "pipeline safety checker" if flag else None) for img, flag in zip(out.images, flags)]
 

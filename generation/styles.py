@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from isood.errors import BadInputError
+from isood.textio import read_text
 
 SLOT = "{prompt}"
 
@@ -118,14 +119,12 @@ def builtin_styles() -> dict[str, Style]:
 def parse_style_file(path: str | Path) -> list[Style]:
     """Read a standard SDXL style file (JSON list of {name, prompt, negative_prompt})."""
     path = Path(path)
+    if not path.exists():
+        raise StyleError(f"style file {path} does not exist; pass --styles sdxl or an existing FILE.json")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise StyleError(f"style file {path} does not exist; pass --styles sdxl or an existing FILE.json") from None
+        data = json.loads(read_text(path, what="style file", error=StyleError))
     except json.JSONDecodeError as e:
         raise StyleError(f"style file {path} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise StyleError(f"style file {path} cannot be read ({e})") from None
     if not isinstance(data, list) or not data:
         raise StyleError(
             f"style file {path} must hold a non-empty JSON list of {{name, prompt, negative_prompt}} objects"

@@ -11,13 +11,16 @@ import os
 from pathlib import Path
 
 __all__ = [
-    "N_LEVELS", "NA_THRESHOLD", "QUANTILE_CLIP", "OOD_LABEL", "WORDNET_EXCLUDE", "DEFAULT_DETECTORS", "DEFAULT_CLIP",
-    "DEFAULT_PIPELINE", "LAID_TRIPLETS", "DEFAULT_VERIFY",
+    "N_LEVELS", "MAX_LEVELS", "NA_THRESHOLD", "QUANTILE_CLIP", "OOD_LABEL", "WORDNET_EXCLUDE", "DEFAULT_DETECTORS",
+    "DEFAULT_CLIP", "DEFAULT_PIPELINE", "LAID_TRIPLETS", "DEFAULT_VERIFY",
     "ENV_CACHE_DIR", "ENV_WORDNET_DIR", "cache_dir", "wordnet_dir_override",
 ]
 
 #: Shift levels per axis of the IS-OOD grid (cells ``cov_{c}_sem_{s}``, 0-based).
 N_LEVELS = 8
+#: The most levels per axis a command takes: 32 x 32 = 1024 cells (IS-OOD uses 8 x 8); finer grids leave most
+#: cells under the N/A threshold even for millions of images, and an import or export writes a list per cell.
+MAX_LEVELS = 32
 #: A cell with fewer images than this is N/A (IS-OOD).
 NA_THRESHOLD = 10
 #: Quantiles of the shift values that bound the level range (outliers fold into the end levels).

@@ -56,6 +56,7 @@ from isood.errors import BadInputError
 from isood.image_tensors import (Drafted, TensorPreprocess, decode_jpeg_bytes, draft_size, jpeg_header,
                                  tensor_decodes, tensor_preprocess)
 from isood.runtime import one_line, sha256_bytes, sha256_file
+from isood.textio import read_lines
 from manifests.paths import is_inside
 from wordnet_tools.wnids import wnid_from_path
 
@@ -274,11 +275,7 @@ def _refusals(root: Path, rels: Sequence[str], files: Sequence[Path], follow_sym
 
 
 def _read_list(src: Path) -> list[str]:
-    try:
-        return src.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise BadInputError(f"image list {src} is not UTF-8 text ({e.reason} at byte {e.start}); pass a dataset "
-                            "root or a UTF-8 file list, one path per line") from None
+    return read_lines(src, what="image list")
 
 
 def list_images(src: str | os.PathLike, *, follow_symlinks: bool = False) -> ImageSource:

@@ -155,8 +155,9 @@ class SplitsView(GridView):
     @property
     def ann(self) -> dict | None:
         """How the shifts were searched when build-splits ran with --ann-recall (approximate, tuned): target
-        recall, achieved recall@1 on held-out images and level agreement per axis, cell agreement, chosen
-        parameters (``isood.stages.splits.ann_summary``); None for exact search or an import."""
+        recall, achieved recall@1 on held-out images, the estimated share of images whose level (per axis) and
+        cell equal an exact build's with a confidence interval, chosen parameters
+        (``isood.stages.splits.ann_summary``); None for exact search or an import."""
         return self.field("ann")
 
 

@@ -21,6 +21,7 @@ import manifests
 from isood.defaults import DEFAULT_VERIFY
 from isood.errors import BadInputError
 from isood.kinds import AUDIT, CLASS_FILTER
+from isood.textio import read_lines
 from wordnet_tools.synsets import NAMED_LISTS, imagenet_names, load_synset_list
 from wordnet_tools.wnids import is_wnid
 
@@ -105,10 +106,7 @@ def labels_from_manifest(root: str | Path, *, verify: str | None = DEFAULT_VERIF
 
 
 def _read_lines(path: Path) -> list[str]:
-    try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise LabelError(f"cannot read labels file {path} ({type(e).__name__}); pass a UTF-8 text file") from None
+    return read_lines(path, what="labels file", error=LabelError)
 
 
 def load_labels(spec: str | Path | None = DEFAULT_LABELS, *, verify: str | None = DEFAULT_VERIFY) -> Labels:

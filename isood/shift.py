@@ -5,7 +5,8 @@ d = 1 - cos.
 :func:`nearest_cosine_distance` returns the distances only; :func:`shift_distances` applies LAID and measures
 both axes; :func:`shift_search` also returns, for a recall-tuned approximate search (``ann_recall``), what it
 achieved (:class:`isood.ann.AnnReport` per axis; :func:`level_agreement` turns one into the fraction of
-held-out images whose level the approximation left unchanged). The search itself (blocked torch, faiss flat,
+held-out images whose level under given edges the approximation left unchanged; ``isood.ann.exact_agreement``
+compares with the levels and edges of an exact build). The search itself (blocked torch, faiss flat,
 IVF; options and their measured defaults) lives in :mod:`isood.ann`: ``backend`` ('auto' = exact, 'torch',
 'faiss-flat', 'faiss-ivf'), ``memory_mb``, ``query_chunk`` / ``reference_chunk``, ``nlist`` / ``nprobe`` /
 ``train_size`` / ``seed`` (IVF), ``ann_recall`` (a target recall@1: approximate search tuned on a sample of
@@ -33,8 +34,8 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 
-from isood.ann import (DEFAULT_MEMORY_MB, DEFAULT_SAMPLE, QUERY_CHUNK, AnnReport, ChunkedSearch, SearchOptions,
-                       sample_rows, search_report)
+from isood.ann import (DEFAULT_MEMORY_MB, DEFAULT_SAMPLE, QUERY_CHUNK, AnnReport, ChunkedSearch, RecallOutOfReach,
+                       SearchOptions, sample_rows, search_report)
 from isood.arrays import as_array, l2_normalise
 from isood.errors import BadInputError
 from isood.grid import bin_with_edges
@@ -360,8 +361,15 @@ class ShiftStream:
         if self.n_test == 0:
             return ShiftSearch(np.empty(0, np.float32), np.empty(0, np.float32), None)
         samples = self._gather(chunks()) if self.rows is not None else [None, None]
-        searches = [ChunkedSearch(r, self.options, n_query=self.n_test, sample=smp, rows=self.rows,
-                                  block_rows=self.block_rows) for r, smp in zip(self.reference, samples)]
+        searches, refused = [], {}
+        for axis, r, smp in zip(("sem", "cov"), self.reference, samples):
+            try:
+                searches.append(ChunkedSearch(r, self.options, n_query=self.n_test, sample=smp, rows=self.rows,
+                                              block_rows=self.block_rows))
+            except RecallOutOfReach as e:  # tune the other axis too: one refusal, with a target both reach
+                refused[axis] = e
+        if refused:
+            raise RecallOutOfReach.combine(refused)
         sims = [np.empty(self.n_test, np.float32) for _ in searches]
         for start, block in self._blocks(chunks()):
             for search, out, half in zip(searches, sims, laid_halves(block, self.laid, block_rows=self.block_rows)):

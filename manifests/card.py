@@ -38,10 +38,22 @@ from manifests.output import writing
 from manifests.schema import CardSpec, kind_spec
 from manifests.store import MANIFEST_FILE, Manifest, parquet_bytes, read, write_manifest
 
-__all__ = ["CARD_FILE", "CONFIGS_DIR", "ConfigLayout", "config_layout", "dataset_card", "write_with_card", "add_card",
-           "markdown_table", "split_name", "card_spec", "card_frames", "allowed_splits", "plan_configs",
+__all__ = ["CARD_FILE", "CONFIGS_DIR", "FEATURES_PREFIX", "is_feature_file", "ConfigLayout", "config_layout",
+           "dataset_card", "write_with_card", "add_card", "markdown_table", "split_name", "card_spec", "card_frames",
+           "allowed_splits", "plan_configs",
            "add_other_tables"]
 
+#: Feature shards a manifest may hold (build-splits' ``features-id/`` and ``features-test/`` sub-manifests, any
+#: ``.npy`` array): large (~24 GB of test features at IS-OOD's size) and derived, so `isood publish` leaves them
+#: out unless asked (``--include-features``), and the card says so.
+FEATURES_PREFIX = "features-"
+
+
+def is_feature_file(path: str) -> bool:
+    """Whether a manifest file (relative path) is a feature shard: inside a top-level ``features-*/`` folder, or
+    a ``.npy`` array."""
+    parts = path.split("/")
+    return (len(parts) > 1 and parts[0].startswith(FEATURES_PREFIX)) or parts[-1].endswith(".npy")
 _SPLIT_RE = re.compile(r"^\w+(\.\w+)*$")  # what `datasets` accepts as a split or config name
 
 
@@ -289,10 +301,16 @@ def _provenance_sections(meta: Mapping[str, Any]) -> list[str]:
         )))
     files = [r for r in meta.get("files", []) if r["path"] != CARD_FILE]
     if files:
-        shown = [r for r in files if not r["path"].startswith(CONFIGS_DIR + "/")]
+        shown = [r for r in files if not r["path"].startswith(CONFIGS_DIR + "/") and not is_feature_file(r["path"])]
+        features = [r for r in files if is_feature_file(r["path"])]
+        folders = sorted({r["path"].split("/")[0] + "/" if "/" in r["path"] else r["path"] for r in features})
+        note = ("" if not features else
+                f" {len(features)} of them are feature shards ({sum(int(r['bytes']) for r in features):,} bytes: "
+                f"{', '.join(folders[:4])}{', ...' if len(folders) > 4 else ''}), not in the table: `isood publish` "
+                "uploads them only with `--include-features`.")
         parts.append(
             f"### Files\n\n{len(files)} files, every sha256 in `{MANIFEST_FILE}` (`isood verify DIR` rechecks "
-            f"them; the per-config copies under `{CONFIGS_DIR}/` are listed there too).\n\n"
+            f"them; the per-config copies under `{CONFIGS_DIR}/` are listed there too).{note}\n\n"
             + markdown_table(pd.DataFrame([{"path": r["path"], "bytes": r["bytes"], "sha256": r["sha256"]} for r in shown]))
         )
     changelog = meta.get("changelog") or []

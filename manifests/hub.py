@@ -6,10 +6,14 @@
    dataset card (README.md: run `isood card DIR`);
 2. `HfApi.create_repo(repo_type="dataset", exist_ok=True, private=...)`;
 3. uploads exactly the files manifest.json lists, plus manifest.json itself (`allow_patterns` = those paths,
-   glob-escaped), in one commit whose message holds the dataset version. Folders above `LARGE_UPLOAD_BYTES` or
-   `LARGE_UPLOAD_FILES` go in resumable batches (`upload_large_folder` where the installed huggingface_hub has it;
-   newer releases batch inside `upload_folder`), and then manifest.json lands last in its own commit carrying the
-   version, so the tagged revision is always complete;
+   glob-escaped), but the feature shards (`manifests.card.is_feature_file`: build-splits' `features-id/` and
+   `features-test/` sub-manifests, ~24 GB of test features at IS-OOD's size, and any `.npy` array) unless
+   `include_features=True` (`--include-features`; a feature set, whose shards are its content, is refused
+   without it; the dataset card says which files are feature shards, and the plan lists what it leaves out), in
+   one commit whose message holds the dataset version. Folders above `LARGE_UPLOAD_BYTES` or `LARGE_UPLOAD_FILES`
+   go in resumable batches (`upload_large_folder` where the installed huggingface_hub has it; newer releases
+   batch inside `upload_folder`), and then manifest.json lands last in its own commit carrying the version, so
+   the tagged revision is always complete;
 4. `create_tag` with the dataset version (`v1.2.0`, or `tag=`) on that commit.
 
 The token comes from huggingface_hub's usual sources (the `HF_TOKEN` variable or the `hf auth login` file), or,
@@ -35,7 +39,7 @@ from typing import Any, Callable
 
 from isood.errors import IsoodError
 from isood.runtime import TMP_PREFIX, one_line
-from manifests.card import CARD_FILE
+from manifests.card import CARD_FILE, is_feature_file
 from manifests.store import MANIFEST_FILE, read
 from manifests.verify import verify
 
@@ -63,6 +67,7 @@ class PublishPlan:
     tag: str
     large: bool
     private: bool = False
+    left_out: list[tuple[str, int]] = field(default_factory=list)  # feature shards not uploaded (path, bytes)
 
     @property
     def total_bytes(self) -> int:
@@ -74,7 +79,18 @@ class PublishPlan:
         out.append(f"{len(self.files)} files, {self.total_bytes:,} bytes -> dataset {self.repo_id} "
                    f"({'private' if self.private else 'public'}), tag {self.tag}"
                    + (", resumable batched upload" if self.large else ", one commit"))
+        if self.left_out:
+            out.append(self.left_out_line())
         return out
+
+    def left_out_line(self) -> str:
+        """What the plan leaves out, in one line ('' when nothing)."""
+        if not self.left_out:
+            return ""
+        folders = sorted({p.split("/")[0] + "/" if "/" in p else p for p, _ in self.left_out})
+        return (f"left out: {len(self.left_out)} feature files, {sum(s for _, s in self.left_out):,} bytes "
+                f"({', '.join(folders[:4])}{', ...' if len(folders) > 4 else ''}); pass --include-features to "
+                "upload them")
 
 
 @dataclass
@@ -111,8 +127,10 @@ def make_api(token: str | None = None) -> Any:
     return HfApi(token=token)
 
 
-def plan(root: str | os.PathLike, repo_id: str, *, private: bool = False, tag: str | None = None) -> PublishPlan:
-    """Check the manifest and the repo id and say what would be uploaded (no network)."""
+def plan(root: str | os.PathLike, repo_id: str, *, private: bool = False, tag: str | None = None,
+         include_features: bool = False) -> PublishPlan:
+    """Check the manifest and the repo id and say what would be uploaded (no network): every listed file but the
+    feature shards (unless ``include_features``), and manifest.json."""
     root = Path(root)
     _check_repo_id(repo_id)
     report = verify(root)
@@ -131,6 +149,13 @@ def plan(root: str | os.PathLike, repo_id: str, *, private: bool = False, tag: s
         raise PublishError(f"{root}: no dataset card ({CARD_FILE}); run `isood card {root}` first so the Hub and "
                            "`datasets` see its configs")
     files = sorted((p, int(rec.get("bytes", m.path(p).stat().st_size))) for p, rec in listed.items())
+    left_out = [] if include_features else [(p, s) for p, s in files if is_feature_file(p)]
+    if any("/" not in p for p, _ in left_out):  # shards at the top: a feature set (isood extract), not a grid
+        raise PublishError(f"{root} is a {m.kind!r} manifest whose feature shards are its content "
+                           f"({len(left_out)} files, {sum(s for _, s in left_out):,} bytes); pass --include-features "
+                           "to publish them")
+    dropped = {p for p, _ in left_out}
+    files = [(p, s) for p, s in files if p not in dropped]
     files.append((MANIFEST_FILE, (root / MANIFEST_FILE).stat().st_size))
     version = m.dataset_version
     note = (m.meta.get("changelog") or [{}])[-1].get("note", "")
@@ -140,7 +165,7 @@ def plan(root: str | os.PathLike, repo_id: str, *, private: bool = False, tag: s
         commit_message=f"isood {m.kind} manifest v{version}",
         commit_description=f"dataset version {version}; content sha256 {m.meta.get('content_sha256', '?')}"
         + (f"; {note}" if note else ""),
-        tag=tag or f"v{version}", large=large, private=private,
+        tag=tag or f"v{version}", large=large, private=private, left_out=left_out,
     )
 
 
@@ -222,9 +247,10 @@ def publish(
     token_from_env: bool = False,
     api: Any = None,
     echo: Callable[[str], None] = print,
+    include_features: bool = False,
 ) -> PublishPlan | PublishResult:
     """Publish a verified manifest directory (see the module docstring). Returns the plan on a dry run."""
-    p = plan(root, repo_id, private=private, tag=tag)
+    p = plan(root, repo_id, private=private, tag=tag, include_features=include_features)
     if dry_run:
         return p
     if token_from_env:
@@ -246,6 +272,8 @@ def publish(
         api = call("connecting", make_api, token)
     echo(f"creating dataset repo {repo_id} ({'private' if private else 'public'}, exist_ok)")
     call("create_repo", api.create_repo, repo_id, repo_type="dataset", exist_ok=True, private=private)
+    if p.left_out:
+        echo(p.left_out_line())
     paths = [path for path, _ in p.files]
     if not p.large:
         echo(f"uploading {len(paths)} files ({p.total_bytes:,} bytes) in one commit: {p.commit_message}")

@@ -22,6 +22,7 @@ from isood.defaults import DEFAULT_VERIFY
 from isood.errors import BadInputError
 from isood.kinds import AUDIT, CLASS_FILTER
 from isood.runtime import sha256_bytes
+from isood.textio import read_lines
 from manifests.card_stream import WHOLE_TABLE_ROWS
 from manifests.schema import kind_spec
 from manifests.stream import ParquetStream
@@ -130,8 +131,7 @@ def read_list_file(path: str | os.PathLike) -> list[tuple[int, str]]:
     if not path.is_file():
         raise ClassListError(f"{path}: no such list file (pass a text file of wnids or image paths, or a manifest "
                              "folder with a wnid column)")
-    with path.open(encoding="utf-8", errors="replace") as f:
-        return parse_class_list(f, str(path))
+    return parse_class_list(read_lines(path, error=ClassListError), str(path))
 
 
 def open_audited_table(path: str | os.PathLike, *,
@@ -213,17 +213,21 @@ def run_audit(source: str | os.PathLike, id_classes: str = "1k", *, exclude: Seq
     and, for a graded one, the per-cell and per-level tables. Written as an `audit` manifest when ``out`` is
     given (``manifests.writing``); an audited manifest is verified first (``verify``)."""
     roots = resolve_exclude(exclude, preset)
+    listed = None if _is_manifest(source) else read_list_file(source)  # a bad list fails before WordNet loads
     if out is None:
-        return _audit(source, id_classes, roots, exclude=exclude, preset=preset, out=None, argv=argv, verify=verify)
+        return _audit(source, listed, id_classes, roots, exclude=exclude, preset=preset, out=None, argv=argv,
+                      verify=verify)
     with manifests.writing(out, AUDIT, inputs=_path_inputs(source, id_classes)) as o:
-        result = _audit(source, id_classes, roots, exclude=exclude, preset=preset, out=o.work, argv=argv,
+        result = _audit(source, listed, id_classes, roots, exclude=exclude, preset=preset, out=o.work, argv=argv,
                         verify=verify)
     return replace(result, manifest=manifests.read(o.final, kind=AUDIT))
 
 
-def _audit(source: str | os.PathLike, id_classes: str, roots: list[str], *, exclude: Sequence[str] | None,
-           preset: str | None, out: Path | None, argv: list[str] | None, verify: str) -> AuditResult:
-    """The audit steps (``run_audit``), writing into the work folder ``out`` when given."""
+def _audit(source: str | os.PathLike, listed: list | None, id_classes: str, roots: list[str], *,
+           exclude: Sequence[str] | None, preset: str | None, out: Path | None, argv: list[str] | None,
+           verify: str) -> AuditResult:
+    """The audit steps (``run_audit``; ``listed``: the entries of a list file, None for a manifest), writing into
+    the work folder ``out`` when given."""
     ids = load_synset_list(id_classes)
     h, names = load_hierarchy(), imagenet_names()
     config = {"list": os.path.abspath(source), "id": id_classes, "exclude": roots,
@@ -238,7 +242,6 @@ def _audit(source: str | os.PathLike, id_classes: str, roots: list[str], *, excl
         config["source_kind"] = m.kind
         source_input = manifests.input_record("source", source, sha256=m.content_sha256)
     else:
-        listed = read_list_file(source)
         table, entries = audit_classes(listed, ids, h, exclude=roots, fallback_names=names), len(listed)
         config["source_kind"] = "list"
         source_input = manifests.input_record("list", source)

@@ -29,6 +29,7 @@ from functools import lru_cache
 from os import PathLike
 from pathlib import Path
 
+from isood.textio import read_lines
 from wordnet_tools.errors import ClassListError
 from wordnet_tools.wnids import is_wnid
 
@@ -107,8 +108,7 @@ def load_synset_list(spec: str | PathLike) -> list[str]:
     if path.is_dir():
         return _list_from_directory(path)
     if path.is_file():
-        with open(path, encoding="utf-8") as fh:
-            wnids = _parse_wnid_lines(fh, str(spec))
+        wnids = _parse_wnid_lines(read_lines(path, error=ClassListError), str(spec))
         if not wnids:
             raise ClassListError(f"{spec}: no wnids in the file")
         return wnids

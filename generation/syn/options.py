@@ -13,6 +13,7 @@ import pandas as pd
 from generation.sdxl import GeneratorSettings
 from isood.defaults import DEFAULT_PIPELINE, DEFAULT_VERIFY, LAID_TRIPLETS, N_LEVELS, NA_THRESHOLD
 from isood.errors import BadInputError
+from isood.grid import check_levels
 from isood.kinds import SYN_IS, SYN_IS_PART, SYN_IS_PROMPTS
 from isood.runtime import check_shard_args
 from manifests.store import Manifest
@@ -98,8 +99,9 @@ def check_options(opts: SynOptions, *, engine: str = "local", custom_generator: 
         raise BadInputError(f"a custom generator runs only with the local engine, not {engine!r}")
     if opts.partial and opts.prompts_only:
         raise BadInputError("--num-shards splits image generation; --prompts-only runs once (drop --num-shards)")
+    check_levels(opts.n_levels, "n_levels")
     for flag, value, least in (("--per-cell", opts.per_cell, 1), ("--images-per-prompt", opts.images_per_prompt, 1),
-                               ("--seed", opts.seed, 0), ("n_levels", opts.n_levels, 1),
+                               ("--seed", opts.seed, 0),
                                ("na_threshold", opts.na_threshold, 0), ("laid_triplets", opts.laid_triplets, 1)):
         if isinstance(value, bool) or not isinstance(value, Integral) or value < least:
             raise BadInputError(f"{flag} must be an integer >= {least}, got {value!r}")

@@ -103,6 +103,8 @@ def run_generate_syn(opts: SynOptions, *, engine: BatchEngine | None = None, gen
     ``warn(message)`` reports a warning (also kept in the summary)."""
     engine = engine or LocalEngine()
     check_options(opts, engine=engine.name, custom_generator=generator is not None)
+    if opts.safety_checker and image_checker is None and not opts.prompts_only:
+        load_image_checker(opts.safety_checker)  # an unusable checker is refused before anything is loaded
     with manifests.writing(opts.out, output_kinds(opts), inputs=input_paths(opts)) as o:
         summary, cells = _run(opts, o.work, engine=engine, generator=generator, image_checker=image_checker,
                               on_image=on_image, warn=warn, argv=argv)

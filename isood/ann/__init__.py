@@ -12,7 +12,8 @@ Backends (:class:`SearchOptions`):
 - ``auto``: exact -- ``torch`` on a CUDA GPU, else ``faiss-flat``, else ``torch``. Approximate search is never
   chosen silently: it is ``backend='faiss-ivf'``, or a target ``recall`` (the user's knob, ``--ann-recall``),
   which tunes an adaptive probe plan on a sample of the queries against exact search and reports the recall@1
-  reached on a held-out sample (:mod:`isood.ann.tune`).
+  reached on a held-out sample (:mod:`isood.ann.tune`); :mod:`isood.ann.agreement` turns that sample into the
+  share of images whose grid cell equals an exact build's, with a confidence interval.
 
 Measured by ``bench/shift_nn.py`` on 1M x 256 clustered features, half of the queries far OOD (bench/RESULTS.md,
 2 CPU cores): exact faiss flat ~380 queries/s (at the FLOP floor); ``recall=0.995`` -> nprobe 8, 32% of the
@@ -30,18 +31,21 @@ queries no probed list answered are searched exactly at the end in one call). Ch
 
 from __future__ import annotations
 
+from isood.ann.agreement import (AGREEMENT_CONFIDENCE, AGREEMENT_RESAMPLES, Agreement, estimate_exact_edges,
+                                 exact_agreement, held_out_distances)
 from isood.ann.exact import DEFAULT_MEMORY_MB, block_sizes, search_faiss_flat, search_torch
 from isood.ann.ivf import (DEFAULT_NPROBE, QUERY_CHUNK, IVFIndex, ProbePlan, build_ivf, default_nlist, ivf_search, probe,
                            scan_lists)
 from isood.ann.search import (BACKENDS, ChunkedSearch, SearchOptions, chunk_options, resolve_backend, search,
                               search_faiss_ivf, search_report)
-from isood.ann.tune import (DEFAULT_SAMPLE, MAX_SCAN_FRACTION, AnnReport, Fix, IvfChunks, TunedSearch, probe_ladder,
-                            sample_rows, search_tuned, tune_plan)
+from isood.ann.tune import (DEFAULT_SAMPLE, MAX_SCAN_FRACTION, AnnReport, Fix, IvfChunks, RecallOutOfReach, TunedSearch,
+                            probe_ladder, reachable_target, sample_rows, search_tuned, tune_plan)
 
 __all__ = [
     "BACKENDS", "DEFAULT_NPROBE", "DEFAULT_MEMORY_MB", "DEFAULT_SAMPLE", "MAX_SCAN_FRACTION", "QUERY_CHUNK",
-    "SearchOptions", "AnnReport", "IVFIndex", "ProbePlan", "default_nlist", "block_sizes", "resolve_backend", "search",
-    "search_report", "search_torch", "search_faiss_flat", "search_faiss_ivf", "build_ivf", "ivf_search", "probe",
-    "scan_lists", "probe_ladder", "sample_rows", "search_tuned", "tune_plan", "ChunkedSearch", "chunk_options",
-    "TunedSearch", "IvfChunks", "Fix",
+    "SearchOptions", "AnnReport", "IVFIndex", "ProbePlan", "default_nlist", "block_sizes", "resolve_backend",
+    "search", "search_report", "search_torch", "search_faiss_flat", "search_faiss_ivf", "build_ivf", "ivf_search",
+    "probe", "scan_lists", "probe_ladder", "sample_rows", "search_tuned", "tune_plan", "ChunkedSearch",
+    "chunk_options", "TunedSearch", "IvfChunks", "Fix", "RecallOutOfReach", "reachable_target", "Agreement",
+    "AGREEMENT_CONFIDENCE", "AGREEMENT_RESAMPLES", "estimate_exact_edges", "exact_agreement", "held_out_distances",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from isood.ann.ivf import QUERY_CHUNK, IVFIndex, ProbePlan, build_ivf, ivf_searc
 from isood.errors import BadInputError
 
 __all__ = ["AnnReport", "MAX_SCAN_FRACTION", "DEFAULT_SAMPLE", "Fix", "IvfChunks", "TunedSearch", "probe_ladder",
-           "sample_rows", "search_tuned", "tune_plan"]
+           "RecallOutOfReach", "reachable_target", "sample_rows", "search_tuned", "tune_plan"]
 
 #: A plan may probe at most this fraction of the lists (a wider scan is no faster than exact search).
 MAX_SCAN_FRACTION = 0.125
@@ -53,12 +53,13 @@ class AnnReport:
     check_rows: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64), repr=False)
     check_exact: np.ndarray = field(default_factory=lambda: np.empty(0, np.float32), repr=False)
     check_approx: np.ndarray = field(default_factory=lambda: np.empty(0, np.float32), repr=False)
+    n_queries: int = 0  # every query searched (tuning and held-out ones included)
 
     def as_dict(self) -> dict:
         plan = self.plan.as_dict() if self.plan is not None else {"nprobe": None, "reprobe": None, "margin": None}
         return {"backend": "faiss-ivf", "target_recall": self.target_recall, "nlist": self.nlist, **plan,
                 "reprobed_fraction": round(self.reprobed, 6), "tune_queries": self.tune_queries,
-                "check_queries": self.check_queries, "recall_tune": self.recall_tune,
+                "check_queries": self.check_queries, "queries": self.n_queries, "recall_tune": self.recall_tune,
                 "recall_heldout": self.recall_check, "build_seconds": round(self.build_seconds, 3),
                 "tune_seconds": round(self.tune_seconds, 3), "search_seconds": round(self.search_seconds, 3),
                 "index_bytes": self.index_bytes}
@@ -102,7 +103,7 @@ def tune_plan(index: IVFIndex, query: np.ndarray, exact_rows: np.ndarray, *, rec
     (exact nearest rows ``exact_rows``) is >= ``recall`` + one standard error; returns (plan, in-sample
     recall). Raises ``BadInputError`` (one line) when no plan within ``max_fraction`` of the lists reaches it."""
     n = len(query)
-    need = min(1.0, recall + math.sqrt(recall * (1.0 - recall) / max(n, 1)))
+    need = _needed(recall, n)
     limit = max(1, int(index.nlist * max_fraction))
     csims, lists = probe(index, query, limit)
     nn_list = index.list_of_row[exact_rows]
@@ -129,11 +130,47 @@ def tune_plan(index: IVFIndex, query: np.ndarray, exact_rows: np.ndarray, *, rec
                 reached = float(np.where(m < margin, rank < p2, hit1).mean())
                 best = (cost, ProbePlan(p1, p2, margin), reached)
     if best is None:
-        raise BadInputError(
-            f"recall@1 target {recall:g} is out of reach: IVF reaches {np.mean(rank < limit):.4f} on {n} sampled "
-            f"queries probing {limit} of {index.nlist} lists (beyond that exact search is as fast); pass a lower "
-            "target (--ann-recall / ann_recall) or search exactly (backend auto / faiss-flat)")
+        raise RecallOutOfReach(recall, need, {"": float(np.mean(rank < limit))}, n, limit, index.nlist)
     return best[1], best[2]
+
+
+class RecallOutOfReach(BadInputError):
+    """A recall target no probe plan reaches, in one line: the recall@1 it needs on the ``n`` tuning queries,
+    the best reached there (per axis: ``reached``, '' for a single search), probing ``limit`` of ``nlist``
+    lists, and the highest target that every axis reaches (:func:`reachable_target`). :meth:`combine` joins the
+    refusals of the axes of one shift search."""
+
+    def __init__(self, recall: float, need: float, reached: dict[str, float], n: int, limit: int, nlist: int):
+        self.recall, self.need, self.reached, self.n, self.limit, self.nlist = recall, need, reached, n, limit, nlist
+        top = reachable_target(min(reached.values()), n)
+        what = f"pass --ann-recall {top:.4f} or lower" if top > 0 else "search exactly (no --ann-recall)"
+        shown = " / ".join(f"{axis} {r:.4f}" if axis else f"{r:.4f}" for axis, r in reached.items())
+        super().__init__(
+            f"--ann-recall {recall:g} is out of reach: on the {n} tuning queries it needs recall@1 >= {need:.4f} "
+            f"(the target plus one standard error, so that it holds beyond the sample) and the best plan, probing "
+            f"{limit} of {nlist} lists (beyond that exact search is as fast), reaches {shown}; {what} "
+            "(ann_recall in the API)")
+
+    @classmethod
+    def combine(cls, errors: Mapping[str, "RecallOutOfReach"]) -> "RecallOutOfReach":
+        """One refusal for the axes (name -> refusal) of one search (same target and tuning queries)."""
+        first = next(iter(errors.values()))
+        reached = {axis: min(e.reached.values()) for axis, e in errors.items()}
+        return cls(first.recall, first.need, reached, first.n, first.limit, first.nlist)
+
+
+def _needed(recall: float, n: int) -> float:
+    """The in-sample recall@1 a plan needs on ``n`` tuning queries for target ``recall``: the target plus one
+    binomial standard error (at most 1)."""
+    return min(1.0, recall + math.sqrt(recall * (1.0 - recall) / max(n, 1)))
+
+
+def reachable_target(reached: float, n: int) -> float:
+    """The largest target (a multiple of 0.0001) whose :func:`_needed` recall on ``n`` tuning queries is at most
+    ``reached`` (0.0 when none is): the ``--ann-recall`` to suggest when a target is out of reach."""
+    grid = np.arange(0, int(math.floor(reached * 10_000)) + 1) / 10_000  # _needed of each, vectorised:
+    ok = grid[np.minimum(1.0, grid + np.sqrt(grid * (1.0 - grid) / max(n, 1))) <= reached + 1e-12]
+    return float(ok.max()) if len(ok) else 0.0
 
 
 class IvfChunks:
@@ -223,7 +260,7 @@ class TunedSearch:
         if self.done != self.n_query:
             raise BadInputError(f"tuned search: {self.done} queries searched, {self.n_query} expected")
         if self.ivf is None:
-            return [], AnnReport(self.recall, 0, None, self.n_query, 0, 1.0, 1.0)
+            return [], AnnReport(self.recall, 0, None, self.n_query, 0, 1.0, 1.0, n_queries=self.n_query)
         t = time.perf_counter()
         missing = self.ivf.missing(self.exact)
         self.seconds[2] += time.perf_counter() - t
@@ -237,7 +274,7 @@ class TunedSearch:
             self.recall, self.ivf.index.nlist, self.ivf.plan, n_t, len(check_rows), float(np.mean(same[:n_t])),
             float(np.mean(same[n_t:])) if len(check_rows) else float("nan"), self.ivf.n_again / self.n_query,
             *self.seconds, self.ivf.index.nbytes, check_rows, self.ex_sims[n_t:].copy(),
-            self.approx_sims[n_t:].copy())
+            self.approx_sims[n_t:].copy(), n_queries=self.n_query)
         return [missing, (self.both, self.ex_sims, self.ex_idx)], report
 
 

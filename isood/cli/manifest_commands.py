@@ -45,7 +45,8 @@ def _write_receipt(out: Path, result: hub.PublishResult, repo_id: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     receipt = {"repo_id": repo_id, "tag": p.tag, "dataset_version": p.dataset_version, "kind": p.kind,
                "commit": result.commit_oid, "commit_url": result.commit_url,
-               "files": [{"path": f, "bytes": b} for f, b in p.files]}
+               "files": [{"path": f, "bytes": b} for f, b in p.files],
+               "left_out": [{"path": f, "bytes": b} for f, b in p.left_out]}
     (out / "publish.json").write_text(json.dumps(receipt, indent=2) + "\n")
 
 
@@ -62,17 +63,21 @@ def publish(
     out: Optional[Path] = typer.Option(
         None, help="With --dry-run: copy the exact upload folder here. Otherwise: write publish.json (repo, tag, commit) here."
     ),
+    include_features: bool = typer.Option(
+        False, "--include-features", help="Also upload the feature shards (features-id/, features-test/, *.npy; "
+        "~24 GB of test features at IS-OOD's size); left out by default."
+    ),
 ) -> None:
     """Publish a verified manifest to the Hugging Face Hub as a dataset, tagged with its dataset version."""
     with output_lock(out) if out is not None else contextlib.nullcontext():
         _publish(manifest_dir, repo_id, private=private, revision=revision, dry_run=dry_run,
-                 token_from_env=token_from_env, out=out)
+                 token_from_env=token_from_env, out=out, include_features=include_features)
 
 
 def _publish(manifest_dir: Path, repo_id: str, *, private: bool, revision: Optional[str], dry_run: bool,
-             token_from_env: bool, out: Optional[Path]) -> None:
+             token_from_env: bool, out: Optional[Path], include_features: bool = False) -> None:
     result = hub.publish(manifest_dir, repo_id, private=private, tag=revision, dry_run=dry_run,
-                         token_from_env=token_from_env, echo=_say)
+                         token_from_env=token_from_env, echo=_say, include_features=include_features)
     if dry_run:
         for line in result.lines():
             _say(line)

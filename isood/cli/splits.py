@@ -10,12 +10,31 @@ import typer
 from isood.cli._app import app, console, out_console
 from isood.stages.splits import build_splits as run_build_splits, load_build_config
 
-__all__ = ["build_splits", "print_warning"]
+__all__ = ["build_splits", "print_warning", "ann_line"]
 
 
 def print_warning(message: str) -> None:
     """A stage warning as one yellow line on stderr."""
     console.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)
+
+
+def ann_line(ann: dict) -> str:
+    """The ``ann`` summary of a splits manifest in one line: recall@1 on the held-out images, and the share of
+    images whose cell / level equals an exact build's with its confidence interval (older manifests record
+    the agreement at the build's own edges only)."""
+    axes = ann["axes"]
+    recall = " / ".join(f"{a} {v['recall_heldout']:.4f}" for a, v in axes.items())
+    text = f"approximate search (--ann-recall {ann['target_recall']:g}) on {ann['held_out_images']} held-out images: " \
+           f"recall@1 {recall}"
+    if "cell_agreement_ci" not in ann:
+        return text + ", cell agreement {:.2%} (at this build's edges)".format(ann["cell_agreement"])
+    lo, hi = ann["cell_agreement_ci"]
+    return text + (
+        "; images in the cell an exact build gives them: {:.2%} ({:.0%} CI {:.2%} to {:.2%}), levels {}; edges moved "
+        "by up to {}; at this build's edges: {:.2%}").format(
+        ann["cell_agreement"], ann["confidence"], lo, hi,
+        " / ".join(f"{a} {v['level_agreement']:.2%}" for a, v in axes.items()),
+        " / ".join(f"{a} {v['edge_shift']:.4g}" for a, v in axes.items()), ann["cell_agreement_fixed_edges"])
 
 
 @app.command("build-splits")
@@ -60,11 +79,4 @@ def build_splits(
     )
     ann = r.manifest.ann
     if ann:
-        axes = ann["axes"]
-        out_console.print(
-            "approximate search (--ann-recall {:g}) on {} held-out images: recall@1 {}, level agreement {}, cell "
-            "agreement {:.2%}".format(
-                ann["target_recall"], ann["held_out_images"],
-                " / ".join(f"{a} {v['recall_heldout']:.4f}" for a, v in axes.items()),
-                " / ".join(f"{a} {v['level_agreement']:.2%}" for a, v in axes.items()), ann["cell_agreement"]),
-            highlight=False)
+        out_console.print(ann_line(ann), highlight=False, soft_wrap=True)

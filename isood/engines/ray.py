@@ -63,9 +63,12 @@ class RayOptions:
     def __post_init__(self) -> None:
         if self.workers is not None and int(self.workers) < 1:
             raise BadInputError(f"--workers must be >= 1 with --engine ray, got {self.workers}")
-        if self.num_gpus_per_worker is not None and float(self.num_gpus_per_worker) < 0:
-            raise BadInputError(f"--num-gpus-per-worker must be >= 0, got {self.num_gpus_per_worker}")
-        if float(self.cpus_per_worker) <= 0 or int(self.decode_threads) < 1:
+        gpus = self.num_gpus_per_worker
+        if gpus is not None and not (math.isfinite(float(gpus)) and float(gpus) >= 0):
+            raise BadInputError(f"--num-gpus-per-worker must be a finite number >= 0 (a fraction shares a GPU), got "
+                                f"{gpus}")
+        if not float(self.cpus_per_worker) > 0 or math.isinf(float(self.cpus_per_worker)) \
+                or int(self.decode_threads) < 1:
             raise BadInputError("cpus_per_worker must be > 0 and decode_threads >= 1")
 
     def check_device(self, device: str | None) -> None:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from isood.defaults import OOD_LABEL
 from isood.errors import BadInputError
+from isood.textio import read_lines
 from wordnet_tools.synsets import load_synset_list
 from wordnet_tools.wnids import wnid_from_path
 
@@ -34,7 +35,7 @@ def read_class_file(path: str | Path) -> list[str]:
     p = Path(path)
     if not p.is_file():
         raise BadInputError(f"--classes {p}: file not found; pass a file with one wnid per line")
-    return [ln.split()[0] for ln in p.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    return [ln.split()[0] for ln in read_lines(p, what="--classes") if ln.strip() and not ln.startswith("#")]
 
 
 def class_list(id_wnids: Sequence[str], n_model_classes: int | None, *, listed: Sequence[str] | None = None,

@@ -23,8 +23,8 @@ from isood.errors import BadInputError
 from .metrics import METRICS, level_correlation, level_sensitivity, lower_is_better
 
 __all__ = [
-    "AXES", "axis_name", "metric_columns", "one_dataset", "level_curves", "all_level_curves", "summary_table",
-    "detector_means", "LEVEL_COLUMNS", "SUMMARY_COLUMNS", "ALL_IMAGES", "LEAK_FREE", "leak_free_name",
+    "AXES", "axis_name", "metric_columns", "metric_choices", "one_dataset", "level_curves", "all_level_curves",
+    "summary_table", "detector_means", "LEVEL_COLUMNS", "SUMMARY_COLUMNS", "ALL_IMAGES", "LEAK_FREE", "leak_free_name",
     "leak_pairs", "leak_effect", "detector_order", "measured_in_both", "leak_ranking", "LEAK_EFFECT_COLUMNS",
     "RANKING_COLUMNS",
 ]
@@ -49,6 +49,18 @@ def axis_name(axis: str) -> str:
 def metric_columns(per_cell: pd.DataFrame) -> list[str]:
     """The registered metric columns present (with at least one value) in a per-cell table, in table order."""
     return [m for m in METRICS if m in per_cell.columns and per_cell[m].notna().any()]
+
+
+def metric_choices(per_cell: pd.DataFrame) -> str:
+    """The end of a message naming a metric the per-cell table has no values of: "pass one of" the metrics it
+    has, or, when it has none (never an empty list), why and what to do."""
+    have = metric_columns(per_cell)
+    if have:
+        return f"pass one of {', '.join(have)}"
+    if len(per_cell) and "na" in per_cell.columns and per_cell["na"].astype(bool).all():
+        return ("no metric has a value: every cell is N/A (fewer images than the N/A threshold); lower "
+                "--na-threshold or add images")
+    return "no metric has a value in any cell; check that the datasets hold images"
 
 
 def one_dataset(rows: pd.DataFrame, dataset: str | None = None, owner: str = "") -> pd.DataFrame:
@@ -78,8 +90,7 @@ def level_curves(per_cell: pd.DataFrame, metric: str = "auroc", axis: str = "sem
     ``n_cells`` (the non-N/A cells averaged). Levels are those of the grid in ``per_cell`` (N/A cells included).
     """
     if metric not in per_cell.columns:
-        raise BadInputError(f"metric {metric!r} is not in the per-cell table: pass one of "
-                            f"{', '.join(metric_columns(per_cell))}")
+        raise BadInputError(f"metric {metric!r} is not in the per-cell table: {metric_choices(per_cell)}")
     return _curves(per_cell, [metric], [axis_name(axis)])
 
 

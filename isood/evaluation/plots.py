@@ -36,7 +36,7 @@ from matplotlib.figure import Figure
 from isood.errors import BadInputError
 
 from .cells import CellEvaluation
-from .levels import AXES, leak_effect, leak_pairs, metric_columns, one_dataset
+from .levels import AXES, leak_effect, leak_pairs, metric_choices, one_dataset
 from .metrics import METRICS, lower_is_better, metric_label
 
 __all__ = [
@@ -126,8 +126,7 @@ def heatmap_figure(per_cell: pd.DataFrame, *, detector: str, metric: str = "auro
     decimals. ``n_levels`` defaults to the largest level in the table + 1. ``cmap`` / ``limits`` / ``label``
     override the metric's colour map, range and colorbar label (the leak difference maps)."""
     if metric not in per_cell.columns:
-        raise BadInputError(f"metric {metric!r} is not in the per-cell table: pass one of "
-                            f"{', '.join(metric_columns(per_cell))}")
+        raise BadInputError(f"metric {metric!r} is not in the per-cell table: {metric_choices(per_cell)}")
     df = _select(per_cell, detector, dataset)
     n = int(n_levels or max(df["cov_level"].max(), df["sem_level"].max()) + 1)
     grid = np.full((n, n), np.nan)
@@ -242,7 +241,7 @@ def render_plots(result: CellEvaluation, metrics: Sequence[str] | None = None,
     metrics = list(metrics) if metrics is not None else result.metrics
     unknown = set(metrics) - set(result.metrics)
     if unknown:
-        raise BadInputError(f"metrics {sorted(unknown)} were not computed: pass among {', '.join(result.metrics)}")
+        raise BadInputError(f"metrics {sorted(unknown)} were not computed: {metric_choices(result.per_cell)}")
     hm = list(heatmap_metrics) if heatmap_metrics is not None else metrics
     out: dict[str, bytes] = {}
     per_cell = result.per_cell

@@ -16,7 +16,7 @@ from isood.errors import BadInputError
 from isood.kinds import EVALUATION
 
 from .cells import CellEvaluation
-from .levels import leak_effect, leak_pairs, leak_ranking
+from .levels import leak_effect, leak_pairs, leak_ranking, metric_choices
 from .plots import render_plots
 from .report import render_html, render_markdown, table1_frame
 
@@ -62,8 +62,8 @@ def write_evaluation(result: CellEvaluation, out: str | os.PathLike, *, config: 
     for chosen in (metrics, heatmap_metrics):
         unknown = set(chosen or ()) - set(result.metrics)
         if unknown:
-            raise BadInputError(f"--plot-metrics {', '.join(sorted(unknown))} were not computed: pass among "
-                                f"{', '.join(result.metrics)}")
+            raise BadInputError(f"--plot-metrics {', '.join(sorted(unknown))} were not computed: "
+                                f"{metric_choices(result.per_cell)}")
     images = render_plots(result, metrics=metrics, heatmap_metrics=heatmap_metrics)
     tables = evaluation_tables(result, scores=scores, sanity=sanity, random_per_cell=random_per_cell)
     files = evaluation_files(result, tables, images, title=title, meta=meta, sanity=sanity)

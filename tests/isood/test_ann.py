@@ -197,3 +197,29 @@ def test_recall_asks_for_approximate_search():
     with pytest.raises(BadInputError, match="nprobe"):
         SearchOptions(recall=0.99, nprobe=8)
     assert SearchOptions(backend="faiss-ivf", recall=np.float32(0.9)).recall == np.float32(0.9)
+
+
+def test_reachable_target_is_the_highest_target_the_reached_recall_allows():
+    from isood.ann.tune import _needed, reachable_target
+
+    for reached, n in [(0.9993, 2000), (0.904, 500), (0.5, 100), (1.0, 2000)]:
+        t = reachable_target(reached, n)
+        assert _needed(t, n) <= reached + 1e-12 and round(t * 10_000) == t * 10_000
+        assert t == 1.0 or _needed(t + 1e-4, n) > reached  # the next target up needs more than was reached
+    assert reachable_target(0.0, 10) == 0.0
+
+
+def test_estimate_exact_edges_moves_the_ends_by_the_weighted_sample_difference():
+    from isood.ann import estimate_exact_edges
+
+    rng = np.random.default_rng(0)
+    exact = rng.uniform(0.2, 0.8, 4000)
+    approx = exact.copy()
+    approx[exact > 0.7] += 0.05  # the far images' distances overestimated
+    edges = np.linspace(0.25, 0.85, 5)
+    got = estimate_exact_edges(edges, exact, approx, (0.01, 0.99), weight=0.5)
+    lo_shift = np.quantile(approx, 0.01) - np.quantile(exact, 0.01)
+    hi_shift = np.quantile(approx, 0.99) - np.quantile(exact, 0.99)
+    np.testing.assert_allclose(got, np.linspace(0.25 - 0.5 * lo_shift, 0.85 - 0.5 * hi_shift, 5))
+    assert hi_shift > 0.04 and lo_shift == 0
+    np.testing.assert_array_equal(estimate_exact_edges(edges, exact, exact, (0.01, 0.99)), edges)

@@ -98,7 +98,7 @@ ROWS = [  # (extra args or a function of the inputs folder returning them, subst
     pytest.param(_style_file("neg.json", json.dumps([{**GOOD_STYLE, "negative_prompt": 3}])),
                  ["'ink'", "negative_prompt"], id="styles_json_negative_not_a_string-styles.Style"),
     pytest.param(_style_file("latin.json", '[{"name": "caf\xe9"}]'.encode("latin-1")),
-                 ["latin.json", "cannot be read"], id="styles_json_not_utf8-styles.parse_style_file"),
+                 ["latin.json", "not UTF-8", "save it as UTF-8"], id="styles_json_not_utf8-textio.read_text"),
     pytest.param(lambda root: ["--styles", root / "absent.json"], ["absent.json", "does not exist"],
                  id="styles_json_missing-styles.parse_style_file"),
     pytest.param(lambda root: ["--styles", f"{_style_file('one.json', json.dumps([GOOD_STYLE]))(root)[1]}:inq"],

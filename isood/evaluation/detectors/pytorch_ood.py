@@ -215,8 +215,10 @@ def pytorch_ood_detector(name: str, params: dict | None = None) -> PytorchOODDet
                                                                       inspect.Parameter.VAR_KEYWORD)]
     unknown = sorted(set(det.kwargs) - set(sig))
     if unknown:
-        raise DetectorParamError(f"{det.name}: unknown parameter {unknown[0]!r}; pass one of: "
-                                 f"{', '.join(allowed) or 'none'}")
+        if not allowed:
+            raise DetectorParamError(f"{det.name} takes no parameters, got {unknown[0]!r}; pass it as "
+                                     f"'{PREFIX}:{cls.__name__}'")
+        raise DetectorParamError(f"{det.name}: unknown parameter {unknown[0]!r}; pass one of: {', '.join(allowed)}")
     missing = [p for p in allowed if sig[p].default is inspect.Parameter.empty and p not in det.kwargs]
     if missing:
         raise DetectorParamError(f"{det.name} needs {missing[0]}: pass {PREFIX}:{cls.__name__}:{missing[0]}=VALUE")

@@ -105,8 +105,9 @@ def get_detector(name: str, **params) -> Detector:
     known = cls.parameters()
     unknown = sorted(set(params) - set(known))
     if unknown:
-        allowed = ", ".join(known) or "none"
-        raise DetectorParamError(f"{cls.name}: unknown parameter {unknown[0]!r}; pass one of: {allowed}")
+        if not known:
+            raise DetectorParamError(f"{cls.name} takes no parameters, got {unknown[0]!r}; pass it as '{cls.name}'")
+        raise DetectorParamError(f"{cls.name}: unknown parameter {unknown[0]!r}; pass one of: {', '.join(known)}")
     try:
         inspect.signature(cls).bind(**params)
     except TypeError as e:

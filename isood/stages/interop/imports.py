@@ -5,7 +5,6 @@ import (``isood.stages.interop.release``) falls back on. See ``isood.stages.inte
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
@@ -14,6 +13,7 @@ import pandas as pd
 from isood.defaults import OOD_LABEL
 from isood.errors import BadInputError, ManifestError
 from isood.kinds import IMAGE_LIST
+from isood.textio import decode_text, read_lines
 from manifests import Manifest, input_record, read, write_with_card, writing
 from manifests.paths import check_relative
 from wordnet_tools.wnids import wnid_from_path
@@ -62,7 +62,8 @@ def _parse_line(text: str, *, labels: str, where: str, verbatim: bool = False) -
 
 def parse_lines(lines: Iterable[bytes | str], *, labels: str = "optional", name: str = "list",
                 verbatim: bool = False) -> list[ListEntry]:
-    """Entries of the lines of a list file (pure); blank lines and `#` comments are skipped.
+    """Entries of the lines of a list file (pure); blank lines and `#` comments are skipped; a line given as
+    bytes is decoded by ``isood.textio.decode_text`` (UTF-8).
 
     labels: "none" (one path per line, ImageNet-OOD), "optional" (`path` or `path label`, IS-OOD lists),
     "required" (`path label`, OpenOOD imglists). A missing label is OOD_LABEL. Paths must be relative, without
@@ -73,10 +74,7 @@ def parse_lines(lines: Iterable[bytes | str], *, labels: str = "optional", name:
         raise BadInputError(f"labels={labels!r}; pass one of {', '.join(_EXPECTED)}")
     out: list[ListEntry] = []
     for no, raw in enumerate(lines, start=1):
-        try:
-            line = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-        except UnicodeDecodeError:
-            raise ListFormatError(f"{name}:{no}: not UTF-8 text") from None
+        line = raw if isinstance(raw, str) else decode_text(raw, name, line=no, error=ListFormatError)
         text = line.strip()
         if text and not text.startswith("#"):
             out.append(ListEntry(*_parse_line(text, labels=labels, where=f"{name}:{no}", verbatim=verbatim), no))
@@ -85,13 +83,11 @@ def parse_lines(lines: Iterable[bytes | str], *, labels: str = "optional", name:
 
 def parse_list(path: str | os.PathLike, *, labels: str = "optional", name: str | None = None,
                verbatim: bool = False) -> list[ListEntry]:
-    """`parse_lines` of a list file (errors name `name`, default the path)."""
+    """`parse_lines` of a list file read by ``isood.textio`` (UTF-8, a byte-order mark dropped; errors name
+    `name`, default the path)."""
     name = name or str(path)
-    try:
-        raw_lines = Path(path).read_bytes().splitlines()
-    except OSError as e:
-        raise ListFormatError(f"{name}: cannot read list ({e.strerror})") from None
-    return parse_lines(raw_lines, labels=labels, name=name, verbatim=verbatim)
+    return parse_lines(read_lines(path, name=name, error=ListFormatError), labels=labels, name=name,
+                       verbatim=verbatim)
 
 
 # --------------------------------------------------------------------------------------------- image lists

@@ -42,8 +42,9 @@ class OddLines(Exception):
 
 
 def read_lines(path: str | os.PathLike) -> pa.Array:
-    """The lines of a text file as one string array (UTF-8 checked; `\\n`, `\\r\\n` or `\\r` ends a line; empty
-    lines dropped). Raises ``OddLines`` where pyarrow's reader cannot take the file (empty, not UTF-8)."""
+    """The lines of a text file as one string array (UTF-8 checked, a leading byte-order mark skipped by pyarrow's
+    reader as by ``isood.textio``; `\\n`, `\\r\\n` or `\\r` ends a line; empty lines dropped). Raises ``OddLines``
+    where pyarrow's reader cannot take the file (empty, not UTF-8)."""
     try:
         table = pacsv.read_csv(
             str(path), read_options=pacsv.ReadOptions(column_names=["line"]),

@@ -27,7 +27,8 @@ from manifests import Manifest, read
 from manifests.stream import StagedFile
 
 __all__ = [
-    "EXPORT_INFO", "EXPORT_YAML", "EXPORT_KINDS", "BENCHMARK_DIR", "RELEASE_DIR", "ExportResult", "export_lines",
+    "EXPORT_INFO", "EXPORT_YAML", "EXPORT_KINDS", "BENCHMARK_DIR", "RELEASE_DIR", "ExportResult", "has_class_label",
+    "export_lines",
     "na_flags", "cell_datasets", "cell_keys", "near_far", "data_info", "ood_dataset_config", "release_list_names",
     "export_openood",
 ]
@@ -51,10 +52,17 @@ class ExportResult:
 
 
 # ------------------------------------------------------------------------------------------------ pure steps
+def has_class_label(schema: pa.Schema) -> bool:
+    """Whether a table's ``label`` column is a class index (an integer: imports keep OpenOOD's); Syn-IS's
+    ``label`` is the name in the prompt (e.g. 'tench'), not a class of any classifier."""
+    return "label" in schema.names and pa.types.is_integer(schema.field("label").type)
+
+
 def export_lines(batch: pa.Table, *, where: str) -> tuple[pa.Array, pa.Array]:
-    """Per image, its OpenOOD imglist line (`path label`, label OOD_LABEL where there is none) and its
-    release-format line (the path alone when the label is OOD_LABEL, as the releases list OOD images), without
-    the newline (pure). A path with whitespace (which neither format can hold) is an error naming it."""
+    """Per image, its OpenOOD imglist line (`path label`, label OOD_LABEL where there is no class label:
+    ``has_class_label``) and its release-format line (the path alone when the label is OOD_LABEL, as the
+    releases list OOD images), without the newline (pure). A path with whitespace (which neither format can
+    hold) is an error naming it."""
     path = pc.cast(batch.column("path").combine_chunks(), pa.string())  # large_string from pandas writers too
     raw = string_bytes(path)
     if has_bytes(raw, " ", "\t") or has_odd_bytes(raw):  # whitespace is a space, a control or a non-ASCII character
@@ -62,7 +70,7 @@ def export_lines(batch: pa.Table, *, where: str) -> tuple[pa.Array, pa.Array]:
         if pc.any(bad).as_py():
             raise BadInputError(f"{where}: image path {pc.filter(path, bad)[0].as_py()!r} contains whitespace, "
                                 "which OpenOOD imglists cannot hold; rename the files")
-    if "label" in batch.column_names:
+    if has_class_label(batch.schema):
         label = pc.fill_null(pc.cast(batch.column("label").combine_chunks(), pa.int64()), OOD_LABEL)
     else:
         label = pa.array(np.full(len(path), OOD_LABEL, np.int64))
@@ -218,10 +226,12 @@ def cell_keys(batch: pa.Table, column: str | None, n_levels: int) -> tuple[np.nd
 def _stream_grid(m: Manifest, files: _LineFiles, *, base: str, release_base: str) -> _Stream:
     """One pass over a grid manifest's images: every row with a cell goes to its OpenOOD imglist (per source
     and cell) and its release-format list (per subset and cell)."""
-    names, n_levels = m.schema("images").names, m.n_levels
+    schema, n_levels = m.schema("images"), m.n_levels
+    names = schema.names
     src_col = "source" if "source" in names else None
     sub_col = "subset" if "subset" in names else src_col
-    columns = [c for c in ("path", "label", "cov_level", "sem_level", src_col, sub_col) if c and c in names]
+    label = "label" if has_class_label(schema) else None
+    columns = [c for c in ("path", label, "cov_level", "sem_level", src_col, sub_col) if c and c in names]
     st = _Stream()
     for batch in m.batches("images", columns=list(dict.fromkeys(columns))):
         n_in = batch.num_rows
@@ -268,8 +278,7 @@ def _export_grid(m: Manifest, files: _LineFiles, *, name: str, data_dir: str) ->
 
 def _export_list(m: Manifest, files: _LineFiles, *, name: str, data_dir: str) -> tuple[list[dict], int, _Stream]:
     rel, st = f"{BENCHMARK_DIR}/{name}/test_{name}.txt", _Stream()
-    names = m.schema("images").names
-    for batch in m.batches("images", columns=[c for c in ("path", "label") if c in names]):
+    for batch in m.batches("images", columns=["path", "label"] if has_class_label(m.schema("images")) else ["path"]):
         files.write(rel, export_lines(batch, where=str(m.root))[0])
         st.rows += batch.num_rows
     files.write(rel, pa.array([], pa.string()))

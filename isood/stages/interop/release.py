@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from isood.defaults import N_LEVELS, NA_THRESHOLD
 from isood.errors import BadInputError
-from isood.grid import cell_name, cell_table, edges_table
+from isood.grid import cell_name, cell_table, check_levels, edges_table
 from isood.kinds import SPLITS
 from isood.runtime import sha256_bytes, sha256_file
 from isood.stages.interop.imports import ListFormatError, parse_list
@@ -322,9 +322,9 @@ def import_isood_lists(directory: str | os.PathLike, out: str | os.PathLike, *, 
     """Import an IS-OOD release folder of per-cell lists as a `splits` manifest (see the module docstring):
     `images` (path as listed, wnid, NaN shifts, levels, cell, subset, label) streamed in row groups of
     ``row_group_rows``, `cells` by ``na_rule``, `edges` (unknown bounds), a copy of every list under `lists/`."""
-    for flag, value, least in (("--levels", n_levels, 1), ("--na-threshold", na_threshold, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise BadInputError(f"{flag} must be an integer >= {least}, got {value!r}")
+    check_levels(n_levels)
+    if isinstance(na_threshold, bool) or not isinstance(na_threshold, int) or na_threshold < 0:
+        raise BadInputError(f"--na-threshold must be an integer >= 0, got {na_threshold!r}")
     rel = scan_release(directory, n_levels=n_levels, na_rule=na_rule, allow_missing=allow_missing)
     with writing(out, SPLITS, inputs=[directory]) as o:
         counts, stream, copies = _stream_lists(rel, o.work, per_subset=na_rule != "pooled",

@@ -7,8 +7,9 @@ model (``--id`` / ``--test`` are image sources, extracted on the fly into ``OUT/
 labels x open_clip's 80 ImageNet templates encoded by the same CLIP (``isood.laid_training``); each test image
 gets D_sem = min_ID d(x_sem, id_sem) and D_cov likewise (``isood.shift``); both are binned into ``levels``
 equal-width levels (``isood.grid``), giving cells ``cov_{c}_sem_{s}``. The search is exact unless
-``--ann-recall R`` asks for an approximate one tuned to recall@1 R; what it achieved (held-out recall@1, level
-and cell agreement, parameters) goes into the summary as ``ann`` (:func:`ann_summary`, ``SplitsView.ann``).
+``--ann-recall R`` asks for an approximate one tuned to recall@1 R; what it achieved (held-out recall@1, the
+share of images whose level and cell equal an exact build's with a 95% interval, the edge shift, parameters) goes
+into the summary as ``ann`` (:func:`ann_summary`, ``SplitsView.ann``, ``isood.ann.agreement``).
 
 The stage is small named steps: load (config, inputs, feature sets) -> pure steps (:func:`clean_features`,
 :func:`filter_test_rows`, :func:`measure_shift`, :func:`bin_shifts`) -> write (:func:`write_splits`). The test

@@ -15,13 +15,15 @@ from typing import Any, Mapping
 from isood.ann import BACKENDS
 from isood.defaults import DEFAULT_VERIFY, LAID_TRIPLETS, NA_THRESHOLD, N_LEVELS, QUANTILE_CLIP
 from isood.errors import BadInputError
+from isood.grid import check_levels
+from isood.textio import read_text
 from manifests.verify import check_verify_mode
 
 __all__ = ["BuildConfig", "load_build_config", "parse_quantile", "read_toml", "splits_config", "PATH_KEYS"]
 
 #: Options holding paths (resolved against the TOML file's folder when they come from it).
 PATH_KEYS = ("id", "test", "laid", "class_filter", "out")
-_POSITIVE = ("levels", "na_threshold", "triplets", "batch_size", "shard_size")
+_POSITIVE = ("na_threshold", "triplets", "batch_size", "shard_size")
 _AT_LEAST = {"laid_steps": 1, "workers": 0, "seed": 0}
 
 
@@ -91,9 +93,7 @@ def read_toml(config_file: str | os.PathLike) -> dict[str, Any]:
     """The options of a TOML file (keys with _), paths resolved against its folder; unknown keys refused."""
     path = Path(config_file)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BadInputError(f"--config {path}: file not found") from None
+        data = tomllib.loads(read_text(path, what="--config"))
     except tomllib.TOMLDecodeError as e:
         raise BadInputError(f"--config {path}: invalid TOML ({' '.join(str(e).split())})") from None
     if set(data) in ({"build-splits"}, {"build_splits"}):
@@ -126,6 +126,7 @@ def _check_ann(cfg: BuildConfig) -> None:
 def _check(cfg: BuildConfig) -> BuildConfig:
     """Validate the merged options (one-line errors) and normalise paths to strings."""
     cfg = replace(cfg, clip_quantile=parse_quantile(cfg.clip_quantile))
+    check_levels(cfg.levels)
     for name in _POSITIVE:
         v = getattr(cfg, name)
         if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "na_threshold" else 1):

@@ -143,7 +143,7 @@ def _build(cfg: BuildConfig, out: Path, *, warn: Warn | None, argv: list[str] | 
     found = _measure(cfg, stream, test, n_id)
     grid = bin_shifts(test.index, found.d_sem, found.d_cov, n_levels=cfg.levels, na_threshold=cfg.na_threshold,
                       clip=cfg.clip_quantile)
-    ann = ann_summary(found.ann, grid.edges, warn=note)
+    ann = ann_summary(found.ann, grid.edges, clip=cfg.clip_quantile, seed=cfg.seed, warn=note)
     ids, test_set = sets["id"], sets["test"]
     summary = {
         "test_images": int(len(grid.images)), "id_images": int(n_id), "dropped": int(len(dropped)),

@@ -12,11 +12,11 @@ import pandas as pd
 
 from isood.defaults import QUANTILE_CLIP
 from isood.errors import BadInputError
-from isood.ann import AnnReport
+from isood.ann import AnnReport, exact_agreement
 from isood.grid import assign_levels, axis_edges, cell_names, cell_table, edges_table
 from isood.laid import LAID
 from isood.runtime import explicit_device
-from isood.shift import ShiftSearch, ShiftStream, held_out_levels, prepare_features, shift_search
+from isood.shift import ShiftSearch, ShiftStream, prepare_features, shift_search
 
 __all__ = ["DROPPED_COLUMNS", "Grid", "empty_dropped", "dropped_rows", "rejected_rows", "drop_rows", "clean_features",
            "filter_test_rows", "measure_shift", "shift_stream", "bin_shifts", "ann_summary", "LEVEL_AGREEMENT_TARGET"]
@@ -144,31 +144,36 @@ def bin_shifts(index: pd.DataFrame, d_sem: np.ndarray, d_cov: np.ndarray, *, n_l
 
 
 def ann_summary(reports: Mapping[str, AnnReport] | None, edges: pd.DataFrame, *,
-                warn: Warn | None = None) -> dict | None:
-    """What a recall-tuned search achieved, for the manifest's summary: per axis the chosen parameters, recall@1
-    on the tuning and held-out samples and the held-out level agreement under the grid's ``edges``; the
-    held-out cell agreement (both levels unchanged). ``warn`` hears of a held-out recall significantly
-    (2 standard errors) below the target and of a level agreement below :data:`LEVEL_AGREEMENT_TARGET`."""
+                clip: Sequence[float] = QUANTILE_CLIP, seed: int = 0, warn: Warn | None = None) -> dict | None:
+    """What a recall-tuned search achieved, for the manifest's summary (``SplitsView.ann``): per axis the chosen
+    parameters, recall@1 on the tuning and held-out samples, ``level_agreement``: the estimated share of the
+    images whose level equals the level an exact build (exact distances, exact edges) would give them, with its
+    ``level_agreement_ci`` (``confidence``), the same at this grid's own ``edges`` (``level_agreement_fixed_edges``:
+    the distances' effect alone) and the largest move of an edge (``edge_shift``); ``cell_agreement`` (+ ``_ci``,
+    ``_fixed_edges``): both levels (``isood.ann.agreement``; ``clip``: the quantiles of the end edges, ``seed``:
+    the bootstrap's). ``warn`` hears of a held-out recall significantly (2 standard errors) below the target and
+    of a level agreement below :data:`LEVEL_AGREEMENT_TARGET`."""
     if not reports:
         return None
-    axes, same_cell = {}, None
+    agree = exact_agreement(reports, {a: axis_edges(edges, a) for a in reports}, clip=clip, seed=seed)
+    axes = {}
     for axis, report in reports.items():
-        lv_exact, lv_approx = held_out_levels(report, axis_edges(edges, axis))
-        same = lv_exact == lv_approx
-        same_cell = same if same_cell is None else same_cell & same
-        entry = {**report.as_dict(), "level_agreement": float(np.mean(same)) if len(same) else 1.0}
-        axes[axis] = entry
+        axes[axis] = {**report.as_dict(), "level_agreement": agree.levels[axis],
+                      "level_agreement_ci": list(agree.levels_ci[axis]),
+                      "level_agreement_fixed_edges": agree.levels_fixed_edges[axis],
+                      "edge_shift": agree.edge_shift[axis]}
         n, target = max(report.check_queries, 1), report.target_recall
         if report.check_queries and report.recall_check < target - 2 * np.sqrt(target * (1 - target) / n):
             _say(warn, f"approximate search ({axis}): recall@1 {report.recall_check:.4f} on {n} held-out images, "
                        f"below --ann-recall {target:g}")
-        if entry["level_agreement"] < LEVEL_AGREEMENT_TARGET:
-            _say(warn, f"approximate search ({axis}): {1 - entry['level_agreement']:.2%} of {n} held-out images "
-                       "change level; raise --ann-recall or search exactly")
+        if agree.levels[axis] < LEVEL_AGREEMENT_TARGET:
+            _say(warn, f"approximate search ({axis}): an estimated {1 - agree.levels[axis]:.2%} of the images "
+                       f"(from {n} held-out ones) get another level than an exact build would give them; raise "
+                       "--ann-recall or search exactly")
     first = next(iter(reports.values()))
-    cell = float(np.mean(same_cell)) if same_cell is not None and len(same_cell) else 1.0
     return {"target_recall": first.target_recall, "held_out_images": int(first.check_queries),
-            "cell_agreement": cell, "axes": axes}
+            "cell_agreement": agree.cell, "cell_agreement_ci": list(agree.cell_ci),
+            "cell_agreement_fixed_edges": agree.cell_fixed_edges, "confidence": agree.confidence, "axes": axes}
 
 
 def _say(warn: Warn | None, message: str) -> None:
