@@ -288,7 +288,8 @@ def test_empty_cell_is_an_error_and_nothing_is_written(world, tmp_path):
 
 
 def test_missing_images(world, tmp_path):
-    args = _args(world, tmp_path / "ev", "--detectors", "msp", "--test-root", str(tmp_path))
+    (tmp_path / "elsewhere").mkdir()
+    args = _args(world, tmp_path / "ev", "--detectors", "msp", "--test-root", str(tmp_path / "elsewhere"))
     line = _one_line_error(_invoke(args))
-    assert str(tmp_path) in line and "--test-root" in line
+    assert str(tmp_path / "elsewhere") in line and "--test-root" in line
     assert not (tmp_path / "ev").exists()
