@@ -22,15 +22,14 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 import manifests
-from isood.errors import BadInputError
 from isood.laid import LAID, fit_laid
-from isood.runtime import atomic_write_bytes
+from isood.runtime import atomic_write_bytes, check_seed
 from isood.shift import shift_distances
 from isood.simulate import PlantedWorld, make_planted_world, random_orthogonal, subspace_recovery
 from isood.stages.splits import BuildConfig, BuildResult, build_splits
 from wordnet_tools.jobs import run_filter
 
-__all__ = ["PlantedReport", "PlantedRun", "planted_report", "write_planted_features", "run_planted", "check_seed",
+__all__ = ["PlantedReport", "PlantedRun", "planted_report", "write_planted_features", "run_planted",
            "run_class_filter", "FILTER_ARGS", "FILTER_EXCLUDE"]
 
 
@@ -106,13 +105,6 @@ def write_planted_features(world: PlantedWorld, root: Path) -> tuple[Path, Path]
         atomic_write_bytes(d / "index.parquet", manifests.parquet_bytes(index))
         dirs.append(d)
     return dirs[0], dirs[1]
-
-
-def check_seed(seed: int) -> int:
-    """``seed`` when it is an integer >= 0 (numpy's generators refuse others), else a one-line error."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise BadInputError(f"--seed must be an integer >= 0, got {seed!r}")
-    return int(seed)
 
 
 def run_planted(out: str | Path, *, seed: int = 0, progress: bool = True,

@@ -14,7 +14,7 @@ from generation.sdxl import GeneratorSettings
 from isood.defaults import DEFAULT_PIPELINE, LAID_TRIPLETS, N_LEVELS, NA_THRESHOLD
 from isood.errors import BadInputError
 from isood.kinds import SYN_IS, SYN_IS_PART, SYN_IS_PROMPTS
-from isood.runtime import check_shard_args
+from isood.runtime import check_seed, check_shard_args
 from manifests.store import Manifest
 
 __all__ = ["KIND", "KIND_PROMPTS", "KIND_PART", "SynOptions", "SynResult", "check_options"]
@@ -93,8 +93,9 @@ def check_options(opts: SynOptions, *, previous_kind: str | None, engine: str = 
     if opts.prompts_only and previous_kind == KIND:
         raise BadInputError(f"{out} holds a generated Syn-IS set; pass another --out for --prompts-only")
     for flag, value, least in (("--per-cell", opts.per_cell, 1), ("--images-per-prompt", opts.images_per_prompt, 1),
-                               ("--seed", opts.seed, 0), ("n_levels", opts.n_levels, 1),
+                               ("n_levels", opts.n_levels, 1),
                                ("na_threshold", opts.na_threshold, 0), ("laid_triplets", opts.laid_triplets, 1)):
         if isinstance(value, bool) or not isinstance(value, Integral) or value < least:
             raise BadInputError(f"{flag} must be an integer >= {least}, got {value!r}")
+    check_seed(opts.seed)
     opts.settings()
