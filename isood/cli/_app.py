@@ -2,13 +2,16 @@
 
 Every ``IsoodError`` raised below a command becomes one red line on stderr and exit status 2 (no traceback);
 so does an ``OSError`` from the environment (disk full, read-only or unwritable folder, a missing file), with
-the path it concerns. Ctrl-C stops cleanly with exit status 130: a stage writes ``manifest.json`` last, so an
-interrupted output never looks complete, and rerunning the same command resumes it.
+the path it concerns. A Python warning raised while a command runs (a library's, or one isood passes on) is one
+yellow ``warning:`` line on stderr, without the file and source line Python would print. Ctrl-C stops cleanly
+with exit status 130: a stage writes ``manifest.json`` last, so an interrupted output never looks complete, and
+rerunning the same command resumes it.
 """
 
 from __future__ import annotations
 
 import errno
+import warnings
 
 import click
 import typer
@@ -22,6 +25,12 @@ __all__ = ["app", "wordnet_app", "import_app", "export_app", "splits_app", "cons
 
 console = Console(stderr=True)
 out_console = Console()
+
+
+def warning_line(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ARG001
+    """``warnings.showwarning`` while a command runs: the message as one yellow line on stderr."""
+    console.print(f"[yellow]warning:[/yellow] {escape(' '.join(str(message).split()))}", highlight=False,
+                  soft_wrap=True)
 
 
 def error_exit(ctx: click.Context, error: IsoodError) -> None:
@@ -53,7 +62,9 @@ class FriendlyGroup(TyperGroup):
 
     def invoke(self, ctx: click.Context):
         try:
-            return super().invoke(ctx)
+            with warnings.catch_warnings():  # restores the caller's warning display afterwards
+                warnings.showwarning = warning_line
+                return super().invoke(ctx)
         except IsoodError as e:
             error_exit(ctx, e)
         except OSError as e:
