@@ -12,7 +12,8 @@ from pathlib import Path
 
 __all__ = [
     "N_LEVELS", "MAX_LEVELS", "NA_THRESHOLD", "QUANTILE_CLIP", "OOD_LABEL", "WORDNET_EXCLUDE", "DEFAULT_DETECTORS",
-    "DEFAULT_CLIP", "DEFAULT_PIPELINE", "LAID_TRIPLETS", "DEFAULT_VERIFY",
+    "DEFAULT_CLIP", "DEFAULT_PIPELINE", "LAID_TRIPLETS", "DEFAULT_VERIFY", "DEFAULT_PLOT_METRICS", "ALL_PLOT_METRICS",
+    "SEED_MAX",
     "ENV_CACHE_DIR", "ENV_WORDNET_DIR", "cache_dir", "wordnet_dir_override",
 ]
 
@@ -31,6 +32,14 @@ OOD_LABEL = -1
 WORDNET_EXCLUDE = ("organism.n.01",)
 #: Detectors `isood evaluate` scores when --detectors is not given.
 DEFAULT_DETECTORS = "msp,maxlogit,energy,mds,knn"
+#: Metrics `isood evaluate` draws (heatmaps and level curves) when --plot-metrics is not given (``all``: every
+#: computed metric); every metric is in the tables and CSVs whatever is drawn.
+DEFAULT_PLOT_METRICS = "auroc,fpr95"
+#: ``--plot-metrics all``: draw every computed metric.
+ALL_PLOT_METRICS = "all"
+#: The largest ``--seed`` of every command: faiss' k-means (build-splits --ann-recall) takes a C int, and the
+#: demo's random orthogonal baseline (numpy's legacy RandomState) takes seed + 1 < 2**32.
+SEED_MAX = 2**31 - 1
 #: The CLIP IS-OOD measures shift with (open_clip ``MODEL:PRETRAINED``).
 DEFAULT_CLIP = "ViT-B-32:openai"
 #: The text-to-image model of Syn-IS.

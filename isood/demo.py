@@ -25,13 +25,13 @@ import manifests
 from isood.errors import BadInputError
 from isood.kinds import CLASS_FILTER, EVALUATION, SPLITS
 from isood.laid import LAID, fit_laid
-from isood.runtime import TMP_PREFIX, atomic_write_bytes
+from isood.runtime import TMP_PREFIX, atomic_write_bytes, check_seed
 from isood.shift import shift_distances
 from isood.simulate import PlantedWorld, make_planted_world, random_orthogonal, subspace_recovery
 from isood.stages.splits import BuildConfig, BuildResult, build_splits
 from wordnet_tools.jobs import run_filter
 
-__all__ = ["PlantedReport", "PlantedRun", "planted_report", "write_planted_features", "run_planted", "check_seed",
+__all__ = ["PlantedReport", "PlantedRun", "planted_report", "write_planted_features", "run_planted",
            "run_class_filter", "FILTER_ARGS", "FILTER_EXCLUDE", "check_demo_out", "DEMO_MANIFESTS", "PLANTED_DIR"]
 
 
@@ -143,13 +143,6 @@ def check_demo_out(out: str | Path) -> None:
         if foreign:
             raise BadInputError(f"--out {out}/{PLANTED_DIR} holds {', '.join(foreign[:3])}, which the demo does not "
                                 "write; pass a new folder")
-
-
-def check_seed(seed: int) -> int:
-    """``seed`` when it is an integer >= 0 (numpy's generators refuse others), else a one-line error."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise BadInputError(f"--seed must be an integer >= 0, got {seed!r}")
-    return int(seed)
 
 
 def run_planted(out: str | Path, *, seed: int = 0, progress: bool = True,

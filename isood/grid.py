@@ -21,7 +21,8 @@ import pandas as pd
 from isood.defaults import MAX_LEVELS, NA_THRESHOLD, N_LEVELS, QUANTILE_CLIP
 from isood.errors import BadInputError
 
-__all__ = ["check_levels", "assign_levels", "level_edges", "bin_with_edges", "cell_name", "cell_names", "cell_table",
+__all__ = ["check_levels", "assign_levels", "level_edges", "bin_with_edges", "cell_name", "cell_names", "is_na",
+           "cell_table",
            "edges_table", "axis_edges", "parse_cell_name", "AXES"]
 
 #: The two shift axes, in the order of the edges table.
@@ -123,6 +124,13 @@ def cell_names(cov_levels: Any, sem_levels: Any) -> list[str]:
     return np.char.add(np.char.add("cov_", cov.astype(str)), np.char.add("_sem_", sem.astype(str))).tolist()
 
 
+def is_na(n: Any, na_threshold: int = NA_THRESHOLD) -> np.ndarray:
+    """The one N/A rule of the grid (IS-OOD): a cell holding fewer than ``na_threshold`` images is N/A.
+    ``n``: image counts (scalar or array); returns booleans of the same shape. Every set (a build-splits
+    grid, an import, Syn-IS, the leak-free images) is decided by this rule on the counts it actually has."""
+    return np.asarray(n) < int(na_threshold)
+
+
 def cell_table(cov_levels: Any, sem_levels: Any, n_levels: int = N_LEVELS,
                na_threshold: int = NA_THRESHOLD) -> pd.DataFrame:
     """Count images per cell: a DataFrame with every one of the n_levels^2 cells, ordered by (cov, sem).
@@ -146,7 +154,7 @@ def cell_table(cov_levels: Any, sem_levels: Any, n_levels: int = N_LEVELS,
         "cov_level": c_idx,
         "sem_level": s_idx,
         "n": counts.astype(np.int64),
-        "na": counts < na_threshold,
+        "na": is_na(counts, na_threshold),
     })
 
 

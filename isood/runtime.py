@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
+from isood.defaults import SEED_MAX
 from isood.errors import BadInputError, IsoodError
 
 __all__ = [
     "TMP_PREFIX", "one_line", "explicit_device", "resolve_device", "torch_device", "progress_bar", "track",
     "atomic_write_bytes", "sha256_bytes", "sha256_file", "link_or_copy", "remove_temporaries", "PART_SUFFIX",
     "PER_TASK_KEYS",
-    "check_shard_args", "selected_units", "part_info", "default_workers", "BatchEngine", "LocalEngine",
+    "check_seed", "check_shard_args", "selected_units", "part_info", "default_workers", "BatchEngine", "LocalEngine",
     "batch_rows", "thread_limit", "require", "lazy_exports", "LOCK_FILE", "LOCK_SUFFIX", "OutputLocked", "output_lock",
     "file_lock", "lock_path",
 ]
@@ -276,6 +277,16 @@ def _take_lock(path: Path, what: str, option: str) -> int:
 PART_SUFFIX = "-part"
 #: Config keys allowed to differ between the tasks of one array (machine-dependent, not content).
 PER_TASK_KEYS = frozenset({"part", "workers", "device"})
+
+
+def check_seed(seed: Any, flag: str = "--seed") -> int:
+    """``seed`` when it is an integer in [0, ``isood.defaults.SEED_MAX``] (the bound every command's consumers
+    take: see there), else a one-line error; the one check of every command's ``--seed``."""
+    integral = not isinstance(seed, bool) and hasattr(seed, "__index__")  # int, numpy integers
+    if not integral or not 0 <= seed.__index__() <= SEED_MAX:
+        raise BadInputError(f"{flag} must be an integer in [0, {SEED_MAX}] (2**31 - 1: faiss and numpy's legacy "
+                            f"generator take 31/32-bit seeds), got {seed!r}")
+    return seed.__index__()
 
 
 def check_shard_args(num_shards: int, shard_index: int) -> None:

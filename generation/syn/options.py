@@ -15,7 +15,7 @@ from isood.defaults import DEFAULT_PIPELINE, DEFAULT_VERIFY, LAID_TRIPLETS, N_LE
 from isood.errors import BadInputError
 from isood.grid import check_levels
 from isood.kinds import SYN_IS, SYN_IS_PART, SYN_IS_PROMPTS
-from isood.runtime import check_shard_args
+from isood.runtime import check_seed, check_shard_args
 from manifests.store import Manifest
 
 __all__ = ["KIND", "KIND_PROMPTS", "KIND_PART", "SynOptions", "SynResult", "check_options", "output_kinds",
@@ -101,8 +101,8 @@ def check_options(opts: SynOptions, *, engine: str = "local", custom_generator: 
         raise BadInputError("--num-shards splits image generation; --prompts-only runs once (drop --num-shards)")
     check_levels(opts.n_levels, "n_levels")
     for flag, value, least in (("--per-cell", opts.per_cell, 1), ("--images-per-prompt", opts.images_per_prompt, 1),
-                               ("--seed", opts.seed, 0),
                                ("na_threshold", opts.na_threshold, 0), ("laid_triplets", opts.laid_triplets, 1)):
         if isinstance(value, bool) or not isinstance(value, Integral) or value < least:
             raise BadInputError(f"{flag} must be an integer >= {least}, got {value!r}")
+    check_seed(opts.seed)
     opts.settings()

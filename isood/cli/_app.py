@@ -2,9 +2,10 @@
 
 Every ``IsoodError`` raised below a command becomes one red line on stderr and exit status 2 (no traceback);
 so does an ``OSError`` from the environment (disk full, read-only or unwritable folder, a missing file), with
-the path it concerns. An ``isood.errors.IsoodWarning`` (something a run recovered from) is one yellow line.
-Ctrl-C stops cleanly with exit status 130: a stage writes ``manifest.json`` last, so an interrupted output never
-looks complete, and rerunning the same command resumes it.
+the path it concerns. A Python warning raised while a command runs (a library's, or an ``isood.errors.IsoodWarning``:
+something a run recovered from) is one yellow ``warning:`` line on stderr, without the file and source line Python
+would print. Ctrl-C stops cleanly with exit status 130: a stage writes ``manifest.json`` last, so an interrupted
+output never looks complete, and rerunning the same command resumes it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ __all__ = ["app", "wordnet_app", "import_app", "export_app", "splits_app", "cons
 
 console = Console(stderr=True)
 out_console = Console()
+
+
+def warning_line(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ARG001
+    """``warnings.showwarning`` while a command runs: the message as one yellow line on stderr."""
+    console.print(f"[yellow]warning:[/yellow] {escape(' '.join(str(message).split()))}", highlight=False,
+                  soft_wrap=True)
 
 
 def error_exit(ctx: click.Context, error: IsoodError) -> None:
@@ -53,18 +60,11 @@ def os_error_message(error: OSError) -> str:
 
 @contextlib.contextmanager
 def isood_warnings():
-    """Show every ``IsoodWarning`` raised meanwhile as one yellow line on stderr (other warnings as before)."""
-    shown = warnings.showwarning
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, IsoodWarning):
-            console.print(f"[yellow]warning:[/yellow] {escape(str(message))}", highlight=False, soft_wrap=True)
-        else:
-            shown(message, category, filename, lineno, file, line)
-
+    """Show every warning raised meanwhile as one yellow line on stderr (``warning_line``), each
+    ``IsoodWarning`` every time it is raised; the caller's warning display is restored afterwards."""
     with warnings.catch_warnings():
         warnings.simplefilter("always", IsoodWarning)
-        warnings.showwarning = show
+        warnings.showwarning = warning_line
         yield
 
 

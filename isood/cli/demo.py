@@ -11,7 +11,7 @@ from rich.table import Table
 
 from isood.cli._app import app, out_console
 from isood.cli.wordnet import summary_table
-from isood.runtime import output_lock
+from isood.runtime import check_seed, output_lock
 
 if TYPE_CHECKING:
     from isood.demo import PlantedReport
@@ -39,9 +39,10 @@ def _warn(message: str) -> None:
 @app.command()
 def demo(
     out: Path = typer.Option(Path("demo-out"), help="Output directory for the demo manifests."),
-    seed: int = typer.Option(0, help="Seed of the planted world."),
+    seed: int = typer.Option(0, help="Seed of the planted world, 0..2147483647."),
 ) -> None:
     """Run the whole pipeline on the embedded default: the WordNet class filter and a planted synthetic world."""
+    check_seed(seed)  # before anything heavy is imported or run
     with output_lock(out):
         _run_demo(out, seed)
 
@@ -49,10 +50,9 @@ def demo(
 def _run_demo(out: Path, seed: int) -> None:
     """The demo's steps, printing their tables (``isood demo``)."""
     # WordNet (nltk) and the evaluation (torch) take seconds to import: only when the command runs
-    from isood.demo import FILTER_ARGS, FILTER_EXCLUDE, check_demo_out, check_seed, run_class_filter, run_planted
+    from isood.demo import FILTER_ARGS, FILTER_EXCLUDE, check_demo_out, run_class_filter, run_planted
     from isood.evaluation.planted import evaluate_planted, planted_table
 
-    check_seed(seed)  # before the class filter runs
     check_demo_out(out)  # every output the demo writes, before the first one
 
     console, t0 = out_console, time.perf_counter()

@@ -9,7 +9,8 @@ import typer
 from rich.table import Table
 
 from isood.cli._app import app, out_console
-from isood.defaults import DEFAULT_DETECTORS, NA_THRESHOLD
+from isood.defaults import DEFAULT_DETECTORS, DEFAULT_PLOT_METRICS, NA_THRESHOLD
+from isood.evaluation.options import EvaluateOptions, check_options
 from wordnet_tools.rules import LEAK_RULES
 
 if TYPE_CHECKING:  # the stage pulls in torch: imported when the command runs
@@ -62,17 +63,14 @@ def evaluate(
     workers: int = typer.Option(0, help="DataLoader workers."),
     cache_dir: Optional[str] = typer.Option(None, help="Model-output cache (default $ISOOD_CACHE_DIR/outputs)."),
     sanity_random_model: bool = typer.Option(False, "--sanity-random-model", help="Also run the detectors on a randomly initialised copy of the model (AUROC vs AUROC_M)."),
-    na_threshold: int = typer.Option(NA_THRESHOLD, help="A cell with fewer images (or marked N/A in the manifest) is N/A."),
+    na_threshold: int = typer.Option(NA_THRESHOLD, help="A cell with fewer images is N/A: one rule for every set (--splits, --syn, the leak-free images), on the images each evaluates (a manifest's stored N/A flags are not read)."),
     der: bool = typer.Option(True, "--der/--no-der", help="Score the ID training set for DER95/DER99 (--no-der skips it)."),
-    plot_metrics: Optional[str] = typer.Option(None, help="Metrics to draw (heatmaps and level curves), comma-separated (default: all computed)."),
-    seed: int = typer.Option(0, help="Seed of the random re-initialisation (--sanity-random-model)."),
+    plot_metrics: str = typer.Option(DEFAULT_PLOT_METRICS, help="Metrics to draw (heatmaps and level curves), comma-separated, or 'all' (every computed metric); every metric is in the tables and CSVs."),
+    seed: int = typer.Option(0, help="Seed of the random re-initialisation (--sanity-random-model), 0..2147483647."),
     leak_audit: Optional[Path] = typer.Option(None, help="An audit of the --splits classes (isood wordnet audit SPLITS --out AUDIT): report every metric per cell on all images and on the leak-free ones, with difference heatmaps and ranking changes."),
     leak_rules: str = typer.Option(",".join(LEAK_RULES), help="Audit verdicts that count as leaks with --leak-audit (among unknown, id, hypernym, hyponym, excluded_subtree)."),
 ) -> None:
     """Score OOD detectors per shift cell; every metric, level curves, Table 1, heatmaps and a report."""
-    # the stage pulls in torch, timm and matplotlib: loaded only when the command runs, not for `isood --help`
-    from isood.evaluation.job import EvaluateOptions, run_evaluate
-
     opts = EvaluateOptions(
         splits=str(splits), out=str(out), id_test=id_test, id_train=id_train, model=model,
         detectors=detectors,
@@ -82,6 +80,10 @@ def evaluate(
         der=der, plot_metrics=plot_metrics, seed=seed, leak_audit=str(leak_audit) if leak_audit else None,
         leak_rules=leak_rules,
     )
+    check_options(opts)  # a bad option is refused before torch, timm or matplotlib load
+    # the stage pulls in torch, timm and matplotlib: loaded only when the options are good
+    from isood.evaluation.job import run_evaluate
+
     r = run_evaluate(opts)
     out_console.print(summary_console_table(r))
     out_console.print(f"report: {out}/report.html; manifest: {out} ({r.manifest.kind} v{r.manifest.dataset_version}, "

@@ -1,7 +1,10 @@
 """L3: the datasets ``isood evaluate`` scores and what is assembled from their scores.
 
 An ``EvalSet`` is one dataset to score: the ID training set, the ID test set, or a grid manifest's images
-(``splits``, ``syn-is``) with the rows of its ``images`` table and its ``cells`` table. From the detectors'
+(``splits``, ``syn-is``) with the rows of its ``images`` table and its ``cells`` table. A per-subset import
+(``isood import isood-lists --na-rule per-subset``: a ``source`` per cells row) is one grid dataset per subset,
+``splits/<subset>`` (``grid_parts``): each subset's cells hold that subset's images only and are decided N/A
+on that subset's count, as the import's rule says. From the detectors'
 scores (``scoring.DetectorScores``) come the per-cell evaluation of every detector on every grid dataset
 (``evaluate_sets``), the per-image ``scores`` table and the trained-vs-random ``sanity`` table. With a leak
 mask per grid dataset (``isood evaluate --leak-audit``) each grid dataset is evaluated a second time on its
@@ -27,7 +30,7 @@ from .detectors import Detector
 from .levels import ALL_IMAGES, LEAK_FREE, leak_free_name
 from .scoring import TRAIN_NAME, DetectorScores
 
-__all__ = ["ID_TRAIN", "ID_TEST", "EvalSet", "grid_rows", "check_files", "precomputed_rows",
+__all__ = ["ID_TRAIN", "ID_TEST", "EvalSet", "grid_rows", "grid_parts", "check_files", "precomputed_rows",
            "evaluate_sets", "scores_table", "sanity_table", "leak_free_cells", "leak_free_set", "with_leak_free",
            "evaluate_with_leaks"]
 
@@ -38,8 +41,8 @@ ID_TRAIN, ID_TEST = TRAIN_NAME, "id_test"
 class EvalSet:
     """One dataset to score. ``files`` (image paths) or ``outputs`` (precomputed, see ``scoring``) feed it;
     ``labels`` are class indices (``OOD_LABEL`` for semantic OOD); ``data_id`` keys the output cache; a grid
-    dataset has its manifest's ``images`` rows (aligned with ``files``) and ``cells`` table; ``paths`` are shown
-    in the scores table for the others."""
+    dataset has its manifest's ``images`` rows (aligned with ``files``), ``cells`` table and ``grid`` (the key of
+    the manifest it comes from: ``splits``, ``syn-is``); ``paths`` are shown in the scores table for the others."""
 
     name: str
     labels: np.ndarray
@@ -48,6 +51,7 @@ class EvalSet:
     images: pd.DataFrame | None = None
     cells: pd.DataFrame | None = None
     paths: list[str] | None = None
+    grid: str | None = None
 
     @property
     def is_grid(self) -> bool:
@@ -69,6 +73,35 @@ def grid_rows(images: pd.DataFrame, cells: pd.DataFrame, *, where: str) -> tuple
     if images.empty:
         raise BadInputError(f"{where}: no image has a grid cell: nothing to evaluate")
     return images, cells
+
+
+def grid_parts(name: str, images: pd.DataFrame, cells: pd.DataFrame, *,
+               where: str) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
+    """The grid datasets of one grid manifest ``name``: ``{dataset: (images, cells)}`` (``grid_rows`` of each).
+    One dataset ``name`` for a manifest with one set of cells; one per source, ``<name>/<source>``, for a manifest
+    whose cells table has a ``source`` per row (a per-subset import), each with that source's images and cells
+    rows (a source without any image in a cell is left out; none at all is an error)."""
+    if "source" not in cells.columns or "source" not in images.columns:
+        return {name: grid_rows(images, cells, where=where)}
+    img_src = images["source"].fillna("").astype(str)
+    cell_src = cells["source"].fillna("").astype(str)
+    if cell_src.nunique() <= 1:
+        return {name: grid_rows(images, cells, where=where)}
+    stray = sorted(set(img_src) - set(cell_src))
+    if stray:
+        raise BadInputError(f"{where}: images of source(s) {', '.join(stray[:5])} have no cells rows: pass a "
+                            "manifest whose cells table lists every source")
+    parts = {}
+    for src in dict.fromkeys(cell_src):
+        sub = images[(img_src == src).to_numpy()]
+        lv = sub[["cov_level", "sem_level"]]
+        if not ((lv["cov_level"].fillna(-1) >= 0) & (lv["sem_level"].fillna(-1) >= 0)).any():
+            continue
+        parts[f"{name}/{src}"] = grid_rows(sub, cells[(cell_src == src).to_numpy()].reset_index(drop=True),
+                                           where=f"{where} (source {src})")
+    if not parts:
+        raise BadInputError(f"{where}: no image has a grid cell: nothing to evaluate")
+    return parts
 
 
 def check_files(files: Sequence[Path], what: str) -> None:
@@ -120,8 +153,9 @@ def evaluate_sets(scores: DetectorScores, sets: Mapping[str, EvalSet],
 
 
 def leak_free_cells(cells: pd.DataFrame, images: pd.DataFrame) -> pd.DataFrame:
-    """The cells table of a grid dataset with ``n`` recounted on ``images`` (its leak-free rows); ``na`` kept
-    (a cell now below the N/A threshold becomes N/A in ``cells.cell_grid``)."""
+    """The cells table of a grid dataset with ``n`` recounted on ``images`` (its leak-free rows); N/A is decided
+    from these counts in ``cells.cell_grid`` (the stored ``na`` is never read), exactly as for a manifest cleaned
+    by `isood splits clean`."""
     counts = images.groupby(["cov_level", "sem_level"]).size()
     keys = zip(cells["cov_level"].astype(int), cells["sem_level"].astype(int))
     return cells.assign(n=np.array([int(counts.get(k, 0)) for k in keys], dtype=np.int64))
@@ -135,7 +169,8 @@ def leak_free_set(s: EvalSet, leaking: np.ndarray) -> EvalSet:
     images = s.images.loc[keep].reset_index(drop=True)
     return EvalSet(leak_free_name(s.name), s.labels[keep], data_id=s.data_id,
                    files=[f for f, k in zip(s.files, keep) if k] if s.files is not None else None,
-                   images=images, cells=leak_free_cells(s.cells, images) if s.cells is not None else None)
+                   images=images, cells=leak_free_cells(s.cells, images) if s.cells is not None else None,
+                   grid=s.grid)
 
 
 def with_leak_free(scores: DetectorScores, sets: Mapping[str, EvalSet],

@@ -9,7 +9,9 @@ second evaluation with other detectors does no forward pass. The data identity o
 (``isood.content``: the job keys a list of files by path and content hash), so an image overwritten in place is
 a cache miss. A corrupt or truncated cache entry (unreadable, or not one row per image) is a miss too: one
 warning line (``isood.errors.IsoodWarning``), then recomputed and replaced atomically. ``ImageList`` is the torch
-dataset of image files the ``isood evaluate`` job feeds it.
+dataset of image files the ``isood evaluate`` job feeds it: an unreadable image does not stop the pass at once;
+the pass reads on (without the model) and ends with one ``UnreadableImagesError`` naming every unreadable image
+of the dataset (``scan_unreadable`` reads another dataset the same way, so a run names them all).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -32,7 +34,8 @@ from .detectors import CAPTURE_KINDS, Detector, ForwardOutputs
 from .models import ModelAdapter
 
 __all__ = ["CACHE_VERSION", "OutputCache", "cache_key", "score_kind", "as_loader", "split_batch", "ImageList",
-           "default_transform", "extract_outputs"]
+           "Unreadable", "UnreadableImagesError", "scan_unreadable", "probe_input", "default_transform",
+           "extract_outputs"]
 
 CACHE_VERSION = 3  # 2: 16-bit images scaled to 8 bits, bombs refused before decoding; 3: float / 32-bit images
 #                     scaled by their range (isood.images.to_rgb), image lists keyed by content
@@ -40,14 +43,16 @@ CACHE_VERSION = 3  # 2: 16-bit images scaled to 8 bits, bombs refused before dec
 
 # ================================================================================================== data
 def as_loader(data, batch_size: int, num_workers: int) -> torch.utils.data.DataLoader:
-    """A DataLoader over ``data`` (a Dataset, a DataLoader as is, or an (N, C, H, W) tensor / array)."""
+    """A DataLoader over ``data`` (a Dataset, a DataLoader as is, or an (N, C, H, W) tensor / array); a dataset
+    with its own ``collate`` (``ImageList``) batches with it."""
     if isinstance(data, torch.utils.data.DataLoader):
         return data
     if isinstance(data, np.ndarray):
         data = torch.from_numpy(data)
     if isinstance(data, torch.Tensor):
         data = torch.utils.data.TensorDataset(data)
-    return torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=False, num_workers=num_workers)
+    return torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=False, num_workers=num_workers,
+                                       collate_fn=getattr(data, "collate", None))
 
 
 def split_batch(batch) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -67,10 +72,37 @@ def split_batch(batch) -> tuple[torch.Tensor, torch.Tensor | None]:
                         "(image, label) pairs")
 
 
+class Unreadable(NamedTuple):
+    """An image that could not be read: its path and ``'<ExceptionType>'``."""
+
+    path: str
+    error: str
+
+
+class UnreadableImagesError(BadInputError):
+    """Images of an evaluation could not be read (every image must be scored). One line: the image and its error
+    for one; for several their count, the first ``SHOWN`` and the file listing them all (``list_file``)."""
+
+    SHOWN = 3
+
+    def __init__(self, images: Sequence[Unreadable], list_file: str | os.PathLike | None = None) -> None:
+        self.images = list(dict.fromkeys(images))
+        n = len(self.images)
+        if n == 1:
+            text = f"cannot read image {self.images[0].path}: {self.images[0].error}: remove or replace it"
+        else:
+            shown = ", ".join(f"{u.path} ({u.error})" for u in self.images[:self.SHOWN])
+            where = f"; all {n} listed in {list_file}" if list_file and n > self.SHOWN else ""
+            more = ", ..." if n > self.SHOWN else ""
+            text = f"cannot read images: {n} are unreadable ({shown}{more}{where}): remove or replace them"
+        super().__init__(text)
+
+
 class ImageList(torch.utils.data.Dataset):
     """A torch dataset of image files: ``(transform(RGB image), label)``, decoded as ``isood.images.read_rgb``
     decodes them (a decompression bomb refused from its header, 16-bit images scaled to 8 bits); an unreadable
-    file is a one-line error (every image of an evaluation must be scored)."""
+    file yields ``(Unreadable(path, error), label)`` and ``collate`` sets it apart (batches are dicts: ``image``,
+    ``label``, ``unreadable``), so that a pass names every unreadable image (``extract_outputs``)."""
 
     def __init__(self, files: Sequence[Path], labels: Sequence[int], transform: Callable) -> None:
         self.files = [Path(f) for f in files]
@@ -89,10 +121,18 @@ class ImageList(torch.utils.data.Dataset):
             with warnings.catch_warnings():  # read_rgb refuses what PIL only warns about
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)
                 img = read_rgb(self.files[i])
-        except Exception as e:  # missing, truncated, not an image, a bomb, a decoder's ValueError: one line
-            raise BadInputError(f"cannot read image {self.files[i]}: {type(e).__name__}: remove or replace it") \
-                from None
+        except Exception as e:  # missing, truncated, not an image, a bomb, a decoder's ValueError
+            return Unreadable(str(self.files[i]), type(e).__name__), int(self.labels[i])
         return self.transform(img), int(self.labels[i])
+
+    @staticmethod
+    def collate(items: Sequence[tuple]) -> dict:
+        """A batch of ``__getitem__`` items: the readable images stacked (None when there is none) with their
+        labels, and the ``Unreadable`` ones."""
+        good = [(x, y) for x, y in items if not isinstance(x, Unreadable)]
+        return {"image": torch.stack([x for x, _ in good]) if good else None,
+                "label": torch.as_tensor([y for _, y in good], dtype=torch.int64),
+                "unreadable": [x for x, _ in items if isinstance(x, Unreadable)]}
 
 
 def worker_message(error: BaseException) -> str:
@@ -105,6 +145,41 @@ def worker_message(error: BaseException) -> str:
     last = [ln for ln in text.strip().splitlines() if ln.strip()][-1]
     head, sep, tail = last.partition(": ")
     return tail if sep and " " not in head else last
+
+
+def scan_unreadable(data, *, batch_size: int = 64, num_workers: int = 0, desc: str = "reading",
+                    progress: bool = False) -> list[Unreadable]:
+    """Read every image of ``data`` (no model) and return the unreadable ones (only datasets whose batches
+    carry ``unreadable``, i.e. ``ImageList``, can have any)."""
+    found: list[Unreadable] = []
+    if not hasattr(data, "collate"):
+        return found
+    loader = as_loader(data, batch_size, num_workers)
+    try:
+        for batch in track(loader, len(loader), desc, progress):
+            found += batch["unreadable"]
+    except IsoodError as e:  # raised in a DataLoader worker: one line, not the worker's traceback
+        raise type(e)(worker_message(e)) from None
+    return found
+
+
+def probe_input(data, tries: int = 16) -> torch.Tensor | None:
+    """One image of ``data`` as a (1, C, H, W) batch, to check a model before a pass: its first readable item
+    among the first ``tries`` (None when there is none)."""
+    if isinstance(data, np.ndarray):
+        data = torch.from_numpy(data)
+    if isinstance(data, torch.Tensor):
+        return data[:1] if len(data) else None
+    if isinstance(data, torch.utils.data.DataLoader):
+        for batch in data:
+            x, _ = split_batch(batch)
+            return x[:1] if x is not None and len(x) else None
+        return None
+    for i in range(min(len(data), tries)):
+        x, _ = split_batch(data[i])
+        if isinstance(x, torch.Tensor):
+            return x.unsqueeze(0)
+    return None
 
 
 def default_transform() -> Callable:
@@ -208,9 +283,14 @@ def _forward_passes(adapter: ModelAdapter, loader, kinds: frozenset[str], inputs
     parts: dict[str, list[np.ndarray]] = {k: [] for k in kinds}
     labels: list[np.ndarray] = []
     scored: dict[str, list[np.ndarray]] = {n: [] for n in inputs}
+    unreadable: list[Unreadable] = []
     total = len(loader) if hasattr(loader, "__len__") else None
     try:
         for batch in track(loader, total, desc, progress):
+            if isinstance(batch, Mapping) and "unreadable" in batch:
+                unreadable += batch["unreadable"]
+            if unreadable:  # this pass fails: read on without the model, to name every unreadable image
+                continue
             x, y = split_batch(batch)
             x = x.to(adapter.device)
             if kinds:
@@ -223,6 +303,8 @@ def _forward_passes(adapter: ModelAdapter, loader, kinds: frozenset[str], inputs
                 scored[n].append(d.score_inputs(adapter.logits, x, adapter.input_std))
     except IsoodError as e:  # raised in a DataLoader worker: one line, not the worker's traceback
         raise type(e)(worker_message(e)) from None
+    if unreadable:
+        raise UnreadableImagesError(unreadable)
     got = {k: _cat(v) for k, v in parts.items()}
     if labels:
         got["labels"] = np.concatenate(labels)

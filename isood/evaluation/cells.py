@@ -19,8 +19,11 @@ grid cell without any model::
 
 Without a manifest, pass ``cells=`` (a cells table: cell, cov_level, sem_level, n, na) or ``na_cells=`` (names of
 cells to mark N/A), or neither (the grid is the cells that have images). Each cell is compared against the whole
-ID test set. A cell with fewer than ``na_threshold`` images (default: the manifest's, else 10), or marked N/A,
-is kept in ``per_cell`` with ``na=True`` and NaN metrics, and never enters a level mean.
+ID test set. One N/A rule decides every set (``isood.grid.is_na``): a cell with fewer than ``na_threshold``
+images (default: the manifest's, else 10) among the images evaluated is N/A; so is a cell named in ``na_cells``.
+The ``na`` column a manifest stores recorded the threshold of the run that wrote it and is not consulted (an
+evaluation at another threshold, or of a subset of the images, recounts). An N/A cell is kept in ``per_cell``
+with ``na=True`` and NaN metrics, and never enters a level mean.
 
 The metric columns are the names of ``metrics.METRICS`` (``auroc``, ``fpr95``, ``fpr95_id``, ``aupr_in``,
 ``aupr_out``, ``autc``, ``aufpr``, ``aufnr``; with ``id_correct`` also ``auroc_m``, ``adr``; with the ID
@@ -38,7 +41,7 @@ import sklearn
 
 from isood.defaults import NA_THRESHOLD
 from isood.errors import BadInputError
-from isood.grid import cell_name, parse_cell_name
+from isood.grid import cell_name, is_na, parse_cell_name
 
 from . import metrics as M
 from .levels import all_level_curves, axis_name, detector_means, metric_columns, one_dataset, summary_table
@@ -96,7 +99,8 @@ def image_levels(images, n: int) -> pd.DataFrame:
 
 
 def _table_rows(cells: pd.DataFrame, counts: pd.Series, marked: set[str], na_threshold: int) -> list[dict]:
-    """Grid rows from a cells table: its cells, its ``na`` flags and listed ``n`` (``expected_n``)."""
+    """Grid rows from a cells table: its cells and listed ``n`` (``expected_n``); N/A from the observed counts
+    (``isood.grid.is_na``) or ``marked``."""
     if not {"cov_level", "sem_level"} <= set(cells.columns):
         if "cell" not in cells.columns:
             raise BadInputError("the cells table needs columns cov_level, sem_level (or cell) and na: pass the "
@@ -112,9 +116,9 @@ def _table_rows(cells: pd.DataFrame, counts: pd.Series, marked: set[str], na_thr
         if c < 0 or s < 0:
             continue
         n_obs = int(counts.get((c, s), 0))
-        flag = (bool(rec["na"]) if pd.notna(rec.get("na")) else False) or cell_name(c, s) in marked
+        flag = cell_name(c, s) in marked
         expected = int(rec["n"]) if "n" in rec and pd.notna(rec.get("n")) else np.nan
-        rows.append({"cov_level": c, "sem_level": s, "n": n_obs, "na": flag or n_obs < na_threshold,
+        rows.append({"cov_level": c, "sem_level": s, "n": n_obs, "na": flag or bool(is_na(n_obs, na_threshold)),
                      "marked_na": flag, "expected_n": expected})
     listed = {(r["cov_level"], r["sem_level"]) for r in rows}
     stray = [cell_name(c, s) for (c, s) in counts.index if (c, s) not in listed]
@@ -128,9 +132,10 @@ def cell_grid(levels: pd.DataFrame, *, cells: pd.DataFrame | None = None, na_cel
               na_threshold: int = NA_THRESHOLD) -> pd.DataFrame:
     """The grid's cells: cell, cov_level, sem_level, n (images observed), na, marked_na, expected_n.
 
-    ``levels``: per-image levels (``image_levels``). With a ``cells`` table its cells form the grid, its ``na``
-    flags are honoured and its ``n`` is the count a measured cell must have; without one the grid is the cells
-    that have images. ``na_cells`` marks more cells N/A; a cell with fewer than ``na_threshold`` images is N/A.
+    ``levels``: per-image levels (``image_levels``). With a ``cells`` table its cells form the grid and its ``n``
+    is the count each cell must have (its stored ``na`` flags are not read); without one the grid is the cells
+    that have images. N/A is the one rule ``isood.grid.is_na`` on the observed counts: fewer than
+    ``na_threshold`` images; ``na_cells`` (``marked_na``) marks more cells N/A.
     """
     counts = levels[levels["cov_level"] >= 0].groupby(["cov_level", "sem_level"]).size()
     marked = {str(x) for x in (na_cells or ())}
@@ -138,7 +143,7 @@ def cell_grid(levels: pd.DataFrame, *, cells: pd.DataFrame | None = None, na_cel
         rows = _table_rows(cells, counts, marked, na_threshold)
     else:
         rows = [{"cov_level": int(c), "sem_level": int(s), "n": int(k),
-                 "na": cell_name(c, s) in marked or int(k) < na_threshold,
+                 "na": cell_name(c, s) in marked or bool(is_na(int(k), na_threshold)),
                  "marked_na": cell_name(c, s) in marked, "expected_n": np.nan}
                 for (c, s), k in counts.items()]
     grid = pd.DataFrame(rows, columns=["cov_level", "sem_level", "n", "na", "marked_na", "expected_n"])
@@ -147,12 +152,13 @@ def cell_grid(levels: pd.DataFrame, *, cells: pd.DataFrame | None = None, na_cel
 
 
 def _check_grid(grid: pd.DataFrame, detector: str, dataset: str) -> None:
-    """Refuse a measured cell without scores, or with fewer scores than the cells table lists."""
+    """Refuse a cell without scores although the cells table lists images (or with scores missing: fewer than
+    it lists), unless the caller marked it N/A (``na_cells``)."""
     for rec in grid.itertuples():
         listed = 0 if np.isnan(rec.expected_n) else int(rec.expected_n)
         if rec.n == 0 and not rec.marked_na and (listed > 0 or not rec.na):
             raise EmptyCellError(f"detector '{detector}', {dataset} cell {rec.cell}: no image has a score "
-                                 f"(the grid lists {listed} images and does not mark it N/A): score its images")
+                                 f"(the grid lists {listed} images): score its images")
         if not np.isnan(rec.expected_n) and rec.n != rec.expected_n and not rec.marked_na:
             raise EmptyCellError(f"detector '{detector}', {dataset} cell {rec.cell}: {rec.n} scores for the "
                                  f"{int(rec.expected_n)} images the manifest lists: score every image of the cell")

@@ -9,10 +9,13 @@ import os
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from isood.errors import BadInputError, MissingWeightsError
+from isood.runtime import one_line
 
 from .models import ModelAdapter, TimmAdapter, wrap_model
+from .options import model_function
 
 __all__ = ["load_classifier", "adapter_from_option", "read_state_dict"]
 
@@ -95,17 +98,34 @@ def read_state_dict(path) -> dict:
 
 
 def _from_function(option: str) -> ModelAdapter:
-    """``py:package.module:function`` -> the wrapped model the function returns (timm preprocessing if timm)."""
-    spec = option[3:]
-    mod, _, attr = spec.partition(":")
-    if not mod or not attr:
-        raise BadInputError(f"--model {option}: write py:package.module:function (a function returning the model)")
+    """``py:package.module:function`` -> the wrapped model the function returns (timm preprocessing if timm).
+    ``function`` is called without arguments (a module class is instantiated); a module instance is taken as it
+    is. Anything else (not callable, a call that fails, a result that is no torch module, a module isood cannot
+    find the layers of) is a one-line error naming the option."""
+    mod, attr = model_function(option)
+    spec = f"{mod}:{attr}"
     try:
         obj = getattr(importlib.import_module(mod), attr)
-    except (ImportError, AttributeError) as e:
-        raise BadInputError(f"--model {option}: cannot import ({type(e).__name__}: {e})") from None
-    model = obj() if callable(obj) and not hasattr(obj, "forward") else obj
-    adapter = wrap_model(model, name=spec)
+    except Exception as e:  # noqa: BLE001 -- ImportError, AttributeError or whatever the module's code raises
+        raise BadInputError(f"--model {option}: cannot import ({type(e).__name__}: {one_line(e, 120)})") from None
+    if isinstance(obj, (nn.Module, ModelAdapter)):
+        model = obj
+    elif callable(obj):
+        try:
+            model = obj()
+        except Exception as e:  # noqa: BLE001 -- the user's function failed: one line, not its traceback
+            raise BadInputError(f"--model {option}: {mod}.{attr}() failed ({type(e).__name__}: {one_line(e, 120)}): "
+                                "pass a function that takes no arguments and returns the classifier") from None
+    else:
+        raise BadInputError(f"--model {option}: {mod}.{attr} is a {type(obj).__name__}, not a function: pass "
+                            "py:MODULE:FUNCTION where FUNCTION() returns the classifier (a torch nn.Module)")
+    if not isinstance(model, (nn.Module, ModelAdapter)):
+        raise BadInputError(f"--model {option}: {mod}.{attr}() returned a {type(model).__name__}, not a torch "
+                            "nn.Module: pass a function returning the classifier")
+    try:
+        adapter = wrap_model(model, name=spec)
+    except BadInputError as e:
+        raise BadInputError(f"--model {option}: {e}") from None
     if adapter.transform is None and getattr(adapter.model, "pretrained_cfg", None):
         import timm.data  # a timm model built by the user's function: its own preprocessing
 

@@ -1,30 +1,39 @@
 """L4: the ``isood evaluate`` stage: a classifier + OOD detectors scored per shift cell of a splits (and Syn-IS)
 manifest, as small named steps.
 
+0. ``options.check_options``: every option checked before anything is read or loaded (one line each).
 1. ``load_grids``: read and verify the grid manifests (``--splits``, kind ``splits``; ``--syn``, kind ``syn-is``)
    through ``manifests.read(path, kind=...)``; a manifest failing verification is refused, naming its problems.
 2. Data (``image_sets`` / ``precomputed_sets``). ``--id-train`` / ``--id-test`` are image folders with one wnid
    sub-folder per class (or file lists, ``isood.images.list_images``), or precomputed-outputs folders
    (``outputs``; then ``--test-root`` too). The test images are the manifest's ``images.path`` rows, relative to
    ``--test-root`` (default: ``SplitsView.test_root``); Syn-IS paths are relative to the Syn-IS manifest folder.
-   The model's class list and the labels: ``classes``.
+   A per-subset import is one dataset per subset (``splits/<subset>``, ``assemble.grid_parts``). The model's
+   class list and the labels: ``classes``. The model (``--model``) is checked on one ID training image before
+   any pass (``ModelAdapter.check_outputs``).
 3. ``score_with_model``: one forward pass per batch (``scoring.run_detectors``; outputs cached on disk under
    ``--cache-dir``, default ``$ISOOD_CACHE_DIR/outputs``, keyed by the images' content: ``data_identity``),
-   detectors fitted on ``--id-train`` (which is also scored: DER's threshold).
-4. ``assemble.evaluate_sets``: every metric per cell (N/A: marked by the manifest or fewer than
-   ``--na-threshold`` images), level curves, Table 1, per-detector means.
+   detectors fitted on ``--id-train`` (which is also scored: DER's threshold); their parameters checked against
+   the data's sizes first (``scoring.preflight``). Every unreadable image of the run is named in one error.
+4. ``assemble.evaluate_sets``: every metric per cell, level curves, Table 1, per-detector means. N/A is one
+   rule for every set, ``isood.grid.is_na`` with ``--na-threshold`` (default ``isood.defaults.NA_THRESHOLD``)
+   on the images the evaluation has in the cell; a manifest's stored ``na`` flags are not read.
 5. ``--leak-audit``: an ``audit`` of the splits manifest's classes (``isood wordnet audit SPLITS``); every
    metric is reported per cell twice, on all images and on the leak-free ones (images whose class verdict is
    not in ``--leak-rules``, default id, hypernym, hyponym): dataset ``splits-leak-free``, ``images`` column
    ``all`` | ``leak_free``, the ``leak_effect`` and ``leak_ranking`` tables, difference heatmaps and a report
    section on where the leaks change the detectors' ranking (``assemble.evaluate_with_leaks``,
-   ``levels.leak_effect`` / ``leak_ranking``). Nothing is scored twice.
+   ``levels.leak_effect`` / ``leak_ranking``). Nothing is scored twice. The leak-free rows equal an evaluation
+   of the `isood splits clean` output (same N/A rule, same counts). Rules that flag every image of a dataset are
+   refused before any pass (nothing would be left to evaluate leak-free).
 6. ``--sanity-random-model``: the same detectors on a randomly initialised copy of the model.
-7. ``write.write_evaluation``: one ``evaluation`` manifest with plots and the report; ``manifest.json`` last.
+7. ``write.write_evaluation``: one ``evaluation`` manifest with plots (``--plot-metrics``, default AUROC and
+   FPR@95; ``all``) and the report; ``manifest.json`` last.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -35,22 +44,22 @@ import pandas as pd
 
 import manifests
 from isood.content import content_listing
-from isood.defaults import DEFAULT_DETECTORS, DEFAULT_VERIFY, NA_THRESHOLD, OOD_LABEL, cache_dir
+from isood.defaults import DEFAULT_DETECTORS, DEFAULT_VERIFY, OOD_LABEL, cache_dir
 from isood.errors import BadInputError, ManifestError
 from isood.images import ImageSource, list_images
 from isood.kinds import AUDIT, EVALUATION, SPLITS, SYN_IS, AuditView, GridView
 from isood.runtime import resolve_device
-from wordnet_tools.rules import LEAK_RULES, leak_mask, parse_rules
+from wordnet_tools.rules import leak_mask, parse_rules
 
-from .assemble import (ID_TEST, ID_TRAIN, EvalSet, check_files, evaluate_with_leaks, grid_rows,
+from .assemble import (ID_TEST, ID_TRAIN, EvalSet, check_files, evaluate_with_leaks, grid_parts,
                        precomputed_rows, sanity_table, scores_table)
-from .capture import ImageList, default_transform
+from .capture import ImageList, default_transform, probe_input
 from .cells import CellEvaluation
 from .classes import class_list, labels_for, outputs_labels, read_class_file, wnids_of
 from .classifiers import adapter_from_option
 from .detectors import Detector, parse_detectors
-from .metrics import METRICS
 from .models import ModelAdapter, model_classes, randomized_copy, wrap_model
+from .options import EvaluateOptions, check_options, plot_metrics
 from .outputs import is_outputs_dir, load_outputs
 from .scoring import DetectorScores, check_requirements, run_detectors, score_precomputed
 from .write import write_evaluation
@@ -60,36 +69,6 @@ __all__ = ["DEFAULT_DETECTORS", "EvaluateOptions", "EvaluateResult", "load_grid"
            "score_with_model", "run_config", "run_meta", "run_inputs", "run_evaluate"]
 
 _FLAGS = {"splits": "--splits", SYN_IS: "--syn"}
-
-
-@dataclass(frozen=True, kw_only=True)
-class EvaluateOptions:
-    """Everything `isood evaluate` takes (CLI flag = field name with - for _)."""
-
-    splits: str | None = None
-    out: str | None = None
-    id_test: str | None = None
-    id_train: str | None = None
-    model: str | None = None
-    detectors: str = DEFAULT_DETECTORS
-    syn: str | None = None
-    test_root: str | None = None
-    checkpoint: str | None = None
-    num_classes: int | None = None
-    classes: str | None = None
-    batch_size: int = 64
-    device: str | None = None
-    workers: int = 0
-    cache_dir: str | None = None
-    sanity_random_model: bool = False
-    na_threshold: int = NA_THRESHOLD
-    der: bool = True
-    plot_metrics: str | None = None
-    seed: int = 0
-    leak_audit: str | None = None
-    leak_rules: str = ",".join(LEAK_RULES)
-    verify: str = DEFAULT_VERIFY
-    progress: bool = True
 
 
 @dataclass
@@ -102,33 +81,6 @@ class EvaluateResult:
 
 
 # ================================================================================================ inputs
-#: Integer options and their least value (``None`` = the default, allowed where the field is optional).
-_LEAST = {"batch_size": 1, "workers": 0, "na_threshold": 1, "seed": 0, "num_classes": 1}
-
-
-def _check_options(opts: EvaluateOptions) -> None:
-    """One-line errors, before anything is read: required paths, counts below their least value, leak rules."""
-    for flag, value in (("--splits", opts.splits), ("--out", opts.out), ("--id-test", opts.id_test),
-                        ("--id-train", opts.id_train)):
-        if value is None:
-            raise BadInputError(f"{flag} is required")
-    for name, least in _LEAST.items():
-        value = getattr(opts, name)
-        if value is None and name == "num_classes":
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-            raise BadInputError(f"--{name.replace('_', '-')} must be an integer >= {least}, got {value!r}")
-    parse_rules(opts.leak_rules, option="--leak-rules")
-    unknown = [m for m in _plot_metrics(opts) or () if m not in METRICS]
-    if unknown:
-        raise BadInputError(f"--plot-metrics {', '.join(unknown)}: unknown metric; pass among {', '.join(METRICS)}")
-
-
-def _plot_metrics(opts: EvaluateOptions) -> list[str] | None:
-    """The ``--plot-metrics`` names, or None (every computed metric)."""
-    return [m.strip() for m in opts.plot_metrics.split(",") if m.strip()] if opts.plot_metrics else None
-
-
 def load_grid(path: str | Path, kind: str, flag: str, *, verify: str = DEFAULT_VERIFY) -> GridView:
     """The typed view of a grid manifest, refused when it fails verification (``verify``: 'fast' or 'full') or
     is of another kind."""
@@ -170,18 +122,31 @@ def load_leak_audit(opts: EvaluateOptions) -> AuditView | None:
 
 
 def leak_masks(audit: AuditView | None, sets: Mapping[str, EvalSet], rules: str) -> dict[str, np.ndarray] | None:
-    """The leaking images of the splits dataset (aligned with its rows), from the audit's class verdicts; a
-    class the audit has no verdict for is a one-line error naming it."""
+    """The leaking images of every dataset of the splits manifest (aligned with its rows), from the audit's class
+    verdicts; a class the audit has no verdict for is a one-line error naming it, and so are rules that flag
+    every image of a dataset (its leak-free copy would hold nothing: pass fewer --leak-rules)."""
     if audit is None:
         return None
-    images = sets["splits"].images
-    return {"splits": leak_mask(wnids_of(images), audit.class_rules(), rules=parse_rules(rules, option="--leak-rules"),
-                                where=f"--leak-audit {audit.root}")}
+    parsed = parse_rules(rules, option="--leak-rules")
+    masks = {}
+    for name, s in sets.items():
+        if s.grid != "splits":
+            continue
+        mask = leak_mask(wnids_of(s.images), audit.class_rules(), rules=parsed, where=f"--leak-audit {audit.root}")
+        if mask.size and mask.all():
+            verdicts = ", ".join(sorted(v for v in set(audit.class_rules().values()) if v))
+            raise BadInputError(f"--leak-rules {','.join(parsed)} flag all {mask.size} images of {name} as leaks: "
+                                f"nothing is left to evaluate leak-free; pass fewer rules (among {verdicts}) or "
+                                "drop --leak-audit")
+        masks[name] = mask
+    return masks
 
 
 # ================================================================================================ data
-def precomputed_sets(opts: EvaluateOptions, test_root: str, splits: GridView, detectors: Mapping[str, Detector]):
-    """The datasets from precomputed-outputs folders, scored: ``(sets, scores, classes or None, n_classes)``."""
+def precomputed_sets(opts: EvaluateOptions, test_root: str, splits: GridView):
+    """The datasets from precomputed-outputs folders: ``(sets, outputs, classes or None, n_classes)`` with
+    ``outputs`` the ``ForwardOutputs`` of every dataset (the ID training set under ``ID_TRAIN``), to score with
+    ``scoring.score_precomputed``."""
     tr_out, tr_idx = load_outputs(opts.id_train)
     n_model = tr_out.logits.shape[1]
     listed = read_class_file(opts.classes) if opts.classes else None
@@ -194,14 +159,15 @@ def precomputed_sets(opts: EvaluateOptions, test_root: str, splits: GridView, de
                             f"--id-train {n_model}")
     te_out.labels = outputs_labels(te_idx, classes, strict=True, what="--id-test")
     t_out, t_idx = load_outputs(test_root)
-    images, cells = grid_rows(splits.images, splits.cells, where=str(splits.root))
-    sub = t_out.subset(precomputed_rows(t_idx, images["path"], where=f"--test-root {test_root}"))
-    sub.labels = (labels_for(wnids_of(images), classes, strict=False, what="test") if classes is not None
-                  else np.full(len(images), OOD_LABEL, np.int64))
-    sets = {ID_TEST: EvalSet(ID_TEST, te_out.labels, paths=te_idx["path"].astype(str).tolist()),
-            "splits": EvalSet("splits", sub.labels, images=images, cells=cells)}
-    scores = score_precomputed(detectors, tr_out, {ID_TEST: te_out, "splits": sub}, score_train=opts.der)
-    return sets, scores, classes, n_model
+    sets = {ID_TEST: EvalSet(ID_TEST, te_out.labels, paths=te_idx["path"].astype(str).tolist())}
+    outputs = {ID_TRAIN: tr_out, ID_TEST: te_out}
+    for name, (images, cells) in grid_parts("splits", splits.images, splits.cells, where=str(splits.root)).items():
+        sub = t_out.subset(precomputed_rows(t_idx, images["path"], where=f"--test-root {test_root}"))
+        sub.labels = (labels_for(wnids_of(images), classes, strict=False, what="test") if classes is not None
+                      else np.full(len(images), OOD_LABEL, np.int64))
+        sets[name] = EvalSet(name, sub.labels, images=images, cells=cells, grid="splits")
+        outputs[name] = sub
+    return sets, outputs, classes, n_model
 
 
 def output_cache_dir(opts: EvaluateOptions) -> str:
@@ -216,15 +182,18 @@ def data_identity(files: list[Path], names: list[str], opts: EvaluateOptions) ->
     return content_listing(files, names, cache_folder=output_cache_dir(opts))
 
 
-def _grid_set(name: str, view: GridView, root: Path, classes: list[str], opts: EvaluateOptions) -> EvalSet:
-    """A grid manifest's images (files under ``root``, which must exist) as a dataset to score."""
+def _grid_sets(name: str, view: GridView, root: Path, classes: list[str], opts: EvaluateOptions) -> dict[str, EvalSet]:
+    """A grid manifest's images (files under ``root``, which must exist) as datasets to score (one per subset
+    of a per-subset import: ``assemble.grid_parts``)."""
     flag = _FLAGS.get(name, name)
-    images, cells = grid_rows(view.images, view.cells, where=str(view.root))
-    files = [root / p for p in images["path"].astype(str)]
-    check_files(files, f"{flag} {view.root}")
-    labels = labels_for(wnids_of(images), classes, strict=False, what=name)
-    data_id = f"manifest:{view.content_sha256}:{data_identity(files, [str(f) for f in files], opts)}"
-    return EvalSet(name, labels, data_id=data_id, files=files, images=images, cells=cells)
+    out = {}
+    for ds, (images, cells) in grid_parts(name, view.images, view.cells, where=str(view.root)).items():
+        files = [root / p for p in images["path"].astype(str)]
+        check_files(files, f"{flag} {view.root}")
+        labels = labels_for(wnids_of(images), classes, strict=False, what=ds)
+        data_id = f"manifest:{view.content_sha256}:{data_identity(files, [str(f) for f in files], opts)}"
+        out[ds] = EvalSet(ds, labels, data_id=data_id, files=files, images=images, cells=cells, grid=name)
+    return out
 
 
 def image_sets(opts: EvaluateOptions, grids: Mapping[str, GridView], test_root: str | None, adapter: ModelAdapter,
@@ -250,7 +219,7 @@ def image_sets(opts: EvaluateOptions, grids: Mapping[str, GridView], test_root: 
             raise BadInputError(f"--splits {view.root} records no test_root: pass --test-root (the folder its image "
                                 "paths are relative to)")
         root = Path(test_root) if name == "splits" else Path(view.root)
-        sets[name] = _grid_set(name, view, root, classes, opts)
+        sets.update(_grid_sets(name, view, root, classes, opts))
     return sets, classes
 
 
@@ -265,6 +234,18 @@ def _model(opts: EvaluateOptions, adapter, detectors: Mapping[str, Detector], *,
     check_requirements(detectors, model.provides, source=f"model '{model.name}'",
                        hint="drop the detector or use a model that has them")
     return model
+
+
+def _check_model_outputs(model: ModelAdapter, detectors: Mapping[str, Detector], train: EvalSet,
+                         device: str | None) -> None:
+    """The model run once on one ID training image (preprocessed as the pass will, on the run's device): a model
+    that fails or does not return (N, classes) logits (and what the detectors need) is a one-line error before
+    any pass."""
+    x = probe_input(ImageList(train.files, train.labels, model.transform or default_transform()))
+    if x is not None:
+        model.to(resolve_device(device))
+        kinds = set().union(*(d.requires for d in detectors.values()))
+        model.check_outputs(x.to(model.device), kinds)
 
 
 def score_with_model(adapter: ModelAdapter, detectors: Mapping[str, Detector], sets: Mapping[str, EvalSet],
@@ -286,7 +267,7 @@ def run_config(opts: EvaluateOptions, *, test_root: str | None, model_name: str,
     """The manifest's config: the options (without ``progress``), the test root used, the model and the
     detectors' parameters."""
     config = {k: v for k, v in asdict(opts).items() if k != "progress"}
-    config.update(test_root=str(test_root) if test_root else None, model_name=model_name,
+    config.update(test_root=os.path.abspath(test_root) if test_root else None, model_name=model_name,
                   n_classes=int(n_classes) if n_classes else None,
                   detector_params={n: d.params() for n, d in detectors.items()})
     return config
@@ -299,7 +280,7 @@ def run_meta(opts: EvaluateOptions, *, model_name: str, detectors: Mapping[str, 
     with a leak audit, the leaking images per dataset."""
     meta = {"model": model_name, "detectors": ", ".join(detectors), "splits": opts.splits,
             **({"syn-is": opts.syn} if opts.syn else {}), "ID classes": n_id_classes,
-            "N/A threshold": opts.na_threshold}
+            "N/A threshold": f"{opts.na_threshold} images, counted on the images of each set evaluated"}
     for ds in datasets:
         if scores.has_labels(ds):
             meta[f"accuracy on {ds}"] = round(float(np.mean(scores.correct(ds))), 4)
@@ -330,8 +311,7 @@ def run_evaluate(opts: EvaluateOptions, *, adapter=None, argv: list[str] | None 
     """Run `isood evaluate` (module docstring). ``adapter``: a ``ModelAdapter`` / torch module to use instead of
     ``opts.model`` (Python API: your own classifier)."""
     t0 = time.perf_counter()
-    _check_options(opts)
-    detectors = parse_detectors(opts.detectors)
+    detectors = check_options(opts)
     inputs = [opts.splits, opts.syn, opts.leak_audit, opts.id_train, opts.id_test, opts.test_root, opts.checkpoint]
     with manifests.writing(opts.out, EVALUATION, inputs=[p for p in inputs if p]) as o:
         result = _evaluate(opts, detectors, o.work, adapter=adapter, argv=argv, t0=t0)
@@ -346,9 +326,11 @@ def _evaluate(opts: EvaluateOptions, detectors: Mapping[str, Detector], out: Pat
     test_root = opts.test_root or grids["splits"].test_root
     model = leaking = None
     if input_kind(opts, test_root) == "outputs":
-        sets, scores, classes, n_model = precomputed_sets(opts, test_root, grids["splits"], detectors)
+        sets, outputs, classes, n_model = precomputed_sets(opts, test_root, grids["splits"])
         leaking = leak_masks(audit, sets, opts.leak_rules)
         model_name = opts.model or "precomputed outputs"
+        scores = score_precomputed(detectors, outputs[ID_TRAIN], {k: v for k, v in outputs.items() if k != ID_TRAIN},
+                                   score_train=opts.der)
     else:
         src_train, src_test = list_images(opts.id_train), list_images(opts.id_test)
         model = _model(opts, adapter, detectors, n_id_classes=len(set(src_train.table["wnid"]) - {""}))
@@ -356,6 +338,7 @@ def _evaluate(opts: EvaluateOptions, detectors: Mapping[str, Detector], out: Pat
         sets, classes = image_sets(opts, grids, test_root, model, src_train=src_train, src_test=src_test)
         leaking = leak_masks(audit, sets, opts.leak_rules)  # a class without a verdict fails before any forward pass
         n_model = model_classes(model) or len(classes)
+        _check_model_outputs(model, detectors, sets[ID_TRAIN], opts.device)
         scores = score_with_model(model, detectors, sets, opts)
     evaluation = evaluate_with_leaks(scores, sets, detectors, leaking=leaking, na_threshold=opts.na_threshold,
                                      der=opts.der)
@@ -368,13 +351,12 @@ def _evaluate(opts: EvaluateOptions, detectors: Mapping[str, Detector], out: Pat
         sanity = sanity_table(evaluation.per_cell, random_per_cell)
     meta = run_meta(opts, model_name=model_name, detectors=detectors,
                     n_id_classes=len(classes) if classes is not None else n_model,
-                    datasets=[ID_TEST, *grids], scores=scores, leaking=leaking)
-    plot_metrics = _plot_metrics(opts)
+                    datasets=[ID_TEST, *(n for n, s in sets.items() if s.is_grid)], scores=scores, leaking=leaking)
     manifest = write_evaluation(
         evaluation, out, inputs=run_inputs(opts, grids, sets, audit),
         scores=scores_table(scores, sets, leaking),
         config=run_config(opts, test_root=test_root, model_name=model_name, n_classes=n_model, detectors=detectors),
-        sanity=sanity, random_per_cell=random_per_cell, metrics=plot_metrics, meta=meta,
+        sanity=sanity, random_per_cell=random_per_cell, metrics=plot_metrics(opts), meta=meta,
         title=f"isood evaluation: {model_name}", argv=argv,
         summary={"model": model_name, "detectors": list(detectors), "datasets": evaluation.datasets,
                  "seconds": round(time.perf_counter() - t0, 2),

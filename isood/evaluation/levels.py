@@ -255,7 +255,7 @@ def measured_in_both(per_cell: pd.DataFrame, dataset: str, free: str) -> tuple[p
     a, b = per_cell[per_cell["dataset"] == dataset], per_cell[per_cell["dataset"] == free]
     a, b = a[~a["na"].astype(bool)], b[~b["na"].astype(bool)]
     both = set(zip(a["detector"], a["cell"])) & set(zip(b["detector"], b["cell"]))
-    keep = lambda t: t[[k in both for k in zip(t["detector"], t["cell"])]]  # noqa: E731
+    keep = lambda t: t[np.array([k in both for k in zip(t["detector"], t["cell"])], dtype=bool)]  # noqa: E731
     return keep(a), keep(b)
 
 

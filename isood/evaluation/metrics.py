@@ -2,7 +2,8 @@
 
 Score convention (OpenOOD's): a HIGHER score means MORE in-distribution. Every function here is pure
 (arrays in, numbers out). Curves come from scikit-learn (``roc_curve``, ``roc_auc_score``,
-``precision_recall_curve``).
+``precision_recall_curve``), imported at the first computation (``_sklearn``): it takes seconds to load, and the
+registry below is read by ``isood evaluate``'s option checks, which must answer before anything heavy loads.
 
 ``METRICS`` is the registry of what a per-cell table holds: its keys ARE the table's column names (``auroc``,
 ``fpr95`` (exact, OOD positive), ``fpr95_openood`` (OpenOOD's procedure), ``fpr95_id``, ``aupr_in``, ``aupr_out``,
@@ -26,8 +27,6 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
-from sklearn.metrics import auc as _trapezoid_auc
-from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score, roc_curve
 
 from isood.errors import BadInputError
 
@@ -40,6 +39,13 @@ __all__ = [
 
 FPR_CONVENTIONS = ("ood-positive", "openood", "id-positive")
 _AUPR_METHODS = ("trapezoid", "average_precision")
+
+
+def _sklearn():
+    """``sklearn.metrics`` (imported at first use; see the module docstring)."""
+    import sklearn.metrics
+
+    return sklearn.metrics
 
 
 # ----------------------------------------------------------------------------------------------- inputs
@@ -85,7 +91,7 @@ def auroc(id_scores, ood_scores) -> float:
     """
     id_s, ood_s = _pair(id_scores, ood_scores)
     y, s = _labels_and_scores(id_s, ood_s)
-    return float(roc_auc_score(y, s))
+    return float(_sklearn().roc_auc_score(y, s))
 
 
 def fpr_at_tpr(id_scores, ood_scores, tpr: float = 0.95, *, convention: str = "ood-positive") -> float:
@@ -111,9 +117,9 @@ def fpr_at_tpr(id_scores, ood_scores, tpr: float = 0.95, *, convention: str = "o
     id_s, ood_s = _pair(id_scores, ood_scores)
     y_id, s = _labels_and_scores(id_s, ood_s)
     if convention == "id-positive":
-        fprs, tprs, _ = roc_curve(y_id, s, drop_intermediate=False)
+        fprs, tprs, _ = _sklearn().roc_curve(y_id, s, drop_intermediate=False)
     else:
-        fprs, tprs, _ = roc_curve(1 - y_id, -s, drop_intermediate=convention == "openood")
+        fprs, tprs, _ = _sklearn().roc_curve(1 - y_id, -s, drop_intermediate=convention == "openood")
     if convention == "openood":  # OpenOOD compares without tolerance
         return float(fprs[int(np.argmax(tprs >= float(tpr)))])
     # tprs is non-decreasing and ends at 1.0, so a point reaching ``tpr`` always exists.
@@ -125,9 +131,9 @@ def _aupr(y_pos: np.ndarray, s: np.ndarray, method: str) -> float:
     if method not in _AUPR_METHODS:
         raise BadInputError(f"unknown AUPR method {method!r}: pass one of {', '.join(_AUPR_METHODS)}")
     if method == "average_precision":
-        return float(average_precision_score(y_pos, s))
-    precision, recall, _ = precision_recall_curve(y_pos, s)
-    return float(_trapezoid_auc(recall, precision))
+        return float(_sklearn().average_precision_score(y_pos, s))
+    precision, recall, _ = _sklearn().precision_recall_curve(y_pos, s)
+    return float(_sklearn().auc(recall, precision))
 
 
 def aupr_in(id_scores, ood_scores, *, method: str = "trapezoid") -> float:
@@ -259,7 +265,7 @@ def auroc_model(id_scores, ood_scores, *, id_correct, ood_correct=None) -> float
     s, c, w = _model_view(id_scores, ood_scores, id_correct, ood_correct)
     if c.all() or not c.any():
         return float("nan")
-    return float(roc_auc_score(c.astype(np.int8), s, sample_weight=w))
+    return float(_sklearn().roc_auc_score(c.astype(np.int8), s, sample_weight=w))
 
 
 def adr(id_scores, ood_scores, *, id_correct, ood_correct=None) -> float:
@@ -287,7 +293,7 @@ def adr(id_scores, ood_scores, *, id_correct, ood_correct=None) -> float:
     x, acc = x[::-1], acc[::-1]
     x = np.r_[x, 1.0]
     acc = np.r_[acc, acc[-1]]
-    return float(_trapezoid_auc(x, acc))
+    return float(_sklearn().auc(x, acc))
 
 
 # --------------------------------------------------------------------------------------- per level

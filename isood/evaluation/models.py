@@ -20,7 +20,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from isood.errors import BadInputError
+from isood.errors import BadInputError, IsoodError
+from isood.runtime import one_line
 
 from .detectors import CAPTURE_KINDS, ForwardOutputs, global_average_pool
 
@@ -158,6 +159,36 @@ class ModelAdapter:
         self.forward_calls += 1
         out = self._forward(x.to(self.device), kinds)
         return {k: out[k] for k in kinds}
+
+    def check_outputs(self, x: torch.Tensor, kinds: Iterable[str]) -> dict[str, tuple[int, ...]]:
+        """Run the model once on the batch ``x`` (not a capture pass: ``forward_calls`` unchanged) and check what it
+        returns for ``kinds`` (logits always): logits (N, C) with C = the fc layer's rows, features (N, D), maps
+        (N, C', H, W). Their shapes, or a one-line error saying what the model returned and what a classifier
+        must return (checked before any pass over the data)."""
+        kinds = (frozenset(kinds) | {"logits"}) & set(CAPTURE_KINDS) & self.provides
+        want = {"logits": 2, "features": 2, "feature_maps": 4, "block3": 4}
+        hint = "pass a classifier mapping (N, 3, H, W) images to (N, classes) logits"
+        try:
+            with torch.no_grad():
+                out = self._forward(x.to(self.device), kinds)
+        except IsoodError:
+            raise
+        except Exception as e:  # noqa: BLE001 -- any failure of the user's module on one image: one line
+            raise BadInputError(f"model '{self.name}' fails on one input image of shape {tuple(x.shape)}: "
+                                f"{type(e).__name__}: {one_line(e, 120)}: {hint}") from None
+        shapes: dict[str, tuple[int, ...]] = {}
+        for k in sorted(kinds):
+            v = out.get(k) if isinstance(out, dict) else None
+            if not isinstance(v, torch.Tensor) or v.dim() != want[k] or v.shape[0] != x.shape[0]:
+                got = f"a tensor of shape {tuple(v.shape)}" if isinstance(v, torch.Tensor) else type(v).__name__
+                raise BadInputError(f"model '{self.name}' returns {got} as its {k} for {x.shape[0]} image(s), not a "
+                                    f"{want[k]}-D tensor with one row per image: {hint}")
+            shapes[k] = tuple(v.shape)
+        w, _ = self.fc_params()
+        if w is not None and shapes["logits"][1] != w.shape[0]:
+            raise BadInputError(f"model '{self.name}' returns {shapes['logits'][1]} logits but its fc layer has "
+                                f"{w.shape[0]} outputs: {hint}")
+        return shapes
 
     def empty_outputs(self) -> ForwardOutputs:
         """A ForwardOutputs carrying this model's fc layer and pooling (no per-image arrays)."""

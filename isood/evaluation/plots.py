@@ -11,8 +11,10 @@ pyplot, so nothing global changes and no display is needed).
 - ``leak_diff_figure`` / ``leak_diff_png``: after a leak audit, the n x n grid of leak-free minus all-images
   values of one detector and metric (``levels.leak_effect``), a diverging map centred on 0 whose blue end is
   "better without the leaking images" (red: worse), N/A grey.
-- ``render_plots``: every heatmap and level curve of a ``CellEvaluation`` as ``{relative path: PNG bytes}``, with
-  the deterministic names of ``heatmap_name`` / ``level_curve_name`` / ``leak_diff_name``.
+- ``render_plots``: the heatmaps and level curves of a ``CellEvaluation`` for the metrics to draw
+  (``plot_metric_names``: by default ``isood.defaults.DEFAULT_PLOT_METRICS``, AUROC and FPR@95; ``'all'``: every
+  computed metric) as ``{relative path: PNG bytes}``, with the deterministic names of ``heatmap_name`` /
+  ``level_curve_name`` / ``leak_diff_name``.
 
 A PNG is exactly ``figsize * dpi`` pixels (no tight bounding box) and identical bytes for identical input.
 """
@@ -33,6 +35,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
+from isood.defaults import ALL_PLOT_METRICS as ALL_METRICS
+from isood.defaults import DEFAULT_PLOT_METRICS
 from isood.errors import BadInputError
 
 from .cells import CellEvaluation
@@ -54,6 +58,8 @@ __all__ = [
     "leak_diff_figure",
     "leak_diff_png",
     "render_plots",
+    "plot_metric_names",
+    "ALL_METRICS",
     "figure_png",
     "heatmap_cmap",
     "grey_rgb",
@@ -233,16 +239,29 @@ def level_curve_png(levels: pd.DataFrame, **kwargs) -> bytes:
     return figure_png(level_curve_figure(levels, **kwargs))
 
 
-def render_plots(result: CellEvaluation, metrics: Sequence[str] | None = None,
-                 heatmap_metrics: Sequence[str] | None = None) -> dict[str, bytes]:
-    """Every heatmap (dataset x detector x heatmap metric) and level curve (dataset x axis x metric) of
-    ``result`` as ``{relative path: PNG bytes}``. ``metrics`` default to all present; ``heatmap_metrics`` to
-    ``metrics``."""
-    metrics = list(metrics) if metrics is not None else result.metrics
-    unknown = set(metrics) - set(result.metrics)
+def plot_metric_names(result: CellEvaluation, metrics: Sequence[str] | str | None = None) -> list[str]:
+    """The metrics to draw: ``metrics`` (names, each computed in ``result``, else a one-line error), ``'all'``
+    (every computed metric) or None (``DEFAULT_PLOT_METRICS`` among the computed ones)."""
+    if metrics is None:
+        return [m for m in DEFAULT_PLOT_METRICS.split(",") if m in result.metrics]
+    if isinstance(metrics, str):
+        if metrics.strip() == ALL_METRICS:
+            return list(result.metrics)
+        metrics = [m.strip() for m in metrics.split(",") if m.strip()]
+    unknown = [m for m in metrics if m not in result.metrics]
     if unknown:
-        raise BadInputError(f"metrics {sorted(unknown)} were not computed: {metric_choices(result.per_cell)}")
-    hm = list(heatmap_metrics) if heatmap_metrics is not None else metrics
+        raise BadInputError(f"--plot-metrics {', '.join(unknown)} were not computed: "
+                            f"{metric_choices(result.per_cell)} (or {ALL_METRICS})")
+    return list(metrics)
+
+
+def render_plots(result: CellEvaluation, metrics: Sequence[str] | str | None = None,
+                 heatmap_metrics: Sequence[str] | str | None = None) -> dict[str, bytes]:
+    """The heatmaps (dataset x detector x heatmap metric) and level curves (dataset x axis x metric) of
+    ``result`` as ``{relative path: PNG bytes}``. ``metrics``: see ``plot_metric_names`` (default AUROC and
+    FPR@95, ``'all'`` for every computed metric); ``heatmap_metrics`` default to ``metrics``."""
+    metrics = plot_metric_names(result, metrics)
+    hm = plot_metric_names(result, heatmap_metrics) if heatmap_metrics is not None else metrics
     out: dict[str, bytes] = {}
     per_cell = result.per_cell
     for ds in result.datasets:

@@ -197,6 +197,14 @@ def render_html(result: CellEvaluation, images: Mapping[str, bytes], *, title: s
     parts.append('<p class="note">Scores: higher = more in-distribution. Each cell is compared with the whole ID '
                  'test set; N/A cells (too few images) are grey and never enter a level mean. Level value = mean '
                  f'over the level\'s measured cells. Lower is better for: {html.escape(lower)}.</p>')
+    drawn = [m for m in metrics if any(level_curve_name(ds, ax, m) in images or heatmap_name(ds, det, m) in images
+                                       for ds in result.datasets for ax in ("sem", "cov")
+                                       for det in result.detectors)]
+    rest = [m for m in metrics if m not in drawn]
+    if rest:
+        parts.append(f'<p class="note">Plots drawn for: {html.escape(", ".join(map(metric_label, drawn)) or "none")}. '
+                     f'The other metrics ({html.escape(", ".join(map(metric_label, rest)))}) are in the tables below '
+                     'and in results/*.csv; <code>isood evaluate --plot-metrics all</code> draws every one.</p>')
 
     parts.append("<h2>Table 1: correlation and sensitivity with the shift level</h2>")
     parts.append('<p class="note">corr = Pearson correlation between the per-level metric and the level index '

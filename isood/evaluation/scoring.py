@@ -3,26 +3,33 @@ pass per batch serves every post-hoc detector; ReAct, DICE, ASH and RankFeat re-
 captured tensors; only ODIN re-runs forward + backward on the input) or from precomputed outputs
 (``score_precomputed``).
 
-Both paths share one requirements check (``check_requirements``), one fitting step (``fit_detectors``) and one
-scoring step (``score_dataset``).
+Both paths share one requirements check (``check_requirements``), one check of the hyper-parameters against
+the data's sizes before any pass (``preflight``: the number of ID training images and the feature dimension,
+the width of the fc layer), one fitting step
+(``fit_detectors``) and one scoring step (``score_dataset``). An unreadable image does not stop a model run at
+once: every dataset is read and one ``UnreadableImagesError`` names all of them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable, Mapping
 
 import numpy as np
 import torch
 
 from isood.errors import BadInputError
+from isood.runtime import atomic_write_bytes
 
-from .capture import extract_outputs
+from .capture import UnreadableImagesError, extract_outputs, scan_unreadable
 from .detectors import CAPTURE_KINDS, Detector, ForwardOutputs, parse_detectors
 from .models import ModelAdapter
 
-__all__ = ["TRAIN_NAME", "DetectorScores", "resolve_detectors", "check_requirements", "fit_detectors",
+__all__ = ["TRAIN_NAME", "DetectorScores", "resolve_detectors", "check_requirements", "preflight", "fit_detectors",
            "score_dataset", "run_detectors", "score_precomputed"]
 
 TRAIN_NAME = "id_train"
@@ -82,6 +89,33 @@ def check_requirements(detectors: Mapping[str, Detector], available: Iterable[st
                                 f"{d.requirement_hint(lack) or hint}")
 
 
+def preflight(detectors: Mapping[str, Detector], *, n_train: int | None, feature_dim: int | None) -> None:
+    """Every detector's ``Detector.preflight``: its hyper-parameters against ``n_train`` ID training images and
+    ``feature_dim``-dim features (None: unknown), before anything is fitted."""
+    for d in detectors.values():
+        d.preflight(n_train=n_train, feature_dim=feature_dim)
+
+
+def _size(data) -> int | None:
+    """The number of images of ``data`` (a Dataset, DataLoader, tensor or array), when it tells."""
+    if isinstance(data, torch.utils.data.DataLoader):
+        data = data.dataset
+    try:
+        return int(len(data))
+    except TypeError:
+        return None
+
+
+def _unreadable_list(found, cache_dir) -> str:
+    """Write the paths of the unreadable images (one per line, with the error) beside the output cache (or in
+    the temporary folder); the file's path."""
+    text = "".join(f"{u.path}\t{u.error}\n" for u in dict.fromkeys(found)).encode()
+    folder = Path(cache_dir) if cache_dir is not None else Path(tempfile.gettempdir())
+    path = folder / f"unreadable-images-{hashlib.sha256(text).hexdigest()[:12]}.txt"
+    atomic_write_bytes(path, text)
+    return str(path)
+
+
 def _check_train_labels(train: ForwardOutputs, source: str) -> None:
     n_classes = train.logits.shape[1]
     y = train.labels
@@ -126,7 +160,10 @@ def run_detectors(adapter: ModelAdapter, detectors, datasets: Mapping[str, objec
     the union of what they need (plus logits, for predictions); the ID training set is passed only if a detector
     needs fitting (or ``score_train``). ``train_labels`` override the labels the training data yields (MDS needs
     real labels). ``data_ids`` (dataset name -> identity string; the training set under ``'id_train'``) enable
-    the on-disk cache in ``cache_dir``.
+    the on-disk cache in ``cache_dir``. Before any pass the detectors' hyper-parameters are checked against the
+    data's sizes (``preflight``). An unreadable image fails its dataset's pass; the
+    other datasets are still read (without the model) and one ``UnreadableImagesError`` names them all (the
+    full list written beside ``cache_dir``, else in the temporary folder).
     """
     dets = resolve_detectors(detectors)
     check_requirements(dets, adapter.provides, source=f"model '{adapter.name}'",
@@ -137,24 +174,44 @@ def run_detectors(adapter: ModelAdapter, detectors, datasets: Mapping[str, objec
     data_ids = dict(data_ids or {})
     common = dict(batch_size=batch_size, device=device, num_workers=num_workers, progress=progress,
                   cache_dir=cache_dir if data_ids else None, preprocess_id=preprocess_id)
-    result = DetectorScores()
     fit_needed = [d for d in post.values() if d.needs_fit]
+    if (fit_needed or score_train) and id_train is None:
+        names = ", ".join(d.name for d in fit_needed) or "score_train"
+        raise BadInputError(f"{names} need the ID training data: pass id_train=")
+    w, _ = adapter.fc_params()
+    preflight(dets, n_train=_size(id_train) if id_train is not None else None,
+              feature_dim=int(w.shape[1]) if w is not None else None)
+    result, unreadable = DetectorScores(), []
+
+    def extract(data, kinds_, **kw):
+        if unreadable:  # the run fails: only read the rest, to name every unreadable image at once
+            unreadable.extend(scan_unreadable(data, batch_size=batch_size, num_workers=num_workers,
+                                              desc=kw["desc"], progress=progress))
+            return None
+        try:
+            return extract_outputs(adapter, data, kinds_, **kw, **common)
+        except UnreadableImagesError as e:
+            unreadable.extend(e.images)
+            return None
+
     if fit_needed or score_train:
-        if id_train is None:
-            names = ", ".join(d.name for d in fit_needed) or "score_train"
-            raise BadInputError(f"{names} need the ID training data: pass id_train=")
         train_kinds = (_union(fit_needed) | {"logits"}) | (kinds if score_train else set())
-        tr, tr_inputs = extract_outputs(adapter, id_train, train_kinds, data_id=data_ids.get(TRAIN_NAME),
-                                        input_detectors=inputs if score_train else {}, desc="ID train", **common)
-        if train_labels is not None:
-            tr.labels = np.asarray(train_labels)
-        fit_detectors(post, tr, source=f"model '{adapter.name}'")
-        if score_train:
-            score_dataset(result, TRAIN_NAME, dets, tr, tr_inputs)
+        got = extract(id_train, train_kinds, data_id=data_ids.get(TRAIN_NAME),
+                      input_detectors=inputs if score_train else {}, desc="ID train")
+        if got is not None:
+            tr, tr_inputs = got
+            if train_labels is not None:
+                tr.labels = np.asarray(train_labels)
+            fit_detectors(post, tr, source=f"model '{adapter.name}'")
+            if score_train:
+                score_dataset(result, TRAIN_NAME, dets, tr, tr_inputs)
     for name, data in datasets.items():
-        outs, in_scores = extract_outputs(adapter, data, kinds, data_id=data_ids.get(name), input_detectors=inputs,
-                                          desc=name, **common)
-        score_dataset(result, name, dets, outs, in_scores)
+        got = extract(data, kinds, data_id=data_ids.get(name), input_detectors=inputs, desc=name)
+        if got is not None and not unreadable:
+            score_dataset(result, name, dets, *got)
+    if unreadable:
+        listed = _unreadable_list(unreadable, cache_dir) if len(unreadable) > UnreadableImagesError.SHOWN else None
+        raise UnreadableImagesError(unreadable, list_file=listed)
     return result
 
 
@@ -164,6 +221,8 @@ def score_precomputed(detectors: Mapping[str, Detector], train: ForwardOutputs,
     training set itself with ``score_train``)."""
     check_requirements(detectors, train.available, source="the precomputed outputs",
                        hint="add them to the outputs folders or pass image folders and --model")
+    preflight(detectors, n_train=len(train),
+              feature_dim=int(train.features.shape[1]) if train.features is not None else None)
     for name, d in detectors.items():
         if "input" in d.requires:
             raise BadInputError(f"detector '{name}' perturbs the input images, which precomputed outputs do not "

@@ -12,12 +12,11 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 import manifests
-from isood.errors import BadInputError
 from isood.kinds import EVALUATION
 
 from .cells import CellEvaluation
-from .levels import leak_effect, leak_pairs, leak_ranking, metric_choices
-from .plots import render_plots
+from .levels import leak_effect, leak_pairs, leak_ranking
+from .plots import plot_metric_names, render_plots
 from .report import render_html, render_markdown, table1_frame
 
 __all__ = ["evaluation_tables", "evaluation_files", "write_evaluation"]
@@ -53,17 +52,16 @@ def evaluation_files(result: CellEvaluation, tables: Mapping[str, pd.DataFrame],
 def write_evaluation(result: CellEvaluation, out: str | os.PathLike, *, config: Mapping[str, Any] | None = None,
                      inputs: Sequence[dict] = (), scores: pd.DataFrame | None = None,
                      sanity: pd.DataFrame | None = None, random_per_cell: pd.DataFrame | None = None,
-                     metrics: Sequence[str] | None = None, heatmap_metrics: Sequence[str] | None = None,
+                     metrics: Sequence[str] | str | None = None,
+                     heatmap_metrics: Sequence[str] | str | None = None,
                      meta: Mapping[str, Any] | None = None, title: str = "isood evaluation",
                      summary: Mapping[str, Any] | None = None, argv: list[str] | None = None) -> manifests.Manifest:
     """Write a ``CellEvaluation`` (plus optional per-image ``scores`` and the sanity tables) as an ``evaluation``
     manifest in ``out`` (through ``manifests.writing``). ``metrics`` / ``heatmap_metrics``: what to draw
-    (default: every computed metric). Returns the manifest's typed view."""
+    (``plots.plot_metric_names``: default AUROC and FPR@95, ``'all'`` every computed metric; every metric is in the
+    tables and CSVs whatever is drawn). Returns the manifest's typed view."""
     for chosen in (metrics, heatmap_metrics):
-        unknown = set(chosen or ()) - set(result.metrics)
-        if unknown:
-            raise BadInputError(f"--plot-metrics {', '.join(sorted(unknown))} were not computed: "
-                                f"{metric_choices(result.per_cell)}")
+        plot_metric_names(result, chosen)  # a metric that was not computed: one line, before anything is drawn
     images = render_plots(result, metrics=metrics, heatmap_metrics=heatmap_metrics)
     tables = evaluation_tables(result, scores=scores, sanity=sanity, random_per_cell=random_per_cell)
     files = evaluation_files(result, tables, images, title=title, meta=meta, sanity=sanity)

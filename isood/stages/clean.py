@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import manifests
 from isood.defaults import DEFAULT_VERIFY
 from isood.errors import BadInputError
-from isood.grid import cell_table
+from isood.grid import cell_table, is_na
 from isood.kinds import AUDIT, LAID_FILE, SPLITS, AuditView, SplitsView
 from manifests.card_stream import WHOLE_TABLE_ROWS, MainTableStream, finish_stream
 from manifests.stream import ParquetStream, StagedFile
@@ -109,7 +109,7 @@ def recount_cells(cells: pd.DataFrame, counts: Mapping[tuple, int], *, keys: Seq
     out = cells.copy()
     key_cols = [out[k].fillna("").astype(str) for k in keys] + [out["cov_level"], out["sem_level"]]
     out["n"] = np.array([int(counts.get(tuple(k), 0)) for k in zip(*key_cols)], dtype=np.int64)
-    out["na"] = out["na"].astype(bool).to_numpy() | (out["n"].to_numpy() < na_threshold)
+    out["na"] = out["na"].astype(bool).to_numpy() | is_na(out["n"].to_numpy(), na_threshold)
     return out
 
 

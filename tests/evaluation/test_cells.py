@@ -170,8 +170,8 @@ def test_evaluate_scores_several_detectors_and_curve():
 
 
 def test_evaluate_scores_reads_the_grid_of_a_manifest_view():
-    """``splits=`` takes the cells table, its N/A flags and its threshold (and the images when none are given);
-    the same as passing them explicitly."""
+    """``splits=`` takes the cells table and its threshold (and the images when none are given); the same as
+    passing them explicitly. N/A comes from the counts (the table's stored flags are not read)."""
     rng = np.random.default_rng(8)
     cov = np.r_[np.zeros(12), np.zeros(6), np.ones(15)].astype(int)
     sem = np.r_[np.zeros(12), np.ones(6), np.ones(15)].astype(int)
@@ -182,7 +182,7 @@ def test_evaluate_scores_reads_the_grid_of_a_manifest_view():
     view = SimpleNamespace(images=images, cells=cells, na_threshold=13)
     idd, ood = rng.normal(size=30), rng.normal(-1, 1, cov.size)
     res = evaluate_scores(idd, ood, splits=view).per_cell.set_index("cell")
-    # cov_0_sem_1 is marked N/A; cov_0_sem_0 has 12 < 13 images (the view's threshold); cov_1_sem_1 is measured
+    # cov_0_sem_1 has 6 and cov_0_sem_0 12 < 13 images (the view's threshold); cov_1_sem_1 (15) is measured
     assert res["na"].to_dict() == {"cov_0_sem_0": True, "cov_0_sem_1": True, "cov_1_sem_1": False}
     explicit = evaluate_scores(idd, ood, images, cells=cells, na_threshold=13).per_cell.set_index("cell")
     pd.testing.assert_frame_equal(res, explicit)

@@ -177,7 +177,7 @@ def test_knn_against_brute_force(tiny_outputs):
     d = np.sqrt(((q[:, None, :] - bank[None, :, :]) ** 2).sum(-1))
     ref = -np.sort(d, axis=1)[:, 49]
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
-    with pytest.raises(DetectorInputError, match="k=500"):
+    with pytest.raises(DetectorParamError, match="k=500"):
         get_detector("knn", k=500).fit(tr)
 
 

@@ -84,15 +84,15 @@ def test_the_base_arguments_work(world, cli, tmp_path):
 
 
 OPTION_ROWS = [  # (extra args, substrings of the one line)
-    pytest.param(["--batch-size", "0"], ["--batch-size", "0"], id="batch_size_0-job._check_options"),
-    pytest.param(["--batch-size", "-8"], ["--batch-size", "-8"], id="batch_size_neg-job._check_options"),
-    pytest.param(["--workers", "-1"], ["--workers", "-1"], id="workers_neg-job._check_options"),
-    pytest.param(["--na-threshold", "0"], ["--na-threshold", "0"], id="na_threshold_0-job._check_options"),
-    pytest.param(["--num-classes", "0"], ["--num-classes", "0"], id="num_classes_0-job._check_options"),
-    pytest.param(["--seed", "-1"], ["--seed", "-1"], id="seed_neg-job._check_options"),
-    pytest.param(["--leak-rules", "nope"], ["--leak-rules", "'nope'"], id="leak_rules_unknown-job._check_options"),
+    pytest.param(["--batch-size", "0"], ["--batch-size", "0"], id="batch_size_0-options.check_options"),
+    pytest.param(["--batch-size", "-8"], ["--batch-size", "-8"], id="batch_size_neg-options.check_options"),
+    pytest.param(["--workers", "-1"], ["--workers", "-1"], id="workers_neg-options.check_options"),
+    pytest.param(["--na-threshold", "0"], ["--na-threshold", "0"], id="na_threshold_0-options.check_options"),
+    pytest.param(["--num-classes", "0"], ["--num-classes", "0"], id="num_classes_0-options.check_options"),
+    pytest.param(["--seed", "-1"], ["--seed", "-1"], id="seed_neg-options.check_options"),
+    pytest.param(["--leak-rules", "nope"], ["--leak-rules", "'nope'"], id="leak_rules_unknown-options.check_options"),
     pytest.param(["--plot-metrics", "auroc,nope"], ["--plot-metrics", "nope"],
-                 id="plot_metrics_unknown-job._check_options"),
+                 id="plot_metrics_unknown-options.check_options"),
     pytest.param(["--detectors", "nope"], ["'nope'", "msp"], id="unknown_detector-registry.get_detector"),
     pytest.param(["--detectors", "msp,nope"], ["'nope'"], id="unknown_detector_in_list-registry.get_detector"),
     pytest.param(["--detectors", "knn:k=0"], ["knn", "k", "0"], id="knn_k_0-detectors.knn"),

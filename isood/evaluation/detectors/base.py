@@ -21,6 +21,11 @@ A subclass writes only ``_score`` (and ``_fit`` when ``needs_fit``), validates i
 same name: ``params()`` is derived from the constructor's signature (keyword-only parameters after ``*`` are
 execution settings such as a chunk size, accepted but not hyper-parameters). The name is given once, by
 ``@register_detector("name")``. Detectors are pure: arrays in, arrays out.
+
+Importing the package loads no torch, scikit-learn or SciPy (each is imported inside the function that computes
+with it): ``isood evaluate`` parses and checks ``--detectors`` before anything heavy loads. A hyper-parameter
+that depends on the data (``knn``'s ``k`` at most the number of ID training images, ``vim``'s ``dim`` below the
+feature dimension) is checked by ``preflight(n_train=, feature_dim=)`` before the forward pass.
 """
 
 from __future__ import annotations
@@ -28,14 +33,15 @@ from __future__ import annotations
 import abc
 import inspect
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Callable, ClassVar, Iterable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 
 import numpy as np
-import torch
-from scipy.special import logsumexp
 
 from isood.arrays import as_array
 from isood.errors import BadInputError, DetectorParamError, IsoodError
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "KINDS", "CAPTURE_KINDS", "DetectorInputError", "ForwardOutputs", "Detector", "TemperatureDetector",
@@ -156,6 +162,8 @@ def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
 
 def energy(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     """Negative free energy ``T * logsumexp(logits / T)`` (Liu et al., NeurIPS 2020): higher = more ID."""
+    from scipy.special import logsumexp
+
     z = np.asarray(logits, dtype=np.float64)
     return temperature * logsumexp(z / temperature, axis=1)
 
@@ -222,6 +230,12 @@ class Detector(abc.ABC):
     def missing(self, available: Iterable[str]) -> frozenset[str]:
         """The captured kinds this detector needs that ``available`` lacks (``'input'`` is never captured)."""
         return frozenset(self.requires) - {"input"} - set(available)
+
+    def preflight(self, *, n_train: int | None = None, feature_dim: int | None = None) -> None:
+        """Check the hyper-parameters against what is known before the forward pass: ``n_train`` ID training
+        images, ``feature_dim`` dimensions of the penultimate features (None: unknown, not checked). A value that
+        cannot fit the data is a one-line ``DetectorParamError`` naming it and what to pass; nothing by default.
+        ``_fit`` calls the same check on the data it gets, so the rule has one home per detector."""
 
     def requirement_hint(self, lack: frozenset[str]) -> str:
         """What to pass instead when the kinds ``lack`` are missing ("" when nothing but another model helps)."""

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Detector, DetectorInputError, ForwardOutputs
+from isood.errors import DetectorParamError
+
+from .base import Detector, ForwardOutputs
 from .registry import register_detector
 
 
@@ -33,13 +35,17 @@ class KNN(Detector):
     def __init__(self, k: int = 50) -> None:
         self.k = self._param("k", k, int, lambda v: v >= 1, ">= 1")
 
+    def preflight(self, *, n_train: int | None = None, feature_dim: int | None = None) -> None:
+        """The k-th neighbour must exist: ``k <= n_train``."""
+        if n_train is not None and n_train < self.k:
+            raise DetectorParamError(f"knn: k={self.k} but only {n_train} ID training images: pass knn:k=N with "
+                                     f"N <= {n_train}, or more ID training images")
+
     def _fit(self, outputs: ForwardOutputs, labels: np.ndarray | None) -> None:
         import faiss
 
         bank = _normalise(outputs.features)
-        if bank.shape[0] < self.k:
-            raise DetectorInputError(
-                f"knn: k={self.k} but only {bank.shape[0]} ID training images: pass k <= {bank.shape[0]} or more data")
+        self.preflight(n_train=bank.shape[0])
         self.index_ = faiss.IndexFlatL2(bank.shape[1])
         self.index_.add(bank)
 

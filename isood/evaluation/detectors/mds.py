@@ -10,7 +10,6 @@ inverts the covariance in float32).
 from __future__ import annotations
 
 import numpy as np
-from sklearn.covariance import EmpiricalCovariance
 
 from .base import Detector, DetectorInputError, ForwardOutputs
 from .registry import register_detector
@@ -25,6 +24,8 @@ class MDS(Detector):
     needs_labels = True
 
     def _fit(self, outputs: ForwardOutputs, labels: np.ndarray | None) -> None:
+        from sklearn.covariance import EmpiricalCovariance
+
         if labels is None:
             labels = outputs.labels
         if labels is None:

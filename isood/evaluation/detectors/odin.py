@@ -11,14 +11,15 @@ This is the only detector that needs the model on the input: ``run_detectors`` c
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from .base import Detector, DetectorInputError, ForwardOutputs
 from .registry import register_detector
+
+if TYPE_CHECKING:
+    import torch
 
 
 @register_detector("odin")
@@ -45,6 +46,9 @@ class ODIN(Detector):
     def score_inputs(self, logits_fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
                      input_std: Sequence[float] | None = None) -> np.ndarray:
         """Scores of the batch ``x`` (N, C, H, W) for ``logits_fn`` (the classifier, in eval mode)."""
+        import torch
+        import torch.nn.functional as F
+
         std = self.input_std if self.input_std is not None else input_std
         x = x.detach().clone().requires_grad_(True)
         with torch.enable_grad():

@@ -19,22 +19,36 @@ outputs: ``model`` / ``encoder`` / ``backbone`` = None, ``w`` / ``b`` = the fc l
 (features) or pool + fc (feature maps); ViM's ``d`` defaults to isood's ViM rule. Fitting labels are the ID
 training labels when the data has them, else all 0 (pytorch-ood reads labels < 0 as OOD); the class-conditional
 detectors (Mahalanobis, RMD, GMM, SHE) and TemperatureScaling need real labels.
+
+Parameters are checked as early as their rule allows, each a one-line ``DetectorParamError``: their type when
+``--detectors`` is parsed (the type of pytorch-ood's default, else its annotation: ``EnergyBased:t`` is a
+number, ``KNN:k`` an integer); before the forward pass (``preflight``) what depends on the data: ``KNN`` /
+``NNGuide``'s ``k`` at most the ID training images, ``ViM``'s ``d`` below the feature dimension (pytorch-ood
+would silently halve it), and the detector's own constructor checks (a trial build on the feature dimension).
+What pytorch-ood logs or warns while isood calls it becomes one warning line per distinct message, prefixed by
+the detector's name (``_library_messages``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from typing import Any
+import logging
+import re
+import warnings
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
-import torch
-from torch import nn
 
 from isood.errors import BadInputError, DetectorParamError
 
-from .base import Detector, DetectorInputError, ForwardOutputs
+from .base import Detector, DetectorInputError, ForwardOutputs, _cast
 from .registry import UnknownDetectorError, register_namespace
 from .vim import default_vim_dim
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 __all__ = ["PREFIX", "PytorchOODDetector", "from_pytorch_ood", "pytorch_ood_detector", "pytorch_ood_names"]
 
@@ -45,6 +59,10 @@ _MODEL_ARGS = ("model", "encoder", "backbone")
 _FC_ARGS = ("w", "b", "head")
 _NEEDS_LABELS = frozenset({"Mahalanobis", "RMD", "GMM", "SHE", "TemperatureScaling"})
 _DEFAULTS = {("ViM", "d"): default_vim_dim}  # name, parameter -> f(feature dim)
+_NEIGHBOURS = {("KNN", "k"), ("NNGuide", "k")}  # name, parameter: a neighbour count among the ID training images
+_TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false"}
+#: What pytorch-ood logs about its own model-driven API (isood hands it captured tensors): never shown.
+_NOISE = re.compile(r"^No device (set|given)\b")
 
 
 def _library():
@@ -73,18 +91,25 @@ def pytorch_ood_names() -> list[str]:
                   if inspect.isclass(c) and issubclass(c, api.Detector) and _representation(c) is not None)
 
 
-class _PoolFC(nn.Module):
+def _pool_fc(pool, fc: nn.Linear) -> nn.Module:
     """Feature maps -> logits with the model's own pooling and fc layer (a FeatureMapsDetector's ``head``)."""
+    from torch import nn
 
-    def __init__(self, pool, fc: nn.Linear) -> None:
-        super().__init__()
-        self.pool_fn, self.fc = pool, fc
+    class PoolFC(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pool_fn, self.fc = pool, fc
 
-    def forward(self, maps: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.pool_fn(maps).to(self.fc.weight.dtype))
+        def forward(self, maps: torch.Tensor) -> torch.Tensor:
+            return self.fc(self.pool_fn(maps).to(self.fc.weight.dtype))
+
+    return PoolFC()
 
 
 def _linear(outputs: ForwardOutputs) -> nn.Linear:
+    import torch
+    from torch import nn
+
     w, b = (torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)) for a in outputs.fc())
     fc = nn.Linear(w.shape[1], w.shape[0])
     with torch.no_grad():
@@ -94,7 +119,74 @@ def _linear(outputs: ForwardOutputs) -> nn.Linear:
 
 def _head(kind: str, outputs: ForwardOutputs) -> nn.Module:
     fc = _linear(outputs)
-    return _PoolFC(outputs.pool, fc) if kind == "feature_maps" else fc
+    return _pool_fc(outputs.pool, fc) if kind == "feature_maps" else fc
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+class _Collect(logging.Handler):
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def _library_messages(name: str, told: set[str]) -> Iterator[None]:
+    """Route what pytorch-ood logs (WARNING and above, its ``pytorch_ood`` loggers) or warns during a call: each
+    message not yet in ``told`` becomes one ``warnings.warn`` line ``'<name>: <message>'`` (the CLI shows it as one
+    line); notes on its own device handling (``_NOISE``) are dropped. Nothing reaches the terminal directly."""
+    said: list[str] = []
+    logger = logging.getLogger("pytorch_ood")
+    handler, propagate = _Collect(said), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+    said += [str(w.message) for w in caught]
+    for text in dict.fromkeys(" ".join(m.split()) for m in said):
+        if text and text not in told and not _NOISE.match(text):
+            told.add(text)
+            warnings.warn(f"{name}: {text}", UserWarning, stacklevel=4)
+
+
+def _expected_type(p: inspect.Parameter) -> type | None:
+    """int / float / bool for a parameter whose default (else annotation) says so; None when it does not."""
+    d = p.default
+    if d is not inspect.Parameter.empty and d is not None:
+        for kind in (bool, int, float):
+            if isinstance(d, kind):
+                return kind
+        return None
+    ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", str(p.annotation))
+    m = re.fullmatch(r"(?:typing\.)?(?:Optional\[)?(int|float|bool)\]?", str(ann).replace(" ", ""))
+    return {"int": int, "float": float, "bool": bool}[m.group(1)] if m else None
+
+
+def _typed(name: str, p: inspect.Parameter, value: Any) -> Any:
+    """``value`` of the parameter ``p`` cast to its expected type (``_expected_type``), else a one-line error
+    naming the parameter and the type (with pytorch-ood's default when there is one)."""
+    kind = _expected_type(p)
+    if kind is None:
+        return value
+    try:
+        if kind is bool:
+            if not isinstance(value, (bool, np.bool_)):
+                raise ValueError(value)
+            return bool(value)
+        return _cast(value, kind)
+    except (TypeError, ValueError):
+        default = "" if p.default is inspect.Parameter.empty else f" (pytorch-ood's default: {p.default!r})"
+        raise DetectorParamError(f"{name}: {p.name} must be {_TYPE_WORDS[kind]}{default}, got {value!r}") from None
 
 
 class PytorchOODDetector(Detector):
@@ -117,6 +209,8 @@ class PytorchOODDetector(Detector):
         self.requires = frozenset({kind} | ({"fc"} if fc_needed else set()))
         self.needs_fit = bool(getattr(detector if detector is not None else self.cls, "requires_fit", False))
         self.needs_labels = self.cls.__name__ in _NEEDS_LABELS if needs_labels is None else bool(needs_labels)
+        self._told: set[str] = set()
+        self._by_name = detector is None  # built from the outputs with self.kwargs (checked by preflight)
 
     def _signature(self) -> dict[str, inspect.Parameter]:
         return dict(list(inspect.signature(self.cls.__init__).parameters.items())[1:])
@@ -130,46 +224,102 @@ class PytorchOODDetector(Detector):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name}, {self.params()})"
 
+    # -- checks before the forward pass ---------------------------------------------------------------------
+    def _given(self, key: str, feature_dim: int | None = None) -> Any:
+        """The value parameter ``key`` will have: given, else isood's default rule, else pytorch-ood's default."""
+        if key in self.kwargs:
+            return self.kwargs[key]
+        if (self.cls.__name__, key) in _DEFAULTS:
+            return None if feature_dim is None else _DEFAULTS[self.cls.__name__, key](feature_dim)
+        p = self._signature().get(key)
+        return None if p is None or p.default is inspect.Parameter.empty else p.default
+
+    def _check_sizes(self, n_train: int | None, feature_dim: int | None) -> None:
+        """Neighbour counts at most ``n_train``; ViM's ``d`` below ``feature_dim`` (None: not checked)."""
+        name = self.cls.__name__
+        for (cls_name, key) in _NEIGHBOURS:
+            k = self._given(key)
+            if cls_name == name and n_train is not None and isinstance(k, int) and k > n_train:
+                raise DetectorParamError(f"{self.name}: {key}={k} but only {n_train} ID training images: pass "
+                                         f"{self.name}:{key}=N with N <= {n_train}, or more ID training images")
+        d = self._given("d", feature_dim) if name == "ViM" and feature_dim is not None else None
+        if isinstance(d, int) and not 0 < d < feature_dim:
+            raise DetectorParamError(f"{self.name}: d={d} must be below the feature dimension {feature_dim} of this "
+                                     f"model: pass {self.name}:d=N with N < {feature_dim}")
+
+    def preflight(self, *, n_train: int | None = None, feature_dim: int | None = None) -> None:
+        """``_check_sizes``, and the detector's own constructor checks on a trial build with a
+        ``feature_dim``-wide zero fc layer (detectors given by name only)."""
+        if not self._by_name:
+            return
+        self._check_sizes(n_train, feature_dim)
+        if feature_dim is None:
+            return
+        zeros = ForwardOutputs(features=np.zeros((1, feature_dim), np.float32),
+                               fc_weight=np.zeros((2, feature_dim), np.float32), fc_bias=np.zeros(2, np.float32))
+        try:
+            self._construct(zeros)
+        except DetectorParamError:
+            raise
+        except Exception:  # noqa: BLE001 -- a zero fc layer is not the model's: the real build will tell
+            pass
+
     # -- building, fitting, scoring ------------------------------------------------------------------------
+    def _construct(self, outputs: ForwardOutputs):
+        """A new pytorch-ood detector of ``cls`` with the given parameters and the fc / head / defaults taken
+        from ``outputs``; its constructor's refusals as one-line ``DetectorParamError``."""
+        import torch
+
+        args = dict(self.kwargs)
+        for p in self._signature().values():
+            if p.name in args or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                continue
+            if p.name in _MODEL_ARGS:
+                args[p.name] = None
+            elif p.name in ("w", "b"):
+                args[p.name] = torch.from_numpy(np.asarray(outputs.fc()[p.name == "b"], np.float32))
+            elif p.name == "head":
+                args[p.name] = _head(self.kind, outputs)
+            elif (self.cls.__name__, p.name) in _DEFAULTS:
+                args[p.name] = _DEFAULTS[self.cls.__name__, p.name](outputs.features.shape[1])
+        try:
+            with _library_messages(self.name, self._told):
+                return self.cls(**args)
+        except (TypeError, ValueError, AssertionError) as e:
+            raise DetectorParamError(f"{self.name}: {_first_line(e)}; see pytorch-ood's documentation of its "
+                                     "parameters") from None
+
     def _built(self, outputs: ForwardOutputs):
-        """The pytorch-ood detector: built from ``outputs`` at first use when given by name; a missing ``head``
-        of a feature-map detector is filled with the model's pool + fc."""
+        """The pytorch-ood detector: built from ``outputs`` at first use when given by name (after ``preflight``
+        on them); a missing ``head`` of a feature-map detector is filled with the model's pool + fc."""
         if self.detector is None:
-            args = dict(self.kwargs)
-            for p in self._signature().values():
-                if p.name in args or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                    continue
-                if p.name in _MODEL_ARGS:
-                    args[p.name] = None
-                elif p.name in ("w", "b"):
-                    args[p.name] = torch.from_numpy(np.asarray(outputs.fc()[p.name == "b"], np.float32))
-                elif p.name == "head":
-                    args[p.name] = _head(self.kind, outputs)
-                elif (self.cls.__name__, p.name) in _DEFAULTS:
-                    args[p.name] = _DEFAULTS[self.cls.__name__, p.name](outputs.features.shape[1])
-            try:
-                self.detector = self.cls(**args)
-            except (TypeError, ValueError, AssertionError) as e:
-                raise DetectorParamError(f"{self.name}: {str(e).splitlines()[0] if str(e) else type(e).__name__}; "
-                                         "see pytorch-ood's documentation of its parameters") from None
+            feats = outputs.features
+            self._check_sizes(None, int(feats.shape[1]) if feats is not None and feats.ndim == 2 else None)
+            self.detector = self._construct(outputs)
         if self.kind == "feature_maps" and getattr(self.detector, "head", True) is None:
             self.detector.head = _head(self.kind, outputs)
         return self.detector
 
     def _inputs(self, outputs: ForwardOutputs, rows: slice = slice(None)) -> torch.Tensor:
+        import torch
+
         return torch.from_numpy(np.ascontiguousarray(getattr(outputs, self.kind)[rows], dtype=np.float32))
 
     def _call(self, method: str, *args):
         det = self.detector
         fn = getattr(det, f"{method}_{self.kind}", None) or getattr(det, f"{method}_features")
         try:
-            return fn(*args)
-        except (ValueError, AssertionError, RuntimeError) as e:
-            raise DetectorInputError(f"{self.name}: pytorch-ood's {method} failed: "
-                                     f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+            with _library_messages(self.name, self._told):
+                return fn(*args)
+        except (ValueError, AssertionError, RuntimeError, TypeError) as e:
+            raise DetectorInputError(f"{self.name}: pytorch-ood's {method} failed: {_first_line(e)}") from None
 
     def _fit(self, outputs: ForwardOutputs, labels: np.ndarray | None) -> None:
+        import torch
+
         self._built(outputs)
+        if self._by_name:
+            self._check_sizes(len(outputs), None)
         y = labels if labels is not None else outputs.labels
         if y is None and self.needs_labels:
             raise DetectorInputError(f"detector '{self.name}' needs the real class labels of the ID training "
@@ -178,6 +328,8 @@ class PytorchOODDetector(Detector):
         self._call("fit", self._inputs(outputs), y)
 
     def _score(self, outputs: ForwardOutputs) -> np.ndarray:
+        import torch
+
         self._built(outputs)
         parts = []
         with torch.no_grad():
@@ -219,6 +371,7 @@ def pytorch_ood_detector(name: str, params: dict | None = None) -> PytorchOODDet
             raise DetectorParamError(f"{det.name} takes no parameters, got {unknown[0]!r}; pass it as "
                                      f"'{PREFIX}:{cls.__name__}'")
         raise DetectorParamError(f"{det.name}: unknown parameter {unknown[0]!r}; pass one of: {', '.join(allowed)}")
+    det.kwargs = {k: _typed(det.name, sig[k], v) for k, v in det.kwargs.items()}
     missing = [p for p in allowed if sig[p].default is inspect.Parameter.empty and p not in det.kwargs]
     if missing:
         raise DetectorParamError(f"{det.name} needs {missing[0]}: pass {PREFIX}:{cls.__name__}:{missing[0]}=VALUE")

@@ -17,17 +17,23 @@ per image vs 2048 x 7 x 7), so ``blocks=4`` is the lighter choice at scale.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from .base import Detector, ForwardOutputs, energy
 from .registry import register_detector
+
+if TYPE_CHECKING:
+    import torch
 
 BLOCKS = ("3+4", "4")
 
 
 def remove_rank1(feature_maps: torch.Tensor) -> torch.Tensor:
     """``X - s1 u1 v1^T`` for each (C, H*W) matrix of a (N, C, H, W) batch (exact SVD)."""
+    import torch
+
     n, c = feature_maps.shape[:2]
     x = feature_maps.reshape(n, c, -1)
     u, s, vh = torch.linalg.svd(x, full_matrices=False)
@@ -36,6 +42,8 @@ def remove_rank1(feature_maps: torch.Tensor) -> torch.Tensor:
 
 
 def _tensor(a: np.ndarray) -> torch.Tensor:
+    import torch
+
     return torch.from_numpy(np.ascontiguousarray(a)).float()
 
 
@@ -58,6 +66,8 @@ class RankFeat(Detector):
         return ""
 
     def _score(self, outputs: ForwardOutputs) -> np.ndarray:
+        import torch
+
         scores = []
         with torch.no_grad():
             for i in range(0, len(outputs), self.chunk):

@@ -15,10 +15,10 @@ isood equals OpenOOD's steps run in float64.
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import logsumexp
-from sklearn.covariance import EmpiricalCovariance
 
-from .base import Detector, DetectorInputError, ForwardOutputs
+from isood.errors import DetectorParamError
+
+from .base import Detector, ForwardOutputs
 from .registry import register_detector
 
 
@@ -41,13 +41,25 @@ class ViM(Detector):
     def __init__(self, dim: int | None = None) -> None:
         self.dim = None if dim is None else self._param("dim", dim, int, lambda v: v >= 1, ">= 1 (or unset)")
 
+    def principal_dim(self, feature_dim: int) -> int:
+        """The principal-subspace dimension for ``feature_dim``-dim features (``dim``, else the default rule); it
+        must leave a residual: ``0 < dim < feature_dim``, else a one-line ``DetectorParamError``."""
+        dim = default_vim_dim(feature_dim) if self.dim is None else self.dim
+        if not 0 < dim < feature_dim:
+            raise DetectorParamError(f"vim: dim={dim} must be below the feature dimension {feature_dim} of this "
+                                     f"model: pass vim:dim=N with N < {feature_dim}")
+        return dim
+
+    def preflight(self, *, n_train: int | None = None, feature_dim: int | None = None) -> None:
+        if feature_dim is not None:
+            self.principal_dim(feature_dim)
+
     def _fit(self, outputs: ForwardOutputs, labels: np.ndarray | None) -> None:
+        from sklearn.covariance import EmpiricalCovariance
+
         w, b = (np.asarray(a, dtype=np.float64) for a in outputs.fc())
         x = np.asarray(outputs.features, dtype=np.float64)
-        d = x.shape[1]
-        dim = default_vim_dim(d) if self.dim is None else self.dim
-        if not 0 < dim < d:
-            raise DetectorInputError(f"vim: dim={dim} must be in (0, {d}) for {d}-dim features: pass a smaller dim")
+        dim = self.principal_dim(x.shape[1])
         self.dim_ = dim
         self.u_ = -np.linalg.pinv(w) @ b
         cov = EmpiricalCovariance(assume_centered=True, store_precision=False).fit(x - self.u_).covariance_
@@ -59,6 +71,8 @@ class ViM(Detector):
         self.alpha_ = float(max_logit.mean() / vlogit.mean())
 
     def _score(self, outputs: ForwardOutputs) -> np.ndarray:
+        from scipy.special import logsumexp
+
         x = np.asarray(outputs.features, dtype=np.float64)
         logits = x @ np.asarray(outputs.fc()[0], np.float64).T + np.asarray(outputs.fc()[1], np.float64)
         vlogit = np.linalg.norm((x - self.u_) @ self.residual_basis_, axis=1) * self.alpha_

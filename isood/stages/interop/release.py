@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from isood.defaults import N_LEVELS, NA_THRESHOLD
 from isood.errors import BadInputError
-from isood.grid import cell_name, cell_table, check_levels, edges_table
+from isood.grid import cell_name, cell_table, check_levels, edges_table, is_na
 from isood.kinds import SPLITS
 from isood.runtime import sha256_bytes, sha256_file
 from isood.stages.interop.imports import ListFormatError, parse_list
@@ -257,7 +257,7 @@ def release_cells(counts: Mapping[tuple[str, int, int], int], subsets: Sequence[
     for group in groups:
         n = np.array([sum(counts.get((s, c, sem), 0) for s in group) for c, sem in cells], dtype=np.int64)
         miss = [",".join(s for s in group if (c, sem) in missing.get(s, ())) for c, sem in cells]
-        part = grid.assign(n=n, na=n < na_threshold, missing=[bool(m) for m in miss], missing_in=miss)
+        part = grid.assign(n=n, na=is_na(n, na_threshold), missing=[bool(m) for m in miss], missing_in=miss)
         if na_rule != "pooled":
             part = part.assign(source=group[0], subset=group[0])
         parts.append(part)

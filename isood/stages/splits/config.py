@@ -16,6 +16,7 @@ from isood.ann import BACKENDS
 from isood.defaults import DEFAULT_VERIFY, LAID_TRIPLETS, NA_THRESHOLD, N_LEVELS, QUANTILE_CLIP
 from isood.errors import BadInputError
 from isood.grid import check_levels
+from isood.runtime import check_seed
 from isood.textio import read_text
 from manifests.verify import check_verify_mode
 
@@ -24,7 +25,7 @@ __all__ = ["BuildConfig", "load_build_config", "parse_quantile", "read_toml", "s
 #: Options holding paths (resolved against the TOML file's folder when they come from it).
 PATH_KEYS = ("id", "test", "laid", "class_filter", "out")
 _POSITIVE = ("na_threshold", "triplets", "batch_size", "shard_size")
-_AT_LEAST = {"laid_steps": 1, "workers": 0, "seed": 0}
+_AT_LEAST = {"laid_steps": 1, "workers": 0}
 
 
 @dataclass(frozen=True)
@@ -131,10 +132,12 @@ def _check(cfg: BuildConfig) -> BuildConfig:
         v = getattr(cfg, name)
         if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "na_threshold" else 1):
             raise BadInputError(f"--{name.replace('_', '-')} must be a positive integer, got {v!r}")
-    for name, least in _AT_LEAST.items():  # optional counts and the seed (numpy seeds are >= 0)
+    for name, least in _AT_LEAST.items():  # optional counts
         v = getattr(cfg, name)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < least):
             raise BadInputError(f"--{name.replace('_', '-')} must be an integer >= {least}, got {v!r}")
+    if cfg.seed is not None:
+        check_seed(cfg.seed)
     if cfg.backend not in BACKENDS:
         raise BadInputError(f"--backend {cfg.backend!r} is unknown; pass one of {', '.join(BACKENDS)}")
     _check_ann(cfg)
