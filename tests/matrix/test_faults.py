@@ -7,9 +7,10 @@ row, waits), then calls the ``isood`` entry point. No test hook lives in the pro
 
 | row                        | guard                                                                             |
 |----------------------------|-----------------------------------------------------------------------------------|
-| kill -9 / SIGINT, rerun    | extract: ``featurestore.extraction._reusable`` (content shard key) + ``write_shard`` (rows, then .npy, atomically); build-splits: the same, per feature set; generate-syn: ``generation.outputs.prepare_outputs`` (content keys, valid PNG); evaluate: ``evaluation.capture.OutputCache``; all: ``manifests.store.write_manifest`` writes manifest.json last, ``park`` / ``unpark`` |
+| kill -9 / SIGINT, rerun    | extract: ``featurestore.extraction._reusable`` (content shard key) + ``write_shard`` (rows, then .npy, atomically); build-splits: the same, per feature set; generate-syn: ``generation.outputs.prepare_outputs`` (content keys, valid PNG); evaluate: ``evaluation.capture.OutputCache``; all: ``manifests.writing`` (the work waits in a staging folder beside --out, resumed by the rerun, swapped in when complete) |
 | SIGINT: exit 130, one line | ``isood.cli._app.FriendlyGroup.invoke`` (``except KeyboardInterrupt``)                |
-| second writer refused      | ``isood.runtime.output_lock`` around the stage call in ``isood/cli/*.py``           |
+| second writer refused      | the lock beside --out (``isood.runtime.lock_path``) ``manifests.writing`` takes (``output_lock`` for exports) |
+| --out of another kind, or foreign files (issue 17) | ``manifests.output.check_output``, before any work; the demo: ``isood.demo.check_demo_out`` |
 | disk full / read-only      | ``isood.cli._app.FriendlyGroup.invoke`` (``except OSError`` -> ``os_error_message``) + manifest.json last |
 
 Byte-identical: every file of the rerun's ``--out`` equals the uninterrupted run's, and the two manifest.json
@@ -460,6 +461,44 @@ def test_every_writer_takes_the_out_lock(inputs, writers, tmp_path, name):
     finally:
         holder.kill()
         holder.wait()
+
+
+# ------------------------------------------------------------------------------------------------ issue 17: --out
+#: The commands that write a manifest, and a manifest of another kind for each (D1-D4: it used to be replaced).
+MANIFEST_WRITERS = [w for w in WRITERS if w not in ("export openood", "publish --dry-run", "card", "demo")]
+
+
+def _other_kind(inputs, name: str, out: Path) -> Path:
+    """A copy of a manifest that ``name`` does not write: the features manifest, or for the features writers the
+    timm world's splits manifest."""
+    src = inputs["timm"]["splits"] if name in ("extract", "merge") else inputs["features"]
+    shutil.copytree(src, out)
+    return out
+
+
+@pytest.mark.parametrize("name", MANIFEST_WRITERS)
+def test_an_out_holding_another_kind_is_refused_and_left_whole(inputs, writers, tmp_path, name):
+    """guard: ``manifests.output.check_output`` (kind), called by ``manifests.writing`` before any work"""
+    out = _other_kind(inputs, name, tmp_path / "out")
+    before = files_of(out)
+    r = _invoke(writers[name](str(out)))
+    assert r.exit_code == 2, r.output[-3000:]
+    line = one_error_line(r.stderr)
+    assert str(out) in line and "manifest, not" in line, line
+    assert files_of(out) == before and not list(tmp_path.glob(".~*.isood-new"))
+
+
+@pytest.mark.parametrize("name", MANIFEST_WRITERS + ["demo"])
+def test_an_out_holding_foreign_files_is_refused_and_left_whole(inputs, writers, tmp_path, name):
+    """guard: ``manifests.output.check_output`` (not a manifest) / ``isood.demo.check_demo_out``"""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine\n")
+    r = _invoke(writers[name](str(out)))
+    assert r.exit_code == 2, r.output[-3000:]
+    line = one_error_line(r.stderr)
+    assert "notes.txt" in line, line
+    assert files_of(out) == {"notes.txt": hashlib.sha256(b"mine\n").hexdigest()}
 
 
 # ------------------------------------------------------------------------------------------------ full / read-only disks
