@@ -126,13 +126,13 @@ def test_a_rewrite_that_fails_half_way_leaves_the_old_version_whole(cli, tmp_pat
 
     def failing_put(root, rel, data, records):
         calls.append(rel)
-        if len(calls) == 2:  # the first file of the new version is written, then the disk fails
+        if len(calls) == 1:  # the disk fails on the new version's first table
             raise OSError(28, "No space left on device", str(root / rel))
         return put(root, rel, data, records)
 
     monkeypatch.setattr(store, "_put", failing_put)
     r = _import(cli, tmp_path, LIST_B, out, "b.txt")
-    assert r.exit_code == 2 and len(calls) == 2
+    assert r.exit_code == 2 and len(calls) == 1
     assert _files(out) == before and manifests.verify(out).ok  # the old version, whole
     monkeypatch.setattr(store, "_put", put)
     assert _import(cli, tmp_path, LIST_B, out, "b.txt").exit_code == 0  # the rerun finishes from the staging folder
@@ -140,10 +140,17 @@ def test_a_rewrite_that_fails_half_way_leaves_the_old_version_whole(cli, tmp_pat
 
 
 def test_a_refused_import_leaves_nothing_behind(cli, tmp_path):
+    """A release import refused on its second list (the first already streamed): no --out, no staging folder,
+    none of the empty data/ and lists/ folders the streaming had made."""
+    release = tmp_path / "release" / "train"
+    release.mkdir(parents=True)
+    for cell, line in (("cov_0_sem_0", "n02084071/a.JPEG"), ("cov_0_sem_1", "/etc/passwd"),
+                       ("cov_1_sem_0", "n02084071/b.JPEG"), ("cov_1_sem_1", "n02084071/c.JPEG")):
+        (release / f"{cell}.txt").write_text(line + "\n")
     out = tmp_path / "new" / "m"
-    line = cli.one_line_error(_import(cli, tmp_path, "/etc/passwd\n", out))
-    assert "absolute" in line
-    assert not (tmp_path / "new").exists()  # no out, no staging folder, no empty data/
+    line = cli.one_line_error(cli.invoke(["import", "isood-lists", tmp_path / "release", "--levels", "2", "--out", out]))
+    assert "absolute" in line and "cov_0_sem_1" in line
+    assert not (tmp_path / "new").exists()
 
 
 # ------------------------------------------------------------------------------------------------ D5 + D6
