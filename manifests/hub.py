@@ -10,7 +10,9 @@
    `features-test/` sub-manifests, ~24 GB of test features at IS-OOD's size, and any `.npy` array) unless
    `include_features=True` (`--include-features`; a feature set, whose shards are its content, is refused
    without it; the dataset card says which files are feature shards, and the plan lists what it leaves out), in
-   one commit whose message holds the dataset version. Folders above `LARGE_UPLOAD_BYTES` or `LARGE_UPLOAD_FILES`
+   one commit whose message holds the dataset version. Leaving files out uploads a manifest.json that lists only
+   what is uploaded (``published_manifest``: a downloaded copy verifies; a ``published`` record names what was
+   left out and the full content hash), after the data, in its own commit. Folders above `LARGE_UPLOAD_BYTES` or `LARGE_UPLOAD_FILES`
    go in resumable batches (`upload_large_folder` where the installed huggingface_hub has it; newer releases
    batch inside `upload_folder`), and then manifest.json lands last in its own commit carrying the version, so
    the tagged revision is always complete;
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import glob
 import inspect
+import json
 import os
 import re
 import shutil
@@ -41,7 +44,7 @@ from isood.errors import IsoodError
 from isood.runtime import TMP_PREFIX, one_line
 from manifests.card import CARD_FILE, is_feature_file
 from manifests.store import MANIFEST_FILE, read
-from manifests.verify import verify
+from manifests.verify import content_hash, verify
 
 LARGE_UPLOAD_BYTES = 2 * 1024**3  # 2 GiB: above this a single-commit upload is fragile; use resumable batches
 LARGE_UPLOAD_FILES = 1_000  # the Hub advises against very large single commits; Syn-IS image sets exceed this
@@ -68,6 +71,7 @@ class PublishPlan:
     large: bool
     private: bool = False
     left_out: list[tuple[str, int]] = field(default_factory=list)  # feature shards not uploaded (path, bytes)
+    manifest_bytes: bytes | None = None  # the manifest.json uploaded instead of the folder's (left-out files)
 
     @property
     def total_bytes(self) -> int:
@@ -156,7 +160,8 @@ def plan(root: str | os.PathLike, repo_id: str, *, private: bool = False, tag: s
                            "to publish them")
     dropped = {p for p, _ in left_out}
     files = [(p, s) for p, s in files if p not in dropped]
-    files.append((MANIFEST_FILE, (root / MANIFEST_FILE).stat().st_size))
+    manifest_bytes = published_manifest(m.meta, left_out) if left_out else None
+    files.append((MANIFEST_FILE, len(manifest_bytes) if manifest_bytes else (root / MANIFEST_FILE).stat().st_size))
     version = m.dataset_version
     note = (m.meta.get("changelog") or [{}])[-1].get("note", "")
     large = sum(s for _, s in files) > LARGE_UPLOAD_BYTES or len(files) > LARGE_UPLOAD_FILES
@@ -165,8 +170,22 @@ def plan(root: str | os.PathLike, repo_id: str, *, private: bool = False, tag: s
         commit_message=f"isood {m.kind} manifest v{version}",
         commit_description=f"dataset version {version}; content sha256 {m.meta.get('content_sha256', '?')}"
         + (f"; {note}" if note else ""),
-        tag=tag or f"v{version}", large=large, private=private, left_out=left_out,
+        tag=tag or f"v{version}", large=large, private=private, left_out=left_out, manifest_bytes=manifest_bytes,
     )
+
+
+def published_manifest(meta: dict, left_out: list[tuple[str, int]]) -> bytes:
+    """The manifest.json of a publish that leaves files out: the same manifest listing only what is uploaded (so
+    a downloaded copy passes ``isood verify``), its ``content_sha256`` that of those files, and a ``published``
+    record of what was left out and of the full manifest's content hash (version and changelog unchanged)."""
+    dropped = {p for p, _ in left_out}
+    out = dict(meta)
+    out["files"] = [r for r in meta["files"] if r["path"] not in dropped]
+    out["content_sha256"] = content_hash(out["files"])
+    out["published"] = {"left_out_files": len(left_out), "left_out_bytes": int(sum(s for _, s in left_out)),
+                        "left_out_folders": sorted({p.split("/")[0] for p, _ in left_out if "/" in p}),
+                        "full_content_sha256": meta.get("content_sha256")}
+    return (json.dumps(out, indent=2, sort_keys=False) + "\n").encode()
 
 
 def _check_repo_id(repo_id: str) -> None:
@@ -195,7 +214,10 @@ def copy_plan(p: PublishPlan, out: str | os.PathLike) -> Path:
     for rel, _ in p.files:
         dst = out / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(p.root / rel, dst)
+        if rel == MANIFEST_FILE and p.manifest_bytes is not None:
+            dst.write_bytes(p.manifest_bytes)
+        else:
+            shutil.copy2(p.root / rel, dst)
     return out
 
 
@@ -220,8 +242,9 @@ def _upload_in_batches(p: PublishPlan, api: Any, call: Callable[..., Any], echo:
         pass
     echo(f"committing {MANIFEST_FILE} last: {p.commit_message}")
     return call("upload_file", api.upload_file, repo_id=p.repo_id, repo_type="dataset",
-                path_or_fileobj=str(p.root / MANIFEST_FILE), path_in_repo=MANIFEST_FILE,
-                commit_message=p.commit_message, commit_description=p.commit_description)
+                path_or_fileobj=p.manifest_bytes if p.manifest_bytes is not None else str(p.root / MANIFEST_FILE),
+                path_in_repo=MANIFEST_FILE, commit_message=p.commit_message,
+                commit_description=p.commit_description)
 
 
 def _tag_kwargs(p: PublishPlan, api: Any, commit_oid: str | None) -> dict[str, Any]:
@@ -275,13 +298,23 @@ def publish(
     if p.left_out:
         echo(p.left_out_line())
     paths = [path for path, _ in p.files]
-    if not p.large:
+    if p.large:
+        info = _upload_in_batches(p, api, call, echo)
+    elif p.manifest_bytes is None:
         echo(f"uploading {len(paths)} files ({p.total_bytes:,} bytes) in one commit: {p.commit_message}")
         info = call("upload_folder", api.upload_folder, repo_id=repo_id, repo_type="dataset", folder_path=str(p.root),
                     allow_patterns=_patterns(paths), commit_message=p.commit_message,
                     commit_description=p.commit_description)
-    else:
-        info = _upload_in_batches(p, api, call, echo)
+    else:  # the data, then the manifest.json that lists only what was uploaded, last
+        data = [path for path in paths if path != MANIFEST_FILE]
+        echo(f"uploading {len(data)} files ({p.total_bytes:,} bytes): {p.commit_message} (data)")
+        call("upload_folder", api.upload_folder, repo_id=repo_id, repo_type="dataset", folder_path=str(p.root),
+             allow_patterns=_patterns(data), commit_message=f"{p.commit_message} (data)",
+             commit_description=p.commit_description)
+        echo(f"committing {MANIFEST_FILE} last: {p.commit_message}")
+        info = call("upload_file", api.upload_file, repo_id=repo_id, repo_type="dataset",
+                    path_or_fileobj=p.manifest_bytes, path_in_repo=MANIFEST_FILE, commit_message=p.commit_message,
+                    commit_description=p.commit_description)
     result.commit_oid = getattr(info, "oid", None)
     result.commit_url = getattr(info, "commit_url", None)
     echo(f"tagging {p.tag}")

@@ -611,6 +611,10 @@ class FakeHub:
         self.calls.append(("upload_folder", kwargs))
         return type("Commit", (), {"oid": "0" * 40, "commit_url": "https://hub.example/c"})()
 
+    def upload_file(self, **kwargs):
+        self.calls.append(("upload_file", kwargs))
+        return type("Commit", (), {"oid": "1" * 40, "commit_url": "https://hub.example/m"})()
+
     def create_tag(self, repo_id, **kwargs):
         self.calls.append(("create_tag", kwargs))
 
@@ -671,8 +675,16 @@ def test_publish_leaves_feature_shards_out_unless_asked(splits_with_features, cl
     # what a real publish hands to the Hub: the same files as the dry run
     api = FakeHub()
     hub.publish(root, "alice/splits", api=api, echo=lambda s: None)
-    patterns = dict(api.calls)["upload_folder"]["allow_patterns"]
-    assert sorted(patterns) == sorted(p for p in [*files, "manifest.json"] if p not in shards)
+    calls = dict(api.calls)
+    assert sorted(calls["upload_folder"]["allow_patterns"]) == sorted(p for p in files if p not in shards)
+    # manifest.json last, listing only what was uploaded: a downloaded copy verifies (and says what it lacks)
+    uploaded = json.loads(calls["upload_file"]["path_or_fileobj"])
+    assert sorted(r["path"] for r in uploaded["files"]) == sorted(p for p in files if p not in shards)
+    assert uploaded["published"]["left_out_files"] == len(shards)
+    assert uploaded["published"]["full_content_sha256"] == manifests.read(root).content_sha256
+    copy = tmp_path / "copy"
+    assert cli.invoke(["publish", root, "--repo-id", "alice/splits", "--dry-run", "--out", copy]).exit_code == 0
+    assert manifests.verify(copy).ok and [ln for ln in cli.invoke(["verify", copy]).output.splitlines()][0].startswith("OK")
 
 
 def test_publish_of_a_feature_set_needs_include_features(tiny_images, tiny_clip_spec, cli, tmp_path):
