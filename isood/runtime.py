@@ -21,7 +21,7 @@ from isood.errors import BadInputError, IsoodError
 
 __all__ = [
     "TMP_PREFIX", "one_line", "explicit_device", "resolve_device", "torch_device", "progress_bar", "track",
-    "atomic_write_bytes", "sha256_bytes", "sha256_file", "link_or_copy", "remove_temporaries", "PART_SUFFIX",
+    "atomic_write_bytes", "naming", "sha256_bytes", "sha256_file", "link_or_copy", "remove_temporaries", "PART_SUFFIX",
     "PER_TASK_KEYS",
     "check_seed", "check_shard_args", "selected_units", "part_info", "default_workers", "BatchEngine", "LocalEngine",
     "batch_rows", "thread_limit", "require", "lazy_exports", "LOCK_FILE", "LOCK_SUFFIX", "OutputLocked", "output_lock",
@@ -110,6 +110,30 @@ def _umask() -> int:
 
 
 _UMASK = _umask()
+
+
+@contextlib.contextmanager
+def naming(path: str | os.PathLike) -> Iterator[None]:
+    """Re-raise an ``OSError`` that names no file (a write or flush on a full disk, from Python or from a
+    library such as pyarrow) as the same error naming ``path``, so the one-line message says where."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None and e.errno is not None:
+            raise type(e)(e.errno, e.strerror, str(path)) from None
+        if e.filename is None:  # pyarrow's IOError: no errno, the reason in its text
+            raise OSError(_errno_of(str(e)), str(e), str(path)) from None
+        raise
+
+
+def _errno_of(text: str) -> int | None:
+    import errno
+
+    for code, words in ((errno.ENOSPC, "No space left"), (errno.EROFS, "Read-only file system"),
+                        (errno.EDQUOT, "Disk quota exceeded"), (errno.EACCES, "Permission denied")):
+        if words in text:
+            return code
+    return None
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

@@ -42,6 +42,7 @@ import datetime as _dt
 import errno
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +55,7 @@ from manifests.paths import is_inside
 
 __all__ = [
     "STAGING_SUFFIX", "STAGING_MARKER", "OutputState", "Output", "check_output", "writing", "is_staging",
-    "listed_files", "guard_direct_write",
+    "listed_files", "guard_direct_write", "public_path",
 ]
 
 #: The half-built version of ``<name>`` lives in ``.~<name>.isood-new`` beside it.
@@ -71,6 +72,15 @@ def _staging(final: Path) -> Path:
 
 def _old(final: Path) -> Path:
     return final.with_name(f"{TMP_PREFIX}{final.name}{_OLD_SUFFIX}")
+
+
+_STAGED_RE = re.compile(re.escape(TMP_PREFIX) + r"(?P<name>[^/]+)" + re.escape(STAGING_SUFFIX) + r"(?=/|$)")
+
+
+def public_path(path: str | os.PathLike) -> str:
+    """A path inside a staging folder (``.~<name>.isood-new``) as the path it will have in the output, for
+    messages (a user never typed the staging folder's name)."""
+    return _STAGED_RE.sub(lambda m: m.group("name"), os.fspath(path))
 
 
 def is_staging(root: str | os.PathLike) -> bool:

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from isood.errors import ManifestError
-from isood.runtime import TMP_PREFIX
+from isood.runtime import TMP_PREFIX, naming
 from manifests.store import PARQUET_OPTIONS
 
 __all__ = ["ROW_GROUP_ROWS", "StagedFile", "ParquetStream", "key_counts", "partition_parquet", "string_keys"]
@@ -50,12 +50,14 @@ class StagedFile:
         self.done = False
 
     def write(self, data: bytes | memoryview | pa.Buffer) -> None:
-        self.file.write(data)
+        with naming(self.path):
+            self.file.write(data)
 
     def commit(self, path: str | os.PathLike | None = None) -> Path:
         """Rename the temporary onto the file's path (or onto ``path``, a destination decided later)."""
         if self.file is not None:
-            self.file.close()
+            with naming(self.path):
+                self.file.close()
         if path is not None:
             self.path = Path(path)
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -95,7 +97,8 @@ class ParquetStream:
         options = dict(PARQUET_OPTIONS)
         if plain_columns:
             options["use_dictionary"] = [n for n in schema.names if n not in set(plain_columns)]
-        self.writer = pq.ParquetWriter(str(self.staged.tmp), schema, **options)
+        with naming(self.staged.path):
+            self.writer = pq.ParquetWriter(str(self.staged.tmp), schema, **options)
         self.pending: list[pa.Table] = []
         self.pending_rows = 0
         self.rows = 0
@@ -114,7 +117,8 @@ class ParquetStream:
         self.rows += table.num_rows
         if not self.buffered:
             if table.num_rows:
-                self.writer.write_table(table, row_group_size=self.row_group_rows)
+                with naming(self.path):
+                    self.writer.write_table(table, row_group_size=self.row_group_rows)
             return
         self.pending.append(table)
         self.pending_rows += table.num_rows
@@ -128,7 +132,8 @@ class ParquetStream:
         n, start = self.row_group_rows, 0
         while table.num_rows - start >= n or (final and start < table.num_rows):
             size = min(n, table.num_rows - start)
-            self.writer.write_table(table.slice(start, size), row_group_size=size)
+            with naming(self.path):
+                self.writer.write_table(table.slice(start, size), row_group_size=size)
             start += size
         rest = table.slice(start)
         self.pending = [rest] if rest.num_rows else []
@@ -138,7 +143,8 @@ class ParquetStream:
         """Write what is buffered, close and rename into place (onto ``path`` when given, else the path it was
         opened for); returns the rows written."""
         self._flush(final=True)
-        self.writer.close()
+        with naming(self.path):
+            self.writer.close()
         self.staged.commit(path)
         return self.rows
 

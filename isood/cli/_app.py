@@ -21,6 +21,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from isood.errors import IsoodError, IsoodWarning
+from manifests.output import public_path
 
 __all__ = ["app", "wordnet_app", "import_app", "export_app", "splits_app", "console", "out_console", "error_exit",
            "isood_warnings"]
@@ -52,8 +53,9 @@ _OS_HINTS = {
 
 
 def os_error_message(error: OSError) -> str:
-    """One line for an OSError: what failed, on which path, and what to do."""
-    where = f" {error.filename}" if error.filename else ""
+    """One line for an OSError: what failed, on which path (a file of a staging folder named by the output it
+    becomes: ``manifests.output.public_path``), and what to do."""
+    where = f" {public_path(error.filename)}" if error.filename else ""
     hint = _OS_HINTS.get(error.errno or -1, "check the paths you passed and the disk")
     return f"cannot use{where}: {error.strerror or type(error).__name__}; {hint}"
 

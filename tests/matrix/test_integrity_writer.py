@@ -21,6 +21,7 @@ files) are in ``test_faults.py`` beside the lock rows, which use the same comman
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -326,3 +327,31 @@ def test_one_seed_gives_one_content_hash(tmp_path):
     assert a.content_sha256 == b.content_sha256
     assert {r["path"]: r["sha256"] for r in a.meta["files"]} == {r["path"]: r["sha256"] for r in b.meta["files"]}
     assert np.isfinite(a.meta["summary"]["laid_orthogonality_error"])
+
+
+# ------------------------------------------------------------------------------------------------ full disk
+def test_a_full_disk_while_streaming_names_the_file(cli, tmp_path):
+    """guard: ``isood.runtime.naming`` around the streamed writes (``manifests.stream``: pyarrow and file
+    writes raise without a file name) and ``manifests.output.public_path`` in the message"""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("a full disk is simulated with a tmpfs mount, which needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True, text=True)
+    if r.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip() or r.returncode}")
+    try:
+        release = tmp_path / "release" / "train"
+        release.mkdir(parents=True)
+        for c in range(2):
+            for s in range(2):
+                (release / f"cov_{c}_sem_{s}.txt").write_text(
+                    "".join(f"n02084071/n02084071_{c}{s}{i:05d}.JPEG\n" for i in range(3000)))
+        line = cli.one_line_error(cli.invoke(["import", "isood-lists", tmp_path / "release", "--levels", "2",
+                                              "--out", disk / "out"]))
+        assert os.strerror(28) in line and f"{disk}/out/" in line and ".isood-new" not in line, line
+        assert not [p for p in disk.iterdir()]  # nothing half-written left
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
