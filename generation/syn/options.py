@@ -17,6 +17,7 @@ from isood.grid import check_levels
 from isood.kinds import SYN_IS, SYN_IS_PART, SYN_IS_PROMPTS
 from isood.runtime import check_seed, check_shard_args
 from manifests.store import Manifest
+from manifests.verify import check_verify_mode
 
 __all__ = ["KIND", "KIND_PROMPTS", "KIND_PART", "SynOptions", "SynResult", "check_options", "output_kinds",
            "input_paths"]
@@ -100,6 +101,7 @@ def check_options(opts: SynOptions, *, engine: str = "local", custom_generator: 
     if opts.partial and opts.prompts_only:
         raise BadInputError("--num-shards splits image generation; --prompts-only runs once (drop --num-shards)")
     check_levels(opts.n_levels, "n_levels")
+    check_verify_mode(opts.verify)
     for flag, value, least in (("--per-cell", opts.per_cell, 1), ("--images-per-prompt", opts.images_per_prompt, 1),
                                ("na_threshold", opts.na_threshold, 0), ("laid_triplets", opts.laid_triplets, 1)):
         if isinstance(value, bool) or not isinstance(value, Integral) or value < least:

@@ -20,11 +20,22 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
+from isood.defaults import DEFAULT_VERIFY
 from isood.errors import IsoodError, IsoodWarning
 from manifests.output import public_path
 
 __all__ = ["app", "wordnet_app", "import_app", "export_app", "splits_app", "console", "out_console", "error_exit",
-           "isood_warnings"]
+           "isood_warnings", "verify_option", "VERIFY_HELP"]
+
+#: ``--verify`` of every command that reads manifests (``manifests.verify``).
+VERIFY_HELP = ("How the manifests this command reads are checked first: fast (sizes; every table and small file "
+               "hashed; larger files when their size, mtime or inode changed since they last verified) or full "
+               "(every hash).")
+
+
+def verify_option():
+    """The ``--verify`` option (one definition for every command that reads manifests)."""
+    return typer.Option(DEFAULT_VERIFY, "--verify", help=VERIFY_HELP)
 
 console = Console(stderr=True)
 out_console = Console()

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from isood.cli._app import out_console, splits_app
+from isood.cli._app import out_console, splits_app, verify_option
 from isood.stages.clean import CleanResult, clean_splits
 from wordnet_tools.rules import LEAK_RULES
 
@@ -33,9 +33,10 @@ def splits_clean(
     out: Path = typer.Option(..., help="Output directory (the leak-free splits manifest)."),
     rules: str = typer.Option(",".join(LEAK_RULES), help="Audit verdicts to remove, comma-separated (among unknown, "
                               "id, hypernym, hyponym, excluded_subtree)."),
+    verify: str = verify_option(),
 ) -> None:
     """A leak-free copy of a splits manifest: images of ID classes, their hypernyms and hyponyms removed (same
     cells and edges, N/A recomputed), with provenance to both inputs."""
-    r = clean_splits(splits, audit, out=out, rules=rules)
+    r = clean_splits(splits, audit, out=out, rules=rules, verify=verify)
     out_console.print(clean_table(r))
     out_console.print(f"manifest: {out} ({r.manifest.kind} v{r.manifest.dataset_version})", highlight=False)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 from rich.table import Table
 
-from isood.cli._app import app, out_console
+from isood.cli._app import app, out_console, verify_option
 from isood.defaults import DEFAULT_DETECTORS, DEFAULT_PLOT_METRICS, NA_THRESHOLD
 from isood.evaluation.options import EvaluateOptions, check_options
 from wordnet_tools.rules import LEAK_RULES
@@ -69,6 +69,7 @@ def evaluate(
     seed: int = typer.Option(0, help="Seed of the random re-initialisation (--sanity-random-model), 0..2147483647."),
     leak_audit: Optional[Path] = typer.Option(None, help="An audit of the --splits classes (isood wordnet audit SPLITS --out AUDIT): report every metric per cell on all images and on the leak-free ones, with difference heatmaps and ranking changes."),
     leak_rules: str = typer.Option(",".join(LEAK_RULES), help="Audit verdicts that count as leaks with --leak-audit (among unknown, id, hypernym, hyponym, excluded_subtree)."),
+    verify: str = verify_option(),
 ) -> None:
     """Score OOD detectors per shift cell; every metric, level curves, Table 1, heatmaps and a report."""
     opts = EvaluateOptions(
@@ -78,7 +79,7 @@ def evaluate(
         num_classes=num_classes, classes=str(classes) if classes else None, batch_size=batch_size, device=device,
         workers=workers, cache_dir=cache_dir, sanity_random_model=sanity_random_model, na_threshold=na_threshold,
         der=der, plot_metrics=plot_metrics, seed=seed, leak_audit=str(leak_audit) if leak_audit else None,
-        leak_rules=leak_rules,
+        leak_rules=leak_rules, verify=verify,
     )
     check_options(opts)  # a bad option is refused before torch, timm or matplotlib load
     # the stage pulls in torch, timm and matplotlib: loaded only when the options are good

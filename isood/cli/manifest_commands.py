@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 import manifests
-from isood.cli._app import app, export_app, import_app, out_console
+from isood.cli._app import app, export_app, import_app, out_console, verify_option
 from isood.defaults import N_LEVELS, NA_THRESHOLD
 from isood.runtime import output_lock
 from isood.stages import interop
@@ -154,12 +154,13 @@ def export_openood(
     data_dir: str = typer.Option("images_largescale/", help="Image root under the data root, one for every subset: "
                                  "the listed paths (e.g. ./imagenet21k_train/...) are relative to it."),
     num_classes: int = typer.Option(1000, help="Number of ID classes (ImageNet-1K: 1000)."),
+    verify: str = verify_option(),
 ) -> None:
     """OpenOOD v1.5 imglists, one per cell, a DATA_INFO entry and an ood_dataset YAML config; for a grid also the
     release's own list layout (imglist/<name>/<subset>/cov_{c}_sem_{s}.txt) that its evaluation code reads."""
     with output_lock(out):
         r = interop.export_openood(manifest_dir, out, name=name, data_root=data_root, data_dir=data_dir,
-                                   num_classes=num_classes)
+                                   num_classes=num_classes, verify=verify)
     _say(f"{len(r.imglists)} imglists ({len(r.registered)} registered for OpenOOD, "
          f"{len(r.imglists) - len(r.registered)} N/A), {r.rows - r.skipped} rows -> {out}")
     if r.release_lists:

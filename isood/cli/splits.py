@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from isood.cli._app import app, console, out_console
+from isood.cli._app import VERIFY_HELP, app, console, out_console
 from isood.stages.splits import build_splits as run_build_splits, load_build_config
 
 __all__ = ["build_splits", "print_warning", "ann_line"]
@@ -61,6 +61,7 @@ def build_splits(
     cache_dir: Optional[str] = typer.Option(None, help="Text-feature cache (default $ISOOD_CACHE_DIR/text-features)."),
     out: Optional[Path] = typer.Option(None, help="Output directory (splits manifest)."),
     config: Optional[Path] = typer.Option(None, help="TOML file with any of these options (command-line values win)."),
+    verify: Optional[str] = typer.Option(None, "--verify", help=VERIFY_HELP + " Default: fast."),
 ) -> None:
     """Measure each test image's semantic and covariate shift to the ID set and bin them into an 8x8 grid."""
     cfg = load_build_config(config, dict(
@@ -69,6 +70,7 @@ def build_splits(
         triplets=triplets, laid_steps=laid_steps, seed=seed, backend=backend, ann_recall=ann_recall,
         batch_size=batch_size, workers=workers,
         shard_size=shard_size, device=device, cache_dir=cache_dir, out=str(out) if out is not None else None,
+        verify=verify,
     ))
     r = run_build_splits(cfg, warn=print_warning)
     n_ok = int((~r.cells["na"]).sum())

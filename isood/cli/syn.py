@@ -11,7 +11,7 @@ from rich.console import Group
 from rich.table import Table
 
 from generation.syn import SynOptions, SynResult, run_generate_syn
-from isood.cli._app import app, console, out_console
+from isood.cli._app import app, console, out_console, verify_option
 from isood.cli.extract import build_engine  # the one --engine builder (local | ray), shared with `isood extract`
 from isood.defaults import DEFAULT_PIPELINE
 
@@ -75,6 +75,7 @@ def generate_syn(
     num_shards: int = typer.Option(1, help="Job arrays: split the pipeline batches over this many tasks (merge with `isood merge`)."),
     shard_index: int = typer.Option(0, help="Job arrays: this task's index, 0..num-shards-1 (e.g. $SLURM_ARRAY_TASK_ID)."),
     out: Path = typer.Option(..., help="Output Syn-IS manifest directory."),
+    verify: str = verify_option(),
 ) -> None:
     """Syn-IS: style x label prompts binned by shift, generated with SDXL-Turbo."""
     opts = SynOptions(
@@ -83,7 +84,7 @@ def generate_syn(
         per_cell=per_cell, images_per_prompt=images_per_prompt, pipeline=pipeline, size=size, steps=steps,
         guidance_scale=guidance_scale, batch_size=batch_size, seed=seed, prompts_only=prompts_only, device=device,
         blocklist=str(blocklist) if blocklist else None, default_blocklist=default_blocklist,
-        safety_checker=safety_checker, num_shards=num_shards, shard_index=shard_index,
+        safety_checker=safety_checker, num_shards=num_shards, shard_index=shard_index, verify=verify,
     )
     runner = build_engine(engine, ray_address=ray_address, workers=workers, num_gpus_per_worker=num_gpus_per_worker,
                           device=device)

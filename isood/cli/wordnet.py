@@ -15,7 +15,7 @@ from rich import box
 from rich.table import Table
 
 import manifests
-from isood.cli._app import out_console, wordnet_app
+from isood.cli._app import out_console, verify_option, wordnet_app
 from wordnet_tools.rules import AUDIT_RULES, LEAK_RULES, PRESETS, resolve_exclude
 
 __all__ = ["wordnet_filter", "wordnet_audit", "counts_table", "leak_table", "summary_table", "level_table",
@@ -114,11 +114,12 @@ def wordnet_audit(
     preset: Optional[str] = typer.Option(None, help=_PRESET_HELP),
     out: Optional[Path] = typer.Option(None, help="Write the audit as a manifest here (per-image rule, per-cell and "
                                        "per-level tables for a manifest)."),
+    verify: str = verify_option(),
 ) -> None:
     """Audit an OOD class list, image list or manifest for hierarchy leaks into the ID classes."""
     from wordnet_tools.jobs import run_audit  # nltk takes ~1.5 s to import: only when the command runs
 
-    r = run_audit(source, id_classes, exclude=exclude, preset=preset, out=out)
+    r = run_audit(source, id_classes, exclude=exclude, preset=preset, out=out, verify=verify)
     title = f"Audit of {source} ({r.entries} entries" + (f", manifest {r.manifest.root})" if r.manifest else ")")
     out_console.print(leak_table(r.table))
     out_console.print(counts_table(r.counts, title))

@@ -355,3 +355,29 @@ def test_a_full_disk_while_streaming_names_the_file(cli, tmp_path):
         assert not [p for p in disk.iterdir()]  # nothing half-written left
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+# ------------------------------------------------------------------------------------------------ --verify
+def test_verify_full_rehashes_what_fast_trusts_and_a_bad_mode_is_one_line(cli, feature_world, tmp_path):
+    """``--verify fast`` trusts a large file whose size, mtime and inode are those it last verified; ``full``
+    hashes it again. A mode that is neither is one line, for every command that reads manifests."""
+    from manifests import verify
+    from manifests.verify import FAST_HASH_BYTES
+
+    feats = _copy(feature_world / "features", tmp_path / "features")
+    shard = next(feats.glob("features-*.npy"))
+    assert verify(feats, mode="fast").ok
+    stat = shard.stat()
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # a change that keeps size and mtime
+    assert not verify(feats, mode="full").ok
+    assert verify(feats, mode="fast").ok is (stat.st_size > FAST_HASH_BYTES)  # small files are always hashed
+    for args in (["splits", "clean", feature_world / "splits", "--audit", tmp_path / "a", "--out", tmp_path / "o"],
+                 ["export", "openood", feature_world / "splits", "--out", tmp_path / "o"],
+                 ["wordnet", "audit", feature_world / "splits", "--out", tmp_path / "o"],
+                 ["build-splits", "--id", feats, "--test", feats, "--laid", feature_world / "laid.safetensors",
+                  "--out", tmp_path / "o"]):
+        line = cli.one_line_error(cli.invoke([*args, "--verify", "sometimes"]))
+        assert "--verify 'sometimes'" in line and "fast, full" in line, (args, line)
