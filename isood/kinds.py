@@ -265,6 +265,13 @@ def _grid_configs(tables: Mapping[str, Any], meta: Mapping[str, Any]) -> set | N
     return {(s, c) if s else c for (s, c), n in counts.items() if n >= threshold}
 
 
+def _grid_cells(tables: Mapping[str, Any], meta: Mapping[str, Any]) -> list[str] | None:
+    """Every cell of the ``cells`` table (N/A and empty ones too): each gets a `datasets` config, without rows
+    where ``_grid_configs`` gives it none, so the configs are the cells a user may ask for."""
+    cells = tables.get("cells")
+    return None if cells is None or "cell" not in cells.columns else sorted(set(cells["cell"].astype(str)))
+
+
 def _grid_sections(meta: Mapping[str, Any], tables: Mapping[str, Any]) -> list[tuple[str, str]]:
     out = []
     cells = tables.get("cells")
@@ -299,8 +306,9 @@ def _na_rule_text(meta: Mapping[str, Any]) -> str:
 def _grid_markdown(cells: pd.DataFrame) -> str:
     """Rows: covariate level; columns: semantic level; N/A cells with their count in brackets."""
     usable = int((~cells["na"].astype(bool)).sum())
-    text = ["Rows: covariate level; columns: semantic level (0-based; cell `cov_{c}_sem_{s}`). N/A cells (fewer "
-            "images than the N/A threshold) get no config; their count is shown in brackets. "
+    text = ["Rows: covariate level; columns: semantic level (0-based; cell `cov_{c}_sem_{s}`). Every cell has a "
+            "config; an N/A cell (fewer images than the N/A threshold; its count is shown in brackets) and an "
+            "empty one hold no rows there (see Configs). "
             f"{usable} cells usable, {len(cells) - usable} N/A.\n"]
     sources = sorted(cells["source"].fillna("").astype(str).unique()) if "source" in cells.columns else [""]
     for source in sources:
@@ -340,10 +348,15 @@ def _syn_licence(meta: Mapping[str, Any]) -> str:
             "included; `d_sem` / `d_cov` were measured against in-distribution ImageNet features.\n")
 
 
+def _syn_prompts_licence(meta: Mapping[str, Any]) -> str:
+    return ("No image is included (a plan only). Prompts use ImageNet-21K labels (WordNet, Princeton licence); "
+            "`d_sem` / `d_cov` were measured against in-distribution ImageNet features.\n")
+
+
 # ``reads``: the tables the card callbacks read besides the main one; the others (a splits' ``dropped``, an
 # audit's per-image ``images``: a row per image) are never loaded to draw a card.
 _GRID_CARD = dict(main="images", split="test", split_by="source", config_by="cell", allowed_configs=_grid_configs,
-                  sections=_grid_sections, reads=("cells", "edges"))
+                  config_values=_grid_cells, sections=_grid_sections, reads=("cells", "edges"))
 _DECISION_CARD = dict(main="classes", config_by="decision", config_names={"keep": "kept", "drop": "dropped"},
                       licence=_imagenet_licence, reads=())
 
@@ -364,7 +377,10 @@ register_kind(KindSpec(
 register_kind(KindSpec(
     FEATURES_PART, writer="isood extract --num-shards N --shard-index i",
     tables={"shards": TableSpec({"shard": INT, "key": STRING, "images": INT, "rejected": INT})},
-    fields={"embed_dim": "summary.embed_dim"}))
+    fields={"embed_dim": "summary.embed_dim"},
+    card=CardSpec(title="isood features part", main="shards", licence=_imagenet_licence,
+                  description="One task's share of an `isood extract` job array: its feature shards (images "
+                  "encoded and rejected per shard); `isood merge` combines the parts into a features manifest.")))
 register_kind(KindSpec(
     SPLITS, writer="isood build-splits (or isood import isood-lists)", view=SplitsView,
     tables={"images": TableSpec(IMAGES_COLUMNS, paths=("path",)), "cells": TableSpec(CELLS_COLUMNS),
@@ -388,10 +404,18 @@ register_kind(KindSpec(
     card=CardSpec(title="Syn-IS", description=_SYN_DESCRIPTION, licence=_syn_licence, **_GRID_CARD)))
 register_kind(KindSpec(
     SYN_IS_PROMPTS, writer="isood generate-syn --prompts-only", view=SynView,
-    tables={**_SYN_TABLES, "cells": TableSpec(CELLS_COLUMNS)}, fields=dict(_GRID_FIELDS)))
+    tables={**_SYN_TABLES, "cells": TableSpec(CELLS_COLUMNS)}, fields=dict(_GRID_FIELDS),
+    card=CardSpec(title="Syn-IS prompts", licence=_syn_prompts_licence, **_GRID_CARD,
+                  description="The plan of a Syn-IS run (`isood generate-syn --prompts-only`): the images it would "
+                  "generate (table `images`: prompt, seed, shift and cell of each; no image files) and every "
+                  "candidate prompt (`prompts`).")))
 register_kind(KindSpec(
     SYN_IS_PART, writer="isood generate-syn --num-shards N --shard-index i",
-    tables={**_SYN_TABLES, "plan": TableSpec({"path": STRING})}))
+    tables={**_SYN_TABLES, "plan": TableSpec({"path": STRING})},
+    card=CardSpec(title="Syn-IS part", main="images", split="test", licence=_syn_licence,
+                  description="One task's share of an `isood generate-syn` job array: the images it generated "
+                  "(`images`) and the whole plan (`plan`); `isood merge` combines the parts into a Syn-IS "
+                  "manifest.")))
 register_kind(KindSpec(
     CLASS_FILTER, writer="isood wordnet filter", view=ClassFilterView,
     tables={"classes": TableSpec(_CLASSES_COLUMNS), "summary": TableSpec(_SUMMARY_COLUMNS)},

@@ -6,7 +6,8 @@ This package knows nothing about the benchmark domain (cells, levels, detectors)
 """
 
 from isood.runtime import atomic_write_bytes, sha256_bytes, sha256_file
-from manifests.card import add_card, dataset_card, write_with_card
+from manifests.card import dataset_card, write_with_card
+from manifests.card_stream import add_card
 from manifests.output import check_output, writing
 from manifests.paths import check_relative, resolve_inside
 from manifests.schema import CardSpec, KindSpec, TableSpec, kind_spec, register_kind

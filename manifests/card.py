@@ -11,16 +11,23 @@ particular kind; for a kind without a spec it uses the first table, split `train
 - ``config_by`` (a column, e.g. `cell` or `decision`): one config per value (renamed by ``config_names``;
   only the values ``allowed_configs`` returns, e.g. the measured grid cells; an item ``(split_by value, value)``
   allows a value in that split only), backed by a Parquet file `data/configs/<config>/<split>.parquet` holding
-  those rows of the main table;
+  those rows of the main table; the values ``config_values`` adds (e.g. every cell of the grid, N/A ones
+  included) get a config without rows;
+- a config without rows (such a value, or a table with no rows) is backed by a Parquet file with the table's
+  columns and no row group: `datasets` streams it as no rows (``streaming=True``), and refuses it without
+  streaming with its own one line (`Instruction "test" corresponds to no data!`); a file whose only row group
+  is empty (how a 0-row table is written) would fail with an opaque ``DatasetGenerationError`` instead;
 - ``sections``: extra markdown sections of the kind (e.g. counts per cell); ``licence``: its licence text.
 
 `write_with_card` wraps `manifests.write_manifest`: it adds the per-config Parquet files and the README.md, and
-registers both in manifest.json. Both are derived from the tables, so both are left out of the content hash
-(``manifests.verify.content_hash``): a card added or rewritten never changes the content or the version.
+registers both in manifest.json (``manifests.card_stream.add_card`` gives an existing manifest its card). Both
+are derived from the tables, so both are left out of the content hash (``manifests.verify.content_hash``): a
+card added or rewritten never changes the content or the version.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from dataclasses import dataclass, field
@@ -34,14 +41,12 @@ import pyarrow.parquet as pq
 from isood.errors import ManifestError
 from isood.runtime import atomic_write_bytes, sha256_bytes
 from manifests.meta import CARD_FILE, CONFIGS_DIR
-from manifests.output import writing
 from manifests.schema import CardSpec, kind_spec
-from manifests.store import MANIFEST_FILE, Manifest, parquet_bytes, read, write_manifest
+from manifests.store import MANIFEST_FILE, PARQUET_OPTIONS, Manifest, parquet_bytes, write_manifest
 
 __all__ = ["CARD_FILE", "CONFIGS_DIR", "FEATURES_PREFIX", "is_feature_file", "ConfigLayout", "config_layout",
-           "dataset_card", "write_with_card", "add_card", "markdown_table", "split_name", "card_spec", "card_frames",
-           "allowed_splits", "plan_configs",
-           "add_other_tables"]
+           "dataset_card", "write_with_card", "markdown_table", "split_name", "card_spec", "card_frames",
+           "allowed_splits", "plan_configs", "add_other_tables", "resolve_empty", "empty_parquet_bytes"]
 
 #: Feature shards a manifest may hold (build-splits' ``features-id/`` and ``features-test/`` sub-manifests, any
 #: ``.npy`` array): large (~24 GB of test features at IS-OOD's size) and derived, so `isood publish` leaves them
@@ -107,6 +112,11 @@ class ConfigLayout:
     partitions: list[str] = field(default_factory=list)  # configs made from the `config_by` column
     config_by: str | None = None
     written: list[str] = field(default_factory=list)  # derived files already written (streamed main table)
+    empty: dict[str, str] = field(default_factory=dict)  # derived path without rows -> the table whose columns it has
+
+    def has_rows(self, config: str) -> bool:
+        """Whether any split of ``config`` is backed by rows (not only by ``empty`` files)."""
+        return any(p not in self.empty for p in self.configs.get(config, {}).values())
 
 
 def _column_values(df: pd.DataFrame, column: str) -> pd.Series:
@@ -133,10 +143,17 @@ def allowed_splits(allowed: Iterable[Any] | None) -> dict[str, set[str] | None] 
 Routes = dict[tuple[str, str], list[str]]
 
 
+def _config_name(card: CardSpec, value: str) -> str:
+    return card.config_names.get(value, re.sub(r"\W+", "_", value).strip("_"))
+
+
 def plan_configs(card: CardSpec, main_name: str, pairs: Iterable[tuple[str, str]], *, split_col: str | None,
-          config_col: str | None, allowed: Mapping[str, set[str] | None] | None) -> tuple[ConfigLayout, Routes]:
+                 config_col: str | None, allowed: Mapping[str, set[str] | None] | None,
+                 every: Iterable[Any] | None = None) -> tuple[ConfigLayout, Routes]:
     """The configs of a main table from the ``(split_by value, config_by value)`` pairs its rows have ('' for a
-    column it lacks), and the derived files each pair's rows go to (pure; in-memory and streamed tables alike)."""
+    column it lacks), and the derived files each pair's rows go to (pure; in-memory and streamed tables alike).
+    ``every``: ``CardSpec.config_values``' answer; a value among them without a config of rows gets one
+    without rows (a file per split of the main table, in ``layout.empty``)."""
     pairs = set(pairs)
     layout = ConfigLayout(main=main_name)
     sources = sorted({s for s, _ in pairs}) if split_col and pairs else [""]
@@ -160,12 +177,21 @@ def plan_configs(card: CardSpec, main_name: str, pairs: Iterable[tuple[str, str]
         put("all", None)
     if config_col:
         for value in sorted({v for _, v in pairs if v}):
-            name = card.config_names.get(value, re.sub(r"\W+", "_", value).strip("_"))
+            name = _config_name(card, value)
             if (allowed is not None and value not in allowed) or not name or name in layout.configs:
                 continue
             put(name, value, None if allowed is None else allowed[value])
             if name in layout.configs:
                 layout.partitions.append(name)
+        for value in sorted({str(v) for v in every or () if str(v)}):
+            name = _config_name(card, value)
+            if not name or name in layout.configs:
+                continue
+            for s in sources:
+                rel = f"{CONFIGS_DIR}/{name}/{splits[s]}.parquet"
+                layout.configs.setdefault(name, {})[splits[s]] = rel
+                layout.empty[rel] = main_name
+            layout.partitions.append(name)
         layout.config_by = card.config_by
     return layout, routes
 
@@ -174,6 +200,47 @@ def add_other_tables(layout: ConfigLayout, paths: Mapping[str, str]) -> None:
     for name in sorted(paths):
         if name != layout.main and name not in layout.configs and _SPLIT_RE.match(name):
             layout.configs[name] = {"train": paths[name]}
+
+
+def resolve_empty(layout: ConfigLayout, meta: Mapping[str, Any]) -> ConfigLayout:
+    """Point every config backed by a table without rows (``meta["tables"]``: a 0-row table is written with
+    one empty row group, which `datasets` cannot read) at a derived file without row groups instead
+    (``layout.empty``). Pure and idempotent; returns ``layout``."""
+    no_rows = {rec["path"]: name for name, rec in (meta.get("tables") or {}).items() if int(rec.get("rows", 1)) == 0}
+    for config, splits in layout.configs.items():
+        for split, rel in list(splits.items()):
+            if rel in no_rows:
+                new = f"{CONFIGS_DIR}/{config}/{split}.parquet"
+                splits[split] = new
+                layout.empty[new] = no_rows[rel]
+    return layout
+
+
+def empty_parquet_bytes(schema: pa.Schema) -> bytes:
+    """A Parquet file with ``schema`` and no row group (identical schema, identical bytes)."""
+    buf = io.BytesIO()
+    pq.ParquetWriter(buf, schema, **PARQUET_OPTIONS).close()
+    return buf.getvalue()
+
+
+def _write_empty(root: Path, meta: Mapping[str, Any], layout: ConfigLayout) -> list[dict]:
+    """Write the ``layout.empty`` files (each with the columns of its table as written under ``root``)."""
+    paths = {name: rec["path"] for name, rec in (meta.get("tables") or {}).items()}
+    records = []
+    for rel, table in sorted(layout.empty.items()):
+        data = empty_parquet_bytes(pq.read_schema(root / paths[table]))
+        atomic_write_bytes(root / rel, data)
+        records.append({"path": rel, "sha256": sha256_bytes(data), "bytes": len(data)})
+    return records
+
+
+def _with_files(meta: Mapping[str, Any], records: Iterable[dict]) -> dict:
+    """``meta`` with ``records`` (derived files: outside the content hash) in its ``files``, sorted by path."""
+    new = {r["path"]: r for r in records}
+    out = dict(meta)
+    out["files"] = sorted([r for r in meta["files"] if r["path"] not in new] + list(new.values()),
+                          key=lambda r: r["path"])
+    return out
 
 
 def config_layout(kind: str, tables: Mapping[str, pd.DataFrame | pa.Table], meta: Mapping[str, Any] | None = None,
@@ -193,8 +260,9 @@ def config_layout(kind: str, tables: Mapping[str, pd.DataFrame | pa.Table], meta
     values = _column_values(main, config_col) if config_col else pd.Series("", index=main.index, dtype=object)
     allowed = (allowed_splits(card.allowed_configs(tables, meta or {}) if card.allowed_configs else None)
                if config_col else None)
+    every = card.config_values(tables, meta or {}) if config_col and card.config_values else None
     layout, routes = plan_configs(card, main_name, zip(src, values), split_col=split_col, config_col=config_col,
-                           allowed=allowed)
+                                  allowed=allowed, every=every)
     keys = src.astype(str) + "\x00" + values.astype(str)
     by_file: dict[str, set[str]] = {}
     for (s, v), rels in routes.items():
@@ -268,17 +336,23 @@ def _front_matter(kind: str, title: str, n_rows: int, configs: Mapping[str, Mapp
 
 def _loading_sections(layout: ConfigLayout, configs: Mapping[str, Mapping[str, str]]) -> list[str]:
     """`## Loading` (with an example partition config) and `## Configs` (every config and its splits)."""
-    example = next((c for c in sorted(layout.partitions) if c in configs), None)
+    example = next((c for c in sorted(layout.partitions) if c in configs and layout.has_rows(c)), None)
     load = ["```python", "from datasets import load_dataset", "",
             'ds = load_dataset("USER/NAME")  # or a local copy of this directory: load_dataset("path/to/dir")']
     if example:
         load.append(f'part = load_dataset("USER/NAME", "{example}")  # the rows of one {layout.config_by}')
     load.append("```")
-    cfg_lines = [f"- `{name}`: " + ", ".join(f"split `{s}` ({p})" for s, p in sorted(sp.items()))
+    cfg_lines = [f"- `{name}`: " + ", ".join(f"split `{s}` ({p}{', no rows' if p in layout.empty else ''})"
+                                             for s, p in sorted(sp.items()))
                  for name, sp in ((c["config_name"], configs[c["config_name"]])
                                   for c in _yaml_configs(configs, layout.partitions))]
+    empty = [c for c in configs if not layout.has_rows(c)]
+    note = ("" if not empty else
+            f"\n{len(empty)} config(s) hold no rows (e.g. `{sorted(empty)[0]}`): each split is a Parquet file with "
+            "the columns and no rows. `load_dataset(..., streaming=True)` yields no rows; without streaming, "
+            "`datasets` refuses a split without rows (`Instruction \"<split>\" corresponds to no data!`).\n")
     return ["## Loading\n\n" + "\n".join(load) + "\n",
-            f"## Configs ({len(configs)})\n\n" + "\n".join(cfg_lines) + "\n"]
+            f"## Configs ({len(configs)})\n\n" + "\n".join(cfg_lines) + "\n" + note]
 
 
 def _provenance_sections(meta: Mapping[str, Any]) -> list[str]:
@@ -330,7 +404,7 @@ def dataset_card(manifest_meta: Mapping[str, Any], tables: Mapping[str, pd.DataF
     (``streamed_layout``) and ``tables`` holds the other tables only."""
     kind = manifest_meta["kind"]
     card = card_spec(kind, tables)
-    layout = layout or config_layout(kind, tables, manifest_meta)
+    layout = resolve_empty(layout or config_layout(kind, tables, manifest_meta), manifest_meta)
     tables = card_frames(kind, layout.main, tables)
     listed = {rec["path"] for rec in manifest_meta.get("files", [])}
     configs = {
@@ -375,7 +449,8 @@ def write_with_card(
     memory comes in `table_files` with its `layout`, whose derived files are already written
     (``manifests.card_stream.write_streamed`` does both). Any other table may come in `table_files` too (e.g.
     streamed in row groups): it gets a config like the in-memory ones, and is read for the card only when the
-    kind's ``CardSpec.reads`` names it.
+    kind's ``CardSpec.reads`` names it. The files of the configs without rows (``resolve_empty``) are written
+    once the tables are, with their columns.
     """
     root = Path(root)
     files = dict(files or {})
@@ -404,8 +479,9 @@ def write_with_card(
         existing_files=existing_files, table_files=table_files, summary=summary, note=note, argv=argv,
     )
     _prune_empty_dirs(root / CONFIGS_DIR)
-    return _attach_card(manifest, dataset_card(manifest.meta, card_tables, title=title, layout=layout,
-                                                n_rows=n_rows))
+    meta = _with_files(manifest.meta, _write_empty(root, manifest.meta, resolve_empty(layout, manifest.meta)))
+    return _attach_card(Manifest(root=root, meta=meta),
+                        dataset_card(meta, card_tables, title=title, layout=layout, n_rows=n_rows))
 
 
 def _prune_empty_dirs(top: Path) -> None:
@@ -420,35 +496,10 @@ def _prune_empty_dirs(top: Path) -> None:
 
 
 def _attach_card(manifest: Manifest, card: str) -> Manifest:
-    """Write README.md and register it in manifest.json (excluded from the content hash, so the version stays)."""
+    """Write README.md and register it (and the rest of ``manifest.meta``) in manifest.json (the card is
+    excluded from the content hash, so the version stays)."""
     data = card.encode()
     atomic_write_bytes(manifest.root / CARD_FILE, data)
-    meta = dict(manifest.meta)
-    files = [r for r in meta["files"] if r["path"] != CARD_FILE]
-    files.append({"path": CARD_FILE, "sha256": sha256_bytes(data), "bytes": len(data)})
-    meta["files"] = sorted(files, key=lambda r: r["path"])
+    meta = _with_files(manifest.meta, [{"path": CARD_FILE, "sha256": sha256_bytes(data), "bytes": len(data)}])
     atomic_write_bytes(manifest.root / MANIFEST_FILE, (json.dumps(meta, indent=2, sort_keys=False) + "\n").encode())
     return Manifest(root=manifest.root, meta=meta)
-
-
-def add_card(root: str | Path, note: str = "dataset card and per-config Parquet files") -> Manifest:
-    """Give an existing manifest (written without a card, or by an older isood) its card and config files.
-
-    Rewrites it through ``manifests.writing`` and `write_with_card` with its own tables, config and other files
-    (verified first). The card and config files are derived, so the content hash and the dataset version stay.
-    """
-    m = read(root, verify="fast")
-    table_paths = {rec["path"] for rec in m.meta["tables"].values()}
-    tables = {name: m.table(name) for name in m.tables}
-    others = [
-        r["path"] for r in m.meta["files"]
-        if r["path"] not in table_paths and r["path"] != CARD_FILE and not r["path"].startswith(CONFIGS_DIR + "/")
-    ]
-    command = m.meta.get("command") or {}
-    with writing(root, m.kind, option="MANIFEST_DIR") as o:
-        write_with_card(
-            o.work, kind=m.kind, tables=tables, config=command.get("config") or {},
-            inputs=m.meta.get("inputs", []), existing_files=others, summary=m.meta.get("summary") or {}, note=note,
-            argv=command.get("argv") or [],
-        )
-    return read(o.final, kind=m.kind)

@@ -6,8 +6,9 @@ configs the kind's ``CardSpec`` may ask for. ``write_streamed`` then plans the c
 ``manifests.card.config_layout`` does for an in-memory table (``plan_configs``), renames the staged files the
 plan keeps into `data/configs/<config>/<split>.parquet`, deletes the others (e.g. N/A cells), and hands over to
 ``manifests.card.write_with_card``. A main table already written as Parquet (``table_files``) is partitioned in
-a second pass instead (``streamed_layout``). Memory stays bounded by a row group either way. Like
-``manifests.card``, this module knows no kind.
+a second pass instead (``streamed_layout``). Memory stays bounded by a row group either way. ``add_card`` gives
+an existing manifest its card the same way (its table files kept as they are). Like ``manifests.card``, this
+module knows no kind.
 """
 
 from __future__ import annotations
@@ -22,19 +23,23 @@ import pyarrow.parquet as pq
 
 from isood.errors import ManifestError
 from manifests.card import (
+    CARD_FILE,
     CONFIGS_DIR,
     ConfigLayout,
     add_other_tables,
     allowed_splits,
     card_frames,
     card_spec,
+    dataset_card,
     plan_configs,
+    resolve_empty,
     write_with_card,
 )
-from manifests.store import Manifest
+from manifests.output import writing
+from manifests.store import Manifest, read
 from manifests.stream import ROW_GROUP_ROWS, ParquetStream, key_counts, partition_parquet, string_keys
 
-__all__ = ["MainTableStream", "streamed_layout", "finish_stream", "write_streamed", "WHOLE_TABLE_ROWS"]
+__all__ = ["MainTableStream", "streamed_layout", "finish_stream", "write_streamed", "add_card", "WHOLE_TABLE_ROWS"]
 
 #: Rows per row group of a table written whole (``manifests.store.parquet_bytes``: pyarrow's default). A side
 #: table streamed with it (``ParquetStream(path, schema, row_group_rows=WHOLE_TABLE_ROWS)``) is written with the
@@ -100,7 +105,9 @@ def _plan(kind: str, main: str, main_rel: str, columns: Sequence[str | None],
     split_col, config_col = columns
     allowed = (allowed_splits(card.allowed_configs(others, meta) if card.allowed_configs else None)
                if config_col else None)
-    layout, routes = plan_configs(card, main, pairs, split_col=split_col, config_col=config_col, allowed=allowed)
+    every = card.config_values(others, meta) if config_col and card.config_values else None
+    layout, routes = plan_configs(card, main, pairs, split_col=split_col, config_col=config_col, allowed=allowed,
+                                  every=every)
     layout.configs = {c: {s: (main_rel if p == f"data/{main}.parquet" else p) for s, p in sp.items()}
                       for c, sp in layout.configs.items()}
     add_other_tables(layout, paths)
@@ -189,3 +196,74 @@ def write_streamed(root: str | Path, *, kind: str, stream: MainTableStream | Non
     return write_with_card(root, kind=kind, tables=tables, config=config, inputs=inputs, files=files,
                            existing_files=existing_files, table_files=table_files, layout=layout, summary=summary,
                            note=note, argv=argv, title=title)
+
+
+# ------------------------------------------------------------------------------------------------ isood card
+def _columns(kind: str, main: str, root: Path, main_rel: str, others: Mapping[str, pd.DataFrame]) -> list[str | None]:
+    card = card_spec(kind, {main: None, **others})
+    names = pq.read_schema(root / main_rel).names
+    return [c if c and c in names else None for c in (card.split_by, card.config_by)]
+
+
+def _card_is_current(m: Manifest, table_files: Mapping[str, str], title: str | None) -> bool:
+    """Whether ``m`` holds the card and config files ``add_card`` would write now: the planned configs (one pass
+    over the main table's split and config columns) are the derived files it lists, and the card drawn from its
+    own manifest.json is its README.md."""
+    listed = {r["path"] for r in m.meta["files"]}
+    main = card_spec(m.kind, dict(table_files)).main
+    if CARD_FILE not in listed or main not in table_files:
+        return False
+    meta = {"kind": m.kind, "command": {"config": dict((m.meta.get("command") or {}).get("config") or {})}}
+    others = _card_tables(m.root, m.kind, {}, table_files, main)
+    columns = _columns(m.kind, main, m.root, table_files[main], others)
+    layout, _ = _plan(m.kind, main, table_files[main], columns, key_counts(m.root / table_files[main], columns),
+                      others, meta, dict(table_files))
+    resolve_empty(layout, m.meta)
+    planned = {p for splits in layout.configs.values() for p in splits.values() if p.startswith(CONFIGS_DIR + "/")}
+    if planned != {p for p in listed if p.startswith(CONFIGS_DIR + "/")}:
+        return False
+    card = dataset_card(m.meta, others, title=title, layout=layout, n_rows=int(m.meta["tables"][main]["rows"]))
+    return (m.root / CARD_FILE).read_text(encoding="utf-8") == card
+
+
+def _card_title(root: Path) -> str | None:
+    """The title (`pretty_name`) of the card a manifest has, kept when its card is redrawn."""
+    from huggingface_hub.repocard import metadata_load  # ~0.3 s to import: only when a card is drawn
+
+    try:
+        title = (metadata_load(root / CARD_FILE) or {}).get("pretty_name") if (root / CARD_FILE).is_file() else None
+    except (ValueError, OSError):
+        return None
+    return str(title) if title else None
+
+
+def add_card(root: str | Path, note: str = "dataset card and per-config Parquet files") -> Manifest:
+    """Give an existing manifest (written without a card, or by an older isood) its card and config files.
+
+    A manifest that already has the card and config files this isood writes is left as it is (nothing is
+    written). Otherwise it is rewritten through ``manifests.writing`` with its own table files (registered as
+    they are, never rewritten), config and other files (verified first), its card's title kept; the main table
+    is partitioned one row group at a time (``write_streamed``). The card and config files are derived, so the
+    content hash and the dataset version stay.
+    """
+    m = read(root, verify="fast")
+    table_files = {name: str(rec["path"]) for name, rec in m.meta["tables"].items()}
+    title = _card_title(m.root)
+    if _card_is_current(m, table_files, title):
+        return m
+    others = [
+        r["path"] for r in m.meta["files"]
+        if r["path"] not in set(table_files.values()) and r["path"] != CARD_FILE
+        and not r["path"].startswith(CONFIGS_DIR + "/")
+    ]
+    command = m.meta.get("command") or {}
+    args: dict[str, Any] = dict(kind=m.kind, tables={}, table_files=table_files, config=command.get("config") or {},
+                                inputs=m.meta.get("inputs", []), existing_files=others,
+                                summary=m.meta.get("summary") or {}, note=note, argv=command.get("argv") or [],
+                                title=title)
+    with writing(root, m.kind, option="MANIFEST_DIR") as o:
+        if table_files:
+            write_streamed(o.work, **args)
+        else:
+            write_with_card(o.work, **args)
+    return read(o.final, kind=m.kind)

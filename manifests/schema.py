@@ -60,12 +60,15 @@ class CardSpec:
     folder of an import). ``config_by``: a column whose values each get a config (e.g. ``cell``, ``decision``),
     renamed by ``config_names``; ``allowed_configs(tables, meta)`` returns the values that may get one (``None``:
     all non-empty values), e.g. the measured (non-N/A) cells, or ``(split value, value)`` pairs to allow a
-    config in one split only (a cell measured in one source and N/A in another). ``sections(meta, tables)`` returns extra
+    config in one split only (a cell measured in one source and N/A in another). ``config_values(tables, meta)``
+    returns the values that get a config even without allowed rows (``None``: no others), e.g. every cell of
+    the grid: such a config holds no rows (an empty Parquet file per split with the main table's columns), so
+    the configs match the values a user may ask for. ``sections(meta, tables)`` returns extra
     ``(heading, markdown)`` sections; ``licence(meta)`` the licence text.
 
-    ``reads``: the tables besides ``main`` that ``allowed_configs`` and ``sections`` read (``None``: every table).
-    Only these (and the main table) are loaded to draw the card; the others are named in its configs, never
-    read, so a side table with a row per image (an audit's ``images``) costs no memory.
+    ``reads``: the tables besides ``main`` that ``allowed_configs``, ``config_values`` and ``sections`` read
+    (``None``: every table). Only these (and the main table) are loaded to draw the card; the others are named
+    in its configs, never read, so a side table with a row per image (an audit's ``images``) costs no memory.
     """
 
     title: str
@@ -76,6 +79,7 @@ class CardSpec:
     config_by: str | None = None
     config_names: Mapping[str, str] = field(default_factory=dict)
     allowed_configs: Callable[[Mapping[str, Any], Mapping[str, Any]], Iterable[str | tuple[str, str]] | None] | None = None
+    config_values: Callable[[Mapping[str, Any], Mapping[str, Any]], Iterable[str] | None] | None = None
     sections: Callable[[Mapping[str, Any], Mapping[str, Any]], Sequence[tuple[str, str]]] | None = None
     licence: Callable[[Mapping[str, Any]], str] | None = None
     reads: tuple[str, ...] | None = None

@@ -27,7 +27,7 @@ def write_syn_manifest(out: str | Path, *, images: pd.DataFrame, prompts: pd.Dat
                        rejected: pd.DataFrame, config: Mapping[str, Any], inputs: Iterable[dict] = (),
                        laid_files: Mapping[str, bytes] | None = None, summary: dict[str, Any] | None = None,
                        prompts_only: bool = False, argv: list[str] | None = None) -> tuple[Manifest, pd.DataFrame]:
-    """Write the Syn-IS manifest (``syn-is``; ``prompts_only``: ``syn-is-prompts``, no card, no lists) from the
+    """Write the Syn-IS manifest (``syn-is``; ``prompts_only``: ``syn-is-prompts``, no lists) from the
     images, prompts, edges and rejected tables; the cells table, per-cell lists and the card are derived here.
     Shared by `isood generate-syn` and the merge of a job array (which thereby writes a single run's bytes).
     ``config`` needs ``n_levels`` and ``na_threshold``. Returns ``(manifest, cells)``."""
@@ -39,8 +39,8 @@ def write_syn_manifest(out: str | Path, *, images: pd.DataFrame, prompts: pd.Dat
               "rejected": rejected[REJECTED_COLUMNS].reset_index(drop=True)}
     laid_files = dict(laid_files or {})
     if prompts_only:
-        manifest = manifests.write_manifest(out, kind=KIND_PROMPTS, tables=tables, config=config, inputs=inputs,
-                                            files=laid_files, summary=summary, note="Syn-IS prompts", argv=argv)
+        manifest = manifests.write_with_card(out, kind=KIND_PROMPTS, tables=tables, config=config, inputs=inputs,
+                                             files=laid_files, summary=summary, note="Syn-IS prompts", argv=argv)
     else:
         manifest = manifests.write_with_card(out, kind=KIND, tables=tables, config=config, inputs=inputs,
                                              files={**cell_lists(images), **laid_files},
@@ -53,15 +53,16 @@ def write_part(out: str | Path, *, images: pd.DataFrame, prompts: pd.DataFrame, 
                rejected: pd.DataFrame, plan: pd.DataFrame, config: Mapping[str, Any], inputs: Iterable[dict] = (),
                laid_files: Mapping[str, bytes] | None = None, summary: Mapping[str, Any] | None = None,
                argv: list[str] | None = None) -> Manifest:
-    """A job-array task's ``syn-is-part`` manifest: its images, the whole plan (for the merge's order) and the
-    run's other tables as they are. ``config["part"]`` is the task's ``isood.runtime.part_info``."""
+    """A job-array task's ``syn-is-part`` manifest (with its dataset card): its images, the whole plan (for the
+    merge's order) and the run's other tables as they are. ``config["part"]`` is the task's
+    ``isood.runtime.part_info``."""
     part = config["part"]
     tables = {"images": images[IMAGE_COLUMNS].reset_index(drop=True), "prompts": prompts.reset_index(drop=True),
               "edges": edges, "rejected": rejected[REJECTED_COLUMNS].reset_index(drop=True),
               "plan": plan[["path"]].reset_index(drop=True)}
-    return manifests.write_manifest(out, kind=KIND_PART, tables=tables, config=config, inputs=inputs,
-                                    files=dict(laid_files or {}), existing_files=list(images["path"]),
-                                    summary=summary, note=f"part {part['index']} of {part['count']}", argv=argv)
+    return manifests.write_with_card(out, kind=KIND_PART, tables=tables, config=config, inputs=inputs,
+                                     files=dict(laid_files or {}), existing_files=list(images["path"]),
+                                     summary=summary, note=f"part {part['index']} of {part['count']}", argv=argv)
 
 
 def _copy_part_files(parts: Sequence[Manifest], out: Path) -> None:

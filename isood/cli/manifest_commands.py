@@ -15,8 +15,7 @@ from isood.cli._app import app, export_app, import_app, out_console, verify_opti
 from isood.defaults import N_LEVELS, NA_THRESHOLD
 from isood.runtime import output_lock
 from isood.stages import interop
-from manifests import hub
-from manifests.card import add_card
+from manifests import add_card, hub
 
 __all__ = ["verify", "publish", "card", "import_isood_lists", "import_imagenet_ood", "import_openood_imglist",
            "export_openood"]
@@ -90,9 +89,10 @@ def _publish(manifest_dir: Path, repo_id: str, *, private: bool, revision: Optio
 
 @app.command()
 def card(
-    manifest_dir: Path = typer.Argument(..., help="A manifest directory written without a dataset card."),
+    manifest_dir: Path = typer.Argument(..., help="A manifest directory (e.g. one written without a dataset card)."),
 ) -> None:
-    """(Re)write a manifest's dataset card (README.md) and its per-config Parquet files, so `datasets` can load it."""
+    """(Re)write a manifest's dataset card (README.md) and its per-config Parquet files, so `datasets` can load it
+    (a manifest whose card is current is left as it is; the content hash and dataset version never change)."""
     m = add_card(manifest_dir)
     _say(f"card: {manifest_dir}/README.md ({m.kind} v{m.dataset_version})")
 

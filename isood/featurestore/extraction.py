@@ -20,6 +20,7 @@ from isood.featurestore.shards import (
     SHARD_NAME, ShardAssembler, image_batches, index_tables, key_head, remove_stale_shards, shard_bounds,
     shard_count, shard_dim, shard_files, shard_key, shard_stat_cache, stored_key, write_shard,
 )
+from manifests.card import write_with_card
 from manifests.output import writing
 from manifests.store import Manifest, input_record, read, write_manifest
 
@@ -223,16 +224,18 @@ def extract_shards(source: ImageSource, clip: str | ClipEncoder, out: str | os.P
 
 
 def write_features_manifest(out: str | os.PathLike, shard_rows: Mapping[int, pd.DataFrame], config: Mapping,
-                            inputs: Sequence[dict], *, argv: list[str] | None = None) -> Manifest:
+                            inputs: Sequence[dict], *, argv: list[str] | None = None, card: bool = True) -> Manifest:
     """The ``features`` manifest of complete shards 0..n-1 in ``out`` (``shard_rows``: k -> its rows table):
-    ``index``, ``rejected``, every shard registered. Shared by extraction and ``isood merge``, so a merged job
-    array and a single run write the same bytes."""
+    ``index``, ``rejected``, every shard registered, and its dataset card. Shared by extraction and ``isood
+    merge``, so a merged job array and a single run write the same bytes. ``card=False``: no card, for a
+    feature set nested in another manifest (build-splits' ``features-id/``), whose files the outer manifest
+    hashes as content: a card quotes its writing time."""
     out = Path(out)
     n_shards = len(shard_rows)
     if sorted(shard_rows) != list(range(n_shards)):
         raise IsoodError(f"{out}: shards {sorted(set(range(n_shards)) - set(shard_rows))} are missing")
     index, rejected = index_tables(shard_rows)
-    return write_manifest(
+    return (write_with_card if card else write_manifest)(
         out, kind=FEATURES, tables={"index": index, "rejected": rejected}, config=config, inputs=inputs,
         existing_files=shard_files(range(n_shards)), note=f"features of {len(index)} images", argv=argv,
         summary={"images": int(len(index)), "rejected": int(len(rejected)), "embed_dim": config.get("embed_dim"),
@@ -244,7 +247,7 @@ def extract_features(images: str | os.PathLike | ImageSource, clip: str | ClipEn
                      shard_size: int = DEFAULT_SHARD_SIZE, device: str | None = None, progress: bool = True,
                      argv: list[str] | None = None, engine: BatchEngine | None = None,
                      on_shard: Callable[[int], None] | None = None, decode: str = REFERENCE_DECODE,
-                     follow_symlinks: bool = False) -> ExtractResult:
+                     follow_symlinks: bool = False, card: bool = True) -> ExtractResult:
     """Extract L2-normalised CLIP image features of ``images`` (dataset root or file list, or one already listed
     by ``isood.images.list_images``) into the ``features`` manifest ``out``.
 
@@ -256,7 +259,7 @@ def extract_features(images: str | os.PathLike | ImageSource, clip: str | ClipEn
     ``isood.engines.ray.RayEngine``: Ray actors, each holding one model). Every engine writes the same shards
     and manifest. ``on_shard(k)`` is called after shard k is written (tests use it to interrupt a run).
     ``follow_symlinks``: also read files whose links lead outside the image root (default: rejected,
-    ``isood.images``).
+    ``isood.images``). ``card``: write the dataset card (``write_features_manifest``).
     """
     check_sizes(batch_size=batch_size, shard_size=shard_size, workers=workers)
     source = (images if isinstance(images, ImageSource)
@@ -264,5 +267,5 @@ def extract_features(images: str | os.PathLike | ImageSource, clip: str | ClipEn
     with writing(out, FEATURES, inputs=[source.source]) as o:
         run = extract_shards(source, clip, o.work, batch_size=batch_size, workers=workers, shard_size=shard_size,
                              device=device, progress=progress, engine=engine, on_shard=on_shard, decode=decode)
-        write_features_manifest(o.work, run.rows, run.config, run.inputs, argv=argv)
+        write_features_manifest(o.work, run.rows, run.config, run.inputs, argv=argv, card=card)
     return run.result(read(o.final, kind=FEATURES))

@@ -33,7 +33,8 @@ from isood.images import REFERENCE_DECODE, check_decode_mode, list_images
 from isood.kinds import FEATURES, FEATURES_PART
 from isood.runtime import BatchEngine, check_shard_args, link_or_copy, part_info, selected_units
 from manifests.output import writing
-from manifests.store import Manifest, read, write_manifest
+from manifests.card import write_with_card
+from manifests.store import Manifest, read
 
 __all__ = ["ExtractOptions", "validate", "output_kind", "task_shards", "part_table", "write_part", "run_extract",
            "merged_config", "merge_parts"]
@@ -94,10 +95,10 @@ def write_part(run: ShardRun, opts: ExtractOptions, *, argv: list[str] | None = 
     config = {**run.config, "part": part_info(opts.num_shards, opts.shard_index, run.n_shards, "feature shard")}
     summary = {"images": int(shards["images"].sum()), "rejected": int(shards["rejected"].sum()),
                "embed_dim": run.embed_dim, "shards": len(run.shards), "shards_total": run.n_shards}
-    return write_manifest(run.out, kind=FEATURES_PART, tables={"shards": shards}, config=config, inputs=run.inputs,
-                          existing_files=shard_files(run.shards), summary=summary, argv=argv,
-                          note=f"part {opts.shard_index} of {opts.num_shards}: {len(run.shards)} of "
-                               f"{run.n_shards} feature shards")
+    return write_with_card(run.out, kind=FEATURES_PART, tables={"shards": shards}, config=config, inputs=run.inputs,
+                           existing_files=shard_files(run.shards), summary=summary, argv=argv,
+                           note=f"part {opts.shard_index} of {opts.num_shards}: {len(run.shards)} of "
+                                f"{run.n_shards} feature shards")
 
 
 def run_extract(opts: ExtractOptions, *, engine: BatchEngine | None = None, argv: list[str] | None = None,

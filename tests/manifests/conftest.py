@@ -1,7 +1,7 @@
 """Small planted manifests of every kind, each written by the real writer of its kind (the stage's write step),
 for the manifests tests: splits (``isood.stages.splits.write_splits``), syn-is (``generation.syn.
 write_syn_manifest``), class-filter and audit (``wordnet_tools.jobs``), features (``isood.featurestore.
-extract_features`` + ``isood card``), IS-OOD release lists (``isood.stages.interop.import_isood_lists``)."""
+extract_features``), IS-OOD release lists (``isood.stages.interop.import_isood_lists``)."""
 
 import os
 
@@ -120,13 +120,11 @@ def write_audit(root):
 
 
 def write_features(root, images, clip):
-    """A features manifest written by `isood extract` (``isood.featurestore.extract_features``) + `isood card`."""
+    """A features manifest written by `isood extract` (``isood.featurestore.extract_features``, with its card)."""
     from isood.featurestore import extract_features
-    from manifests.card import add_card
 
-    extract_features(images, clip, root, batch_size=8, device="cpu", progress=False,
-                     argv=["isood", "extract"])
-    return add_card(root)
+    return extract_features(images, clip, root, batch_size=8, device="cpu", progress=False,
+                            argv=["isood", "extract"]).manifest
 
 
 def write_release(root: Path, with_labels_in=("in21k-val",), release=RELEASE) -> Path:

@@ -1,6 +1,7 @@
 import json
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -9,7 +10,8 @@ import manifests
 from isood.cli import app
 from isood.errors import ManifestError
 from isood.stages.interop import import_isood_lists
-from manifests.card import add_card, config_layout, dataset_card
+from manifests import add_card
+from manifests.card import config_layout, dataset_card
 
 FIXTURE_V1 = Path(__file__).parent / "fixtures" / "v1_splits"
 MAIN = {"splits": "images", "syn-is": "images", "class-filter": "classes", "audit": "classes", "features": "index"}
@@ -42,20 +44,21 @@ def test_every_kind_loads_offline_with_all_config_and_verifies(tmp_path, write_k
 
 
 @pytest.mark.parametrize("kind", ["splits", "syn-is"])
-def test_cell_configs_return_exactly_the_cell_rows_and_na_cells_have_none(tmp_path, write_kind, load, kind):
+def test_cell_configs_return_exactly_the_cell_rows_and_na_cells_none(tmp_path, write_kind, load, kind):
     m = write_kind(kind, tmp_path / kind)
     images = m.frame("images")
     cells = m.frame("cells")
     usable = cells[~cells["na"]]
-    assert {c for c in _config_names(m.root) if c.startswith("cov_")} == set(usable["cell"])
+    assert {c for c in _config_names(m.root) if c.startswith("cov_")} == set(cells["cell"])  # every cell (issue 17)
     for rec in usable.itertuples():
         got = load(m.root, rec.cell)["test"].to_pandas()
         want = images[(images.cov_level == rec.cov_level) & (images.sem_level == rec.sem_level)]
         assert len(got) == rec.n
         assert got["path"].tolist() == want["path"].tolist()
         assert set(got["cov_level"]) == {rec.cov_level} and set(got["sem_level"]) == {rec.sem_level}
-    na_cell = cells[cells["na"] & (cells["n"] > 0)]["cell"].iloc[0]
-    with pytest.raises(ValueError, match=na_cell):
+    na_cell = cells[cells["na"] & (cells["n"] > 0)]["cell"].iloc[0]  # an N/A cell with rows: its config has none
+    assert list(load(m.root, na_cell, streaming=True)["test"]) == []
+    with pytest.raises(ValueError, match="corresponds to no data"):  # `datasets` builds no split without rows
         load(m.root, na_cell)
 
 
@@ -111,18 +114,19 @@ def test_content_change_bumps_version_and_changelog_through_the_card_writer(tmp_
     again = worlds.write_splits(root)
     assert again.dataset_version == first.dataset_version == "1.0.0"
     assert len(again.meta["changelog"]) == 1
-    # cov_2_sem_5 drops below the N/A threshold: content changes, its config and its file go
+    # cov_2_sem_5 drops below the N/A threshold: content changes, its config keeps no rows
     cells = {**worlds.PLANTED_CELLS, (2, 5): 9}
     changed = worlds.write_splits(root, cells=cells, note="fewer images in cov_2_sem_5")
     assert changed.dataset_version == "1.1.0"
     assert [c["version"] for c in changed.meta["changelog"]] == ["1.0.0", "1.1.0"]
     assert changed.meta["changelog"][-1]["note"] == "fewer images in cov_2_sem_5"
     assert manifests.verify(root).ok
-    assert not (root / "data/configs/cov_2_sem_5").exists()
+    assert pq.ParquetFile(root / "data/configs/cov_2_sem_5/test.parquet").metadata.num_rows == 0
     text = (root / "README.md").read_text()
     assert "(v1.1.0)" in text and "1.1.0 (" in text and "fewer images in cov_2_sem_5" in text
-    assert "cov_2_sem_5" not in _config_names(root)
-    with pytest.raises(ValueError):
+    assert "cov_2_sem_5" in _config_names(root)  # an N/A cell has an empty config (issue 17)
+    assert list(load(root, "cov_2_sem_5", streaming=True)["test"]) == []
+    with pytest.raises(ValueError, match="corresponds to no data"):
         load(root, "cov_2_sem_5")
 
 

@@ -40,12 +40,12 @@ def test_import_isood_lists_per_subset_reads_levels_subsets_and_cells(tmp_path, 
     assert m.meta["summary"]["ignored_files"] == ["README.txt"]
     assert m.meta["command"]["config"]["na_rule"] == "per-subset"
     assert (m.root / "lists/in21k-val/cov_2_sem_5.txt").read_text().count("\n") == 10
-    # datasets: one split per subset; N/A cells have no config
+    # datasets: one split per subset; a cell N/A in every subset has a config without rows
     cell = load(m.root, "cov_2_sem_5")
     assert sorted(cell) == ["in21k_train", "in21k_val"]
     assert cell["in21k_val"].num_rows == 10 and cell["in21k_train"].num_rows == 11
     assert load(m.root, "cov_1_sem_6")["syn_is"].num_rows == 14
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="corresponds to no data"):
         load(m.root, "cov_7_sem_1")
 
 

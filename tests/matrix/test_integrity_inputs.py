@@ -626,7 +626,7 @@ def splits_with_features(tmp_path_factory, tiny_clip_spec, tiny_images, image_da
 
     from isood.laid import LAID
     from isood.simulate import random_orthogonal
-    from manifests.card import add_card
+    from manifests import add_card
 
     torch.set_num_threads(1)
     base = tmp_path_factory.mktemp("publish")
@@ -689,7 +689,7 @@ def test_publish_leaves_feature_shards_out_unless_asked(splits_with_features, cl
 
 def test_publish_of_a_feature_set_needs_include_features(tiny_images, tiny_clip_spec, cli, tmp_path):
     """Guard: manifests.hub.plan: a feature set's shards are its content: refused without --include-features."""
-    from manifests.card import add_card
+    from manifests import add_card
 
     out = tmp_path / "features"
     assert cli.invoke(["extract", "--images", tiny_images, "--clip", tiny_clip_spec, "--out", out, "--device",

@@ -158,5 +158,5 @@ def _build(cfg: BuildConfig, out: Path, *, warn: Warn | None, argv: list[str] | 
                              test_root=test_set.root),
         inputs=[ids.input, test_set.input, *inputs.records], files=laid.files(LAID_FILE),
         existing_files=extracted_files(out, sets.values()), summary=summary,
-        note=f"{len(grid.images)} test images in {cfg.levels}x{cfg.levels} cells", argv=argv, card=False)
+        note=f"{len(grid.images)} test images in {cfg.levels}x{cfg.levels} cells", argv=argv)
     return BuildResult(view, len(grid.images), n_id, len(dropped), grid.cells, notes)

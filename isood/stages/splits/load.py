@@ -169,7 +169,8 @@ def extract_set(name: str, source: str, encoder: ClipEncoder, sub: Path, cfg: Bu
     ``images``: the source already listed (``list_images``), else listed here."""
     images = images if images is not None else list_images(source)
     result = extract_features(images, encoder, sub, batch_size=cfg.batch_size, workers=cfg.workers,
-                              shard_size=cfg.shard_size, progress=cfg.progress, argv=argv, engine=engine)
+                              shard_size=cfg.shard_size, progress=cfg.progress, argv=argv, engine=engine,
+                              card=False)  # nested: the splits manifest hashes its files, and a card is not content
     reader = open_features(sub)
     if result.n_rejected:
         note(f"--{name}: {result.n_rejected} unreadable image(s) skipped (see data/dropped.parquet)")
