@@ -381,3 +381,17 @@ def test_verify_full_rehashes_what_fast_trusts_and_a_bad_mode_is_one_line(cli, f
                   "--out", tmp_path / "o"]):
         line = cli.one_line_error(cli.invoke([*args, "--verify", "sometimes"]))
         assert "--verify 'sometimes'" in line and "fast, full" in line, (args, line)
+
+
+def test_card_keeps_the_version_of_a_manifest_written_by_an_older_isood(cli, tmp_path):
+    """guard: ``manifests.store._same_content`` (a manifest of isood < 0.2 recorded a content hash that also
+    covered its config files: ``isood card`` must not read that as changed content)"""
+    from manifests.verify import legacy_content_hash
+
+    root = tmp_path / "s"
+    _splits(root)
+    _edit(root, lambda m: m.update(content_sha256=legacy_content_hash(m["files"])))  # as isood < 0.2 wrote it
+    assert cli.invoke(["verify", root]).exit_code == 0
+    assert cli.invoke(["card", root]).exit_code == 0
+    m = manifests.read(root)
+    assert m.dataset_version == "1.0.0" and len(m.meta["changelog"]) == 1
