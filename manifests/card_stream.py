@@ -246,11 +246,19 @@ def add_card(root: str | Path, note: str = "dataset card and per-config Parquet 
     is partitioned one row group at a time (``write_streamed``). The card and config files are derived, so the
     content hash and the dataset version stay.
     """
-    m = read(root, verify="fast")
-    table_files = {name: str(rec["path"]) for name, rec in m.meta["tables"].items()}
-    title = _card_title(m.root)
-    if _card_is_current(m, table_files, title):
-        return m
+    kind = read(root).kind
+    with writing(root, kind, option="MANIFEST_DIR") as o:  # the output lock, also when nothing is to be written
+        m = read(root, verify="fast")
+        table_files = {name: str(rec["path"]) for name, rec in m.meta["tables"].items()}
+        title = _card_title(m.root)
+        if _card_is_current(m, table_files, title):
+            o.unchanged()
+        else:
+            _rewrite_with_card(m, o.work, table_files, title, note)
+    return read(root, kind=kind)
+
+
+def _rewrite_with_card(m: Manifest, work: Path, table_files: dict[str, str], title: str, note: str) -> None:
     others = [
         r["path"] for r in m.meta["files"]
         if r["path"] not in set(table_files.values()) and r["path"] != CARD_FILE
@@ -261,9 +269,7 @@ def add_card(root: str | Path, note: str = "dataset card and per-config Parquet 
                                 inputs=m.meta.get("inputs", []), existing_files=others,
                                 summary=m.meta.get("summary") or {}, note=note, argv=command.get("argv") or [],
                                 title=title)
-    with writing(root, m.kind, option="MANIFEST_DIR") as o:
-        if table_files:
-            write_streamed(o.work, **args)
-        else:
-            write_with_card(o.work, **args)
-    return read(o.final, kind=m.kind)
+    if table_files:
+        write_streamed(work, **args)
+    else:
+        write_with_card(work, **args)

@@ -362,6 +362,12 @@ class Output:
     final: Path
     previous: dict | None = None
     kept: Path | None = field(default=None)
+    keep_previous: bool = field(default=False)
+
+    def unchanged(self) -> None:
+        """Nothing to write after all (e.g. a card that is already current): the block ends without a swap and
+        the staging folder is removed; the output stays as it was."""
+        self.keep_previous = True
 
 
 @contextlib.contextmanager
@@ -395,6 +401,9 @@ def writing(out: str | os.PathLike, kind: str | Sequence[str], *, inputs: Iterab
                 if first is not None and _snapshot(work) == first:
                     shutil.rmtree(work, ignore_errors=True)  # nothing done: leave nothing behind
                 raise
+            if result.keep_previous:
+                shutil.rmtree(work, ignore_errors=True)
+                return
             result.kept = _commit(work, final, kinds)
     finally:
         for d in created:  # deepest first: folders made for this output and left empty
