@@ -60,7 +60,7 @@ def main() -> None:
 
     from isood.clip import ClipEncoder, encode_texts
     from isood.featurestore import extract_features
-    from isood.runtime import torch_device
+    from isood.devices import torch_device
 
     dev = torch_device(args.device)
     model, _, preprocess = open_clip.create_model_and_transforms(args.model, pretrained=None, device=dev)

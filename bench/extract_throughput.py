@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     from isood import featurestore as F
     from isood.engines.ray import RayEngine, RayOptions
     from isood.images import list_images
-    from isood.runtime import default_workers
+    from isood.devices import default_workers
 
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     workers = default_workers() if a.workers is None else a.workers

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
 
 from isood.errors import BadInputError
-from isood.runtime import one_line
+from isood.errors import one_line
 from isood.textio import read_lines
 
 ImageChecker = Callable[[Any, Mapping[str, Any]], Optional[str]]

@@ -11,7 +11,7 @@ slices of the planned image list (one pipeline call each); a resumed run regener
 of it is missing (writing only the missing ones), so batch composition - and hence numerics - match an
 uninterrupted run. Files, content keys and markers: ``generation.outputs``.
 
-Engines: :class:`GeneratorWorker` is an ``isood.runtime.BatchEngine`` worker (built once per process or actor,
+Engines: :class:`GeneratorWorker` is an ``isood.batch_engine.BatchEngine`` worker (built once per process or actor,
 called once per plan slice), so :func:`generate_images` runs in this process (``LocalEngine``) or on a cluster
 (``isood.engines.ray.RayEngine``, given by the CLI) through the same code.
 """
@@ -34,7 +34,10 @@ from generation.safety import load_image_checker
 from isood.content import folder_fingerprint
 from isood.defaults import DEFAULT_PIPELINE
 from isood.errors import BadInputError, IsoodError, MissingWeightsError
-from isood.runtime import BatchEngine, LocalEngine, explicit_device, one_line, progress_bar, resolve_device
+from isood.batch_engine import BatchEngine, LocalEngine
+from isood.devices import explicit_device, resolve_device
+from isood.errors import one_line
+from isood.progress import progress_bar
 
 __all__ = [
     "DEFAULT_PIPELINE", "LOCAL_PREFIX", "MAX_SIZE", "BATCH_COLUMNS", "GeneratorSettings", "dtype_for",

@@ -18,7 +18,7 @@ The layers (README, "Development"): ``isood.errors`` / ``defaults`` / ``arrays``
 
 from __future__ import annotations
 
-from isood.runtime import lazy_exports
+from isood.lazy import lazy_exports
 
 _EXPORTS = {
     "IsoodError": "isood.errors",

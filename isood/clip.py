@@ -10,7 +10,7 @@ Encoders are named as open_clip names them:
 * ``local-dir:PATH`` -- a folder with ``open_clip_config.json`` and the weights (open_clip's own schema);
 * ``hf-hub:ORG/REPO`` -- an open_clip model on the Hugging Face Hub.
 
-``ClipEncodeWorker`` is the worker class every ``isood.runtime.BatchEngine`` runs for extraction (one model per
+``ClipEncodeWorker`` is the worker class every ``isood.batch_engine.BatchEngine`` runs for extraction (one model per
 process or Ray actor): the local and the Ray engine decode, preprocess and encode a batch with the same code.
 """
 
@@ -33,7 +33,10 @@ import numpy as np
 from isood.content import file_sha256, folder_fingerprint
 from isood.errors import BadInputError, IsoodError, MissingWeightsError
 from isood.images import REFERENCE_DECODE, collate, image_decoder
-from isood.runtime import atomic_write_bytes, one_line, progress_bar, torch_device
+from isood.devices import torch_device
+from isood.errors import one_line
+from isood.files import atomic_write_bytes
+from isood.progress import progress_bar
 
 if TYPE_CHECKING:
     import torch

@@ -13,7 +13,7 @@ files by content:
   moment its stat was taken (``stat_files``'s ``seen_ns``), so a write landing in the same timestamp tick as the
   read that hashed it cannot go unseen (git's "racy clean" rule); a younger file is simply hashed again next time.
 * The stat cache holds machine-dependent numbers (mtime, inode), so it is run-time bookkeeping, never hashed
-  content: a Parquet file named ``.~...`` beside the outputs (``isood.runtime.TMP_PREFIX``: ``isood verify``
+  content: a Parquet file named ``.~...`` beside the outputs (``isood.files.TMP_PREFIX``: ``isood verify``
   ignores it) or under ``isood.defaults.cache_dir()``. A missing, unreadable or unwritable cache costs a re-read,
   never a wrong answer.
 * ``listing_digest(names, hashes)``: the identity of a list of files (``name<TAB>sha256`` lines);
@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from isood.defaults import cache_dir
-from isood.runtime import TMP_PREFIX, atomic_write_bytes, sha256_file
+from isood.files import TMP_PREFIX, atomic_write_bytes, sha256_file
 
 __all__ = ["RACY_NS", "FileStat", "file_stat", "stat_files", "hash_file", "StatCache", "content_hashes",
            "listing_digest", "content_listing", "stat_cache_path", "file_sha256", "folder_fingerprint"]

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
+
+from isood.errors import BadInputError
 
 __all__ = [
     "N_LEVELS", "MAX_LEVELS", "NA_THRESHOLD", "QUANTILE_CLIP", "OOD_LABEL", "WORDNET_EXCLUDE", "DEFAULT_DETECTORS",
     "DEFAULT_CLIP", "DEFAULT_PIPELINE", "LAID_TRIPLETS", "DEFAULT_VERIFY", "DEFAULT_PLOT_METRICS", "ALL_PLOT_METRICS",
     "SEED_MAX",
-    "ENV_CACHE_DIR", "ENV_WORDNET_DIR", "cache_dir", "wordnet_dir_override",
+    "ENV_CACHE_DIR", "ENV_WORDNET_DIR", "cache_dir", "wordnet_dir_override", "check_seed",
 ]
 
 #: Shift levels per axis of the IS-OOD grid (cells ``cov_{c}_sem_{s}``, 0-based).
@@ -66,3 +69,13 @@ def wordnet_dir_override() -> Path | None:
     """The folder named by ``$ISOOD_WORDNET_DIR`` (``~`` expanded), or None when unset."""
     value = os.environ.get(ENV_WORDNET_DIR)
     return Path(value).expanduser() if value else None
+
+
+def check_seed(seed: Any, flag: str = "--seed") -> int:
+    """``seed`` when it is an integer in [0, ``isood.defaults.SEED_MAX``] (the bound every command's consumers
+    take: see there), else a one-line error; the one check of every command's ``--seed``."""
+    integral = not isinstance(seed, bool) and hasattr(seed, "__index__")  # int, numpy integers
+    if not integral or not 0 <= seed.__index__() <= SEED_MAX:
+        raise BadInputError(f"{flag} must be an integer in [0, {SEED_MAX}] (2**31 - 1: faiss and numpy's legacy "
+                            f"generator take 31/32-bit seeds), got {seed!r}")
+    return seed.__index__()

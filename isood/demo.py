@@ -25,7 +25,8 @@ import manifests
 from isood.errors import BadInputError
 from isood.kinds import CLASS_FILTER, EVALUATION, SPLITS
 from isood.laid import LAID, fit_laid
-from isood.runtime import TMP_PREFIX, atomic_write_bytes, check_seed
+from isood.defaults import check_seed
+from isood.files import TMP_PREFIX, atomic_write_bytes
 from isood.shift import shift_distances
 from isood.simulate import PlantedWorld, make_planted_world, random_orthogonal, subspace_recovery
 from isood.stages.splits import BuildConfig, BuildResult, build_splits

@@ -8,7 +8,7 @@ that catches ``ValueError`` keeps working, while the CLI turns every ``IsoodErro
 from __future__ import annotations
 
 __all__ = [
-    "IsoodError", "BadInputError", "MissingWeightsError", "ManifestError", "SchemaError", "DetectorParamError",
+    "one_line", "require", "IsoodError", "BadInputError", "MissingWeightsError", "ManifestError", "SchemaError", "DetectorParamError",
     "IsoodWarning",
 ]
 
@@ -40,3 +40,15 @@ class DetectorParamError(BadInputError):
 class IsoodWarning(UserWarning):
     """Something a run recovered from but the user should know (e.g. a corrupt cache entry recomputed); the CLI
     prints each as one line on stderr (``warnings.warn(message, IsoodWarning)``)."""
+
+
+def one_line(error: BaseException | str, limit: int = 200) -> str:
+    """An exception (or text) as one short line: whitespace collapsed, cut at ``limit`` characters."""
+    text = " ".join(str(error).split()) or (type(error).__name__ if isinstance(error, BaseException) else "")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def require(condition: bool, message: str, error: type[IsoodError] | None = None) -> None:
+    """Raise ``error(message)`` unless ``condition``: one-line guards for user input."""
+    if not condition:
+        raise (error or BadInputError)(message)

@@ -55,7 +55,8 @@ from isood.content import FileStat, stat_files
 from isood.errors import BadInputError
 from isood.image_tensors import (Drafted, TensorPreprocess, decode_jpeg_bytes, draft_size, jpeg_header,
                                  tensor_decodes, tensor_preprocess)
-from isood.runtime import one_line, sha256_bytes, sha256_file
+from isood.errors import one_line
+from isood.files import sha256_bytes, sha256_file
 from isood.textio import read_lines
 from manifests.paths import is_inside
 from wordnet_tools.wnids import wnid_from_path

@@ -30,7 +30,8 @@ import numpy as np
 
 from isood.arrays import as_array
 from isood.errors import BadInputError
-from isood.runtime import atomic_write_bytes, thread_limit, torch_device
+from isood.devices import thread_limit, torch_device
+from isood.files import atomic_write_bytes
 
 __all__ = ["LAID", "LaidFitOptions", "fit_laid", "make_text_triplets", "text_set_hash", "DEFAULT_FIT_OPTIONS",
            "openai_imagenet_templates", "FitCallback"]

@@ -18,7 +18,7 @@ from isood.clip import ClipEncoder, encode_texts
 from isood.defaults import LAID_TRIPLETS, cache_dir as default_cache_dir
 from isood.errors import BadInputError
 from isood.laid import DEFAULT_FIT_OPTIONS, LAID, fit_laid, make_text_triplets, openai_imagenet_templates
-from isood.runtime import progress_bar
+from isood.progress import progress_bar
 
 __all__ = ["TextTriplets", "sample_triplets", "triplet_features", "train_laid_from_labels", "TEMPLATES_NAME"]
 

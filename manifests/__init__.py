@@ -5,7 +5,7 @@ holds the ``KindSpec`` registry; the specs themselves are registered by the code
 This package knows nothing about the benchmark domain (cells, levels, detectors).
 """
 
-from isood.runtime import atomic_write_bytes, sha256_bytes, sha256_file
+from isood.files import atomic_write_bytes, sha256_bytes, sha256_file
 from manifests.card import dataset_card, write_with_card
 from manifests.card_stream import add_card
 from manifests.output import check_output, writing

@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from isood.errors import ManifestError
-from isood.runtime import atomic_write_bytes, sha256_bytes
+from isood.files import atomic_write_bytes, sha256_bytes
 from manifests.meta import CARD_FILE, CONFIGS_DIR
 from manifests.schema import CardSpec, kind_spec
 from manifests.store import MANIFEST_FILE, PARQUET_OPTIONS, Manifest, parquet_bytes, write_manifest

@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from isood.errors import IsoodError
-from isood.runtime import TMP_PREFIX, one_line
+from isood.errors import one_line
+from isood.files import TMP_PREFIX
 from manifests.card import CARD_FILE, is_feature_file
 from manifests.store import MANIFEST_FILE, read
 from manifests.verify import content_hash, verify

@@ -48,8 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from isood.errors import BadInputError, IsoodError, ManifestError
-from isood.runtime import LOCK_FILE, LOCK_SUFFIX, TMP_PREFIX, file_lock, lock_path, one_line
+from isood.errors import BadInputError, IsoodError
+from isood.errors import one_line
+from isood.files import LOCK_FILE, LOCK_SUFFIX, TMP_PREFIX, file_lock, lock_path
 from manifests.meta import MANIFEST_FILE, load_meta, validate_meta
 from manifests.paths import is_inside
 

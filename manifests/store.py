@@ -27,7 +27,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from isood.errors import BadInputError, ManifestError
-from isood.runtime import atomic_write_bytes, one_line, sha256_bytes, sha256_file
+from isood.errors import one_line
+from isood.files import atomic_write_bytes, sha256_bytes, sha256_file
 from manifests.meta import MANIFEST_FILE, SCHEMA_NAME, SCHEMA_VERSION, load_meta, package_version
 from manifests.output import guard_direct_write
 from manifests.verify import bad_path_values, content_hash, legacy_content_hash, verify as verify_manifest

@@ -36,7 +36,8 @@ import pyarrow.parquet as pq
 
 from isood.defaults import cache_dir
 from isood.errors import BadInputError, ManifestError
-from isood.runtime import TMP_PREFIX, atomic_write_bytes, one_line, sha256_bytes, sha256_file
+from isood.errors import one_line
+from isood.files import TMP_PREFIX, atomic_write_bytes, sha256_bytes, sha256_file
 from manifests.meta import CARD_FILE, CONFIGS_DIR, MANIFEST_FILE, load_meta
 from manifests.paths import resolve_inside
 from manifests.schema import kind_spec

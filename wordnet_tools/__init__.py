@@ -9,7 +9,7 @@ Names are re-exported lazily: ``import wordnet_tools.wnids`` does not load nltk.
 
 from __future__ import annotations
 
-from isood.runtime import lazy_exports
+from isood.lazy import lazy_exports
 
 _MODULES = {
     "audit_classes": "audit", "audit_images": "audit", "leaks": "audit", "parse_class_list": "audit",

@@ -21,7 +21,7 @@ import manifests
 from isood.defaults import DEFAULT_VERIFY
 from isood.errors import BadInputError
 from isood.kinds import AUDIT, CLASS_FILTER
-from isood.runtime import sha256_bytes
+from isood.files import sha256_bytes
 from isood.textio import read_lines
 from manifests.card_stream import WHOLE_TABLE_ROWS
 from manifests.schema import kind_spec

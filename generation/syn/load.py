@@ -20,7 +20,7 @@ from isood.kinds import SPLITS, SplitsView
 from isood.labels import Labels, load_labels
 from isood.laid import LAID
 from isood.laid_training import train_laid_from_labels
-from isood.runtime import explicit_device
+from isood.devices import explicit_device
 from isood.shift import shift_distances
 
 __all__ = ["SynInputs", "LaidChoice", "load_splits", "load_id_features", "load_encoder", "load_laid", "load_inputs",

@@ -15,7 +15,8 @@ from isood.defaults import DEFAULT_PIPELINE, DEFAULT_VERIFY, LAID_TRIPLETS, N_LE
 from isood.errors import BadInputError
 from isood.grid import check_levels
 from isood.kinds import SYN_IS, SYN_IS_PART, SYN_IS_PROMPTS
-from isood.runtime import check_seed, check_shard_args
+from isood.defaults import check_seed
+from isood.parts import check_shard_args
 from manifests.store import Manifest
 from manifests.verify import check_verify_mode
 

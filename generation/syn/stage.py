@@ -21,7 +21,8 @@ from generation.syn.steps import PromptPlan, n_batches, plan_prompts, rejected_r
 from generation.syn.write import write_part, write_syn_manifest
 from isood.errors import BadInputError
 from isood.grid import edges_table
-from isood.runtime import BatchEngine, LocalEngine, part_info
+from isood.batch_engine import BatchEngine, LocalEngine
+from isood.parts import part_info
 
 __all__ = ["run_generate_syn", "candidate_prompts", "generate_step", "syn_config", "input_records"]
 

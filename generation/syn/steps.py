@@ -13,7 +13,7 @@ import pandas as pd
 from generation.prompts import bin_prompts, expand_images, sample_per_cell
 from isood.errors import BadInputError
 from isood.grid import cell_table
-from isood.runtime import selected_units
+from isood.parts import selected_units
 
 __all__ = [
     "PromptPlan", "plan_prompts", "IMAGE_COLUMNS", "REJECTED_COLUMNS", "GENERATION_COUNTS", "rejected_rows", "n_batches", "task_rows",

@@ -14,7 +14,7 @@ from generation.syn.options import KIND, KIND_PART, KIND_PROMPTS
 from generation.syn.steps import (IMAGE_COLUMNS, REJECTED_COLUMNS, cell_lists, merge_part_tables, merge_summaries,
                                   syn_cells)
 from isood.kinds import LAID_FILE
-from isood.runtime import link_or_copy
+from isood.files import link_or_copy
 from manifests.store import Manifest
 
 __all__ = ["write_syn_manifest", "write_part", "merge_parts", "LAID_SIDECAR"]
@@ -55,7 +55,7 @@ def write_part(out: str | Path, *, images: pd.DataFrame, prompts: pd.DataFrame, 
                argv: list[str] | None = None) -> Manifest:
     """A job-array task's ``syn-is-part`` manifest (with its dataset card): its images, the whole plan (for the
     merge's order) and the run's other tables as they are. ``config["part"]`` is the task's
-    ``isood.runtime.part_info``."""
+    ``isood.parts.part_info``."""
     part = config["part"]
     tables = {"images": images[IMAGE_COLUMNS].reset_index(drop=True), "prompts": prompts.reset_index(drop=True),
               "edges": edges, "rejected": rejected[REJECTED_COLUMNS].reset_index(drop=True),

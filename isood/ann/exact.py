@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from isood.errors import BadInputError
-from isood.runtime import torch_device
+from isood.devices import torch_device
 
 __all__ = ["DEFAULT_MEMORY_MB", "block_sizes", "faiss_gpu", "import_faiss", "search_faiss_flat", "search_torch"]
 

@@ -11,7 +11,8 @@ from rich.table import Table
 
 from isood.cli._app import app, out_console
 from isood.cli.wordnet import summary_table
-from isood.runtime import check_seed, output_lock
+from isood.defaults import check_seed
+from isood.files import output_lock
 
 if TYPE_CHECKING:
     from isood.demo import PlantedReport

@@ -16,7 +16,7 @@ from isood.engines.ray import DEFAULT_DECODE_THREADS, RayEngine, RayOptions
 from isood.errors import BadInputError, IsoodError
 from isood.images import FAST_DECODE, REFERENCE_DECODE
 from isood.kinds import FEATURES, SYN_IS
-from isood.runtime import BatchEngine, LocalEngine
+from isood.batch_engine import BatchEngine, LocalEngine
 from isood.stages.extract import ExtractOptions, merge_parts as merge_feature_parts, run_extract, validate
 from manifests.parts import read_parts
 from manifests.store import Manifest

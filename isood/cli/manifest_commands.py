@@ -13,7 +13,7 @@ import typer
 import manifests
 from isood.cli._app import app, export_app, import_app, out_console, verify_option
 from isood.defaults import N_LEVELS, NA_THRESHOLD
-from isood.runtime import output_lock
+from isood.files import output_lock
 from isood.stages import interop
 from manifests import add_card, hub
 

@@ -1,1 +1,1 @@
-"""L5: scale-out backends of the ``isood.runtime.BatchEngine`` protocol."""
+"""L5: scale-out backends of the ``isood.batch_engine.BatchEngine`` protocol."""

@@ -1,4 +1,4 @@
-"""L5: the Ray Data engine (``--engine ray``): ``RayEngine`` runs any ``isood.runtime.BatchEngine`` worker class on
+"""L5: the Ray Data engine (``--engine ray``): ``RayEngine`` runs any ``isood.batch_engine.BatchEngine`` worker class on
 a pool of Ray actors.
 
 The driver lists the work (the stage's batches), Ray Data feeds it to a fixed pool of actors (``map_batches``
@@ -27,7 +27,10 @@ import numpy as np
 import pyarrow as pa
 
 from isood.errors import BadInputError, IsoodError
-from isood.runtime import batch_rows, explicit_device, one_line, progress_bar
+from isood.batch_engine import batch_rows
+from isood.devices import explicit_device
+from isood.errors import one_line
+from isood.progress import progress_bar
 
 __all__ = ["RAY_HINT", "DEFAULT_DECODE_THREADS", "require_ray", "RayOptions", "ray_session", "RayEngine",
            "BatchActor", "WorkerFailure", "pack_blocks"]
@@ -263,7 +266,7 @@ def pack_blocks(batches: Sequence[Mapping[str, Any]], workers: int) -> list[tupl
 
 
 class RayEngine:
-    """``isood.runtime.BatchEngine`` on Ray actors (module docstring).
+    """``isood.batch_engine.BatchEngine`` on Ray actors (module docstring).
 
     ``RayEngine(RayOptions(...), device=...)``, or ``RayEngine(address=, workers=, num_gpus_per_worker=,
     device=)`` for the common options. ``device``: the ``--device`` asked for (``cpu`` keeps the actors off the

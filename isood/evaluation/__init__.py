@@ -18,7 +18,7 @@ Names are re-exported lazily: importing this package loads nothing heavy.
 
 from __future__ import annotations
 
-from isood.runtime import lazy_exports
+from isood.lazy import lazy_exports
 
 _MODULES = {
     "CellEvaluation": "cells", "EmptyCellError": "cells", "evaluate_cells": "cells", "evaluate_scores": "cells",

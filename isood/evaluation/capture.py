@@ -28,7 +28,9 @@ import torch
 
 from isood.errors import BadInputError, IsoodError, IsoodWarning
 from isood.images import read_rgb
-from isood.runtime import atomic_write_bytes, one_line, track
+from isood.errors import one_line
+from isood.files import atomic_write_bytes
+from isood.progress import track
 
 from .detectors import CAPTURE_KINDS, Detector, ForwardOutputs
 from .models import ModelAdapter

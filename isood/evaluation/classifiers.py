@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from isood.errors import BadInputError, MissingWeightsError
-from isood.runtime import one_line
+from isood.errors import one_line
 
 from .models import ModelAdapter, TimmAdapter, wrap_model
 from .options import model_function

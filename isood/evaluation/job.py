@@ -48,7 +48,7 @@ from isood.defaults import DEFAULT_DETECTORS, DEFAULT_VERIFY, OOD_LABEL, cache_d
 from isood.errors import BadInputError, ManifestError
 from isood.images import ImageSource, list_images
 from isood.kinds import AUDIT, EVALUATION, SPLITS, SYN_IS, AuditView, GridView
-from isood.runtime import resolve_device
+from isood.devices import resolve_device
 from wordnet_tools.rules import leak_mask, parse_rules
 
 from .assemble import (ID_TEST, ID_TRAIN, EvalSet, check_files, evaluate_with_leaks, grid_parts,

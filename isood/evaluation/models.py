@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from isood.errors import BadInputError, IsoodError
-from isood.runtime import one_line
+from isood.errors import one_line
 
 from .detectors import CAPTURE_KINDS, ForwardOutputs, global_average_pool
 

@@ -1,7 +1,7 @@
 """L3: the options of ``isood evaluate`` and their checks, importable without torch, scikit-learn or SciPy.
 
 ``check_options`` refuses a bad option with one line before anything is read or loaded: required paths, counts
-below their least value, the seed (``isood.runtime.check_seed``), ``--leak-rules``, ``--plot-metrics``,
+below their least value, the seed (``isood.defaults.check_seed``), ``--leak-rules``, ``--plot-metrics``,
 ``--detectors`` (names and parameters, through the detector registry, which loads nothing heavy) and the form of
 ``--model py:MODULE:FUNCTION`` (``model_function``). The CLI calls it before it imports the stage, so a bad
 option is refused in well under a second; the stage calls it again (Python callers).
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from isood.defaults import ALL_PLOT_METRICS as ALL_METRICS
 from isood.defaults import DEFAULT_DETECTORS, DEFAULT_PLOT_METRICS, DEFAULT_VERIFY, NA_THRESHOLD
 from isood.errors import BadInputError
-from isood.runtime import check_seed
+from isood.defaults import check_seed
 from manifests.verify import check_verify_mode
 from wordnet_tools.rules import LEAK_RULES, parse_rules
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from isood.errors import BadInputError
-from isood.runtime import atomic_write_bytes
+from isood.files import atomic_write_bytes
 from manifests import parquet_bytes
 
 from .detectors import ForwardOutputs

@@ -26,7 +26,7 @@ import manifests
 from isood.defaults import NA_THRESHOLD, OOD_LABEL
 from isood.errors import BadInputError
 from isood.kinds import SPLITS, GridView
-from isood.runtime import thread_limit
+from isood.devices import thread_limit
 from isood.simulate import PlantedWorld
 
 from . import metrics as M

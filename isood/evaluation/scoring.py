@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from isood.errors import BadInputError
-from isood.runtime import atomic_write_bytes
+from isood.files import atomic_write_bytes
 
 from .capture import UnreadableImagesError, extract_outputs, scan_unreadable
 from .detectors import CAPTURE_KINDS, Detector, ForwardOutputs, parse_detectors

@@ -15,7 +15,7 @@ renamed into place after its ``.rows.parquet`` (which carries a key of the model
 (``isood.images.DECODE_MODES``) and the member files by path and content hash), so a shard exists only when
 complete, and a rerun skips complete shards whose files kept their content (reading only files whose stat
 changed: ``isood.content``) and redoes an interrupted or stale one.
-Extraction runs on any ``isood.runtime.BatchEngine`` (this process, or Ray actors): every engine encodes the
+Extraction runs on any ``isood.batch_engine.BatchEngine`` (this process, or Ray actors): every engine encodes the
 same batches with ``isood.clip.ClipEncodeWorker`` and writes the shards through the same code, so the files
 match a single local run. Job arrays (``isood.stages.extract``) write a subset of the shards into a part.
 """

@@ -15,7 +15,8 @@ from isood.content import content_hashes
 from isood.errors import BadInputError, IsoodError
 from isood.images import REFERENCE_DECODE, ImageSource, check_decode_mode, list_images
 from isood.kinds import FEATURES
-from isood.runtime import BatchEngine, LocalEngine, default_workers
+from isood.batch_engine import BatchEngine, LocalEngine
+from isood.devices import default_workers
 from isood.featurestore.shards import (
     SHARD_NAME, ShardAssembler, image_batches, index_tables, key_head, remove_stale_shards, shard_bounds,
     shard_count, shard_dim, shard_files, shard_key, shard_stat_cache, stored_key, write_shard,
@@ -186,7 +187,7 @@ def extract_shards(source: ImageSource, clip: str | ClipEncoder, out: str | os.P
     """Make ``shards`` (default: all) of ``source`` complete in ``out``: complete shards (same model, same
     decoding mode, same member files with the same content: ``shards.shard_key``) are kept, the others
     (re)computed on ``engine`` (default: this process). ``workers``: image-decoding threads of each model worker
-    (default ``isood.runtime.default_workers()``); ``decode``: ``isood.images.REFERENCE_DECODE`` (default) or
+    (default ``isood.devices.default_workers()``); ``decode``: ``isood.images.REFERENCE_DECODE`` (default) or
     ``FAST_DECODE``. ``out`` is a stage's work folder (``manifests.writing``): the caller writes the manifest."""
     check_sizes(batch_size=batch_size, shard_size=shard_size, workers=workers)
     check_decode_mode(decode)

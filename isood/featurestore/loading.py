@@ -18,7 +18,7 @@ import pandas as pd
 from isood.errors import BadInputError
 from isood.featurestore.shards import SHARD_NAME
 from isood.kinds import FEATURES, FeaturesView
-from isood.runtime import one_line
+from isood.errors import one_line
 from manifests.store import MANIFEST_FILE, read
 from wordnet_tools.wnids import wnid_from_path
 

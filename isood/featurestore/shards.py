@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from isood.content import StatCache
 from isood.errors import IsoodError
 from isood.images import REFERENCE_DECODE, check_decode_mode
-from isood.runtime import TMP_PREFIX, atomic_write_bytes, remove_temporaries
+from isood.files import TMP_PREFIX, atomic_write_bytes, remove_temporaries
 from manifests.store import parquet_bytes
 
 __all__ = [

@@ -31,7 +31,6 @@ import pyarrow.compute as pc
 
 import manifests
 from isood.defaults import DEFAULT_VERIFY
-from isood.errors import BadInputError
 from isood.grid import cell_table, is_na
 from isood.kinds import AUDIT, LAID_FILE, SPLITS, AuditView, SplitsView
 from manifests.card_stream import WHOLE_TABLE_ROWS, MainTableStream, finish_stream

@@ -31,7 +31,9 @@ from isood.featurestore import (
 )
 from isood.images import REFERENCE_DECODE, check_decode_mode, list_images
 from isood.kinds import FEATURES, FEATURES_PART
-from isood.runtime import BatchEngine, check_shard_args, link_or_copy, part_info, selected_units
+from isood.batch_engine import BatchEngine
+from isood.files import link_or_copy
+from isood.parts import check_shard_args, part_info, selected_units
 from manifests.output import writing
 from manifests.card import write_with_card
 from manifests.store import Manifest, read

@@ -27,7 +27,7 @@ from generation.sdxl import (
 )
 from generation.styles import load_styles
 from isood.errors import BadInputError, MissingWeightsError
-from isood.runtime import LocalEngine
+from isood.batch_engine import LocalEngine
 
 SIZE = 64
 

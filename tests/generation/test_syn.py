@@ -270,7 +270,7 @@ def test_cli_generates_with_local_dir_pipeline(syn_inputs, tiny_clip_spec, tiny_
 def test_engine_and_warnings_are_recorded(syn_inputs, tiny_clip_spec, tmp_path):
     """The engine the CLI passes is named in the config; a LAID of another CLIP is a warning, kept in the summary."""
     from isood.laid import LAID
-    from isood.runtime import LocalEngine
+    from isood.batch_engine import LocalEngine
 
     class Cluster(LocalEngine):
         def __init__(self):

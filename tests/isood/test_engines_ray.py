@@ -24,7 +24,7 @@ from isood.cli import app
 from isood.engines.ray import RayEngine, RayOptions, pack_blocks, require_ray
 from isood.errors import BadInputError, IsoodError
 from isood.featurestore import extract_features, load_features
-from isood.runtime import LocalEngine
+from isood.batch_engine import LocalEngine
 
 ENGINE_KEYS = {"engine", "workers", "ray"}  # config fields that name the engine, not the content
 

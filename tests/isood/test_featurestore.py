@@ -14,7 +14,7 @@ import manifests
 from isood import featurestore as FS
 from isood.clip import load_clip
 from isood.errors import IsoodError
-from isood.runtime import LocalEngine
+from isood.batch_engine import LocalEngine
 
 TINY_IMAGE_CLASSES = {"n01440764": 5, "n01443537": 4, "n02084071": 4, "n04399382": 3}  # as tests/conftest.py makes them
 TINY_CORRUPT = "n01443537/n01443537_broken.JPEG"

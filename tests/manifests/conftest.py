@@ -74,7 +74,7 @@ def write_syn_is(root):
     """A syn-is manifest written by the generate-syn write step, with planted images and prompts."""
     from generation.syn import write_syn_manifest
     from generation.syn.steps import rejected_rows
-    from isood.runtime import sha256_bytes
+    from isood.files import sha256_bytes
 
     root = Path(root)
     t = binned(planted_shifts(SYN_CELLS))

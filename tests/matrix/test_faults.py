@@ -9,7 +9,7 @@ row, waits), then calls the ``isood`` entry point. No test hook lives in the pro
 |----------------------------|-----------------------------------------------------------------------------------|
 | kill -9 / SIGINT, rerun    | extract: ``featurestore.extraction._reusable`` (content shard key) + ``write_shard`` (rows, then .npy, atomically); build-splits: the same, per feature set; generate-syn: ``generation.outputs.prepare_outputs`` (content keys, valid PNG); evaluate: ``evaluation.capture.OutputCache``; all: ``manifests.writing`` (the work waits in a staging folder beside --out, resumed by the rerun, swapped in when complete) |
 | SIGINT: exit 130, one line | ``isood.cli._app.FriendlyGroup.invoke`` (``except KeyboardInterrupt``)                |
-| second writer refused      | the lock beside --out (``isood.runtime.lock_path``) ``manifests.writing`` takes (``output_lock`` for exports) |
+| second writer refused      | the lock beside --out (``isood.files.lock_path``) ``manifests.writing`` takes (``output_lock`` for exports) |
 | --out of another kind, or foreign files (issue 17) | ``manifests.output.check_output``, before any work; the demo: ``isood.demo.check_demo_out`` |
 | disk full / read-only      | ``isood.cli._app.FriendlyGroup.invoke`` (``except OSError`` -> ``os_error_message``) + manifest.json last |
 
@@ -441,13 +441,13 @@ WRITERS = ["extract", "merge", "build-splits", "generate-syn", "evaluate", "spli
 @pytest.mark.parametrize("name", WRITERS)
 def test_every_writer_takes_the_out_lock(inputs, writers, tmp_path, name):
     """guard: the lock ``manifests.writing`` takes for every manifest stage (``output_lock`` for exports and
-    receipts), on the one lock file beside ``--out`` (``isood.runtime.lock_path``)"""
-    from isood.runtime import lock_path
+    receipts), on the one lock file beside ``--out`` (``isood.files.lock_path``)"""
+    from isood.files import lock_path
 
     out = _target(inputs, name, tmp_path / "out")
     before = files_of(out) if out.exists() else {}
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import time; from isood.runtime import output_lock\n"
+        "import time; from isood.files import output_lock\n"
         f"with output_lock({str(out)!r}):\n    print('locked', flush=True); time.sleep(120)\n")],
         stdout=subprocess.PIPE, text=True, env=_env(tmp_path / "cache"))
     try:

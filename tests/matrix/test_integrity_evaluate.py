@@ -334,7 +334,7 @@ def test_t5_model_function_that_is_no_classifier_is_one_line(option, names, worl
 ])
 @pytest.mark.parametrize("seed", [SEED_TOO_BIG, str(2**31), "-1"])
 def test_t6_seed_outside_the_one_bound_is_one_line(command, seed, cli, tmp_path):
-    """Guard: isood.runtime.check_seed, called by every command's option check before anything is read."""
+    """Guard: isood.defaults.check_seed, called by every command's option check before anything is read."""
     args = [str(tmp_path / a) if a in ("S", "V", "T", "I", "L", "W") else a for a in command]
     out = tmp_path / "out"
     args[args.index("OUT")] = str(out)

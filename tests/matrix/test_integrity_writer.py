@@ -332,7 +332,7 @@ def test_one_seed_gives_one_content_hash(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ full disk
 def test_a_full_disk_while_streaming_names_the_file(cli, tmp_path):
-    """guard: ``isood.runtime.naming`` around the streamed writes (``manifests.stream``: pyarrow and file
+    """guard: ``isood.files.naming`` around the streamed writes (``manifests.stream``: pyarrow and file
     writes raise without a file name) and ``manifests.output.public_path`` in the message"""
     import subprocess
 

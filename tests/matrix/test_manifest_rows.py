@@ -68,7 +68,7 @@ def _write_syn(root: Path) -> None:
     from generation.syn import write_syn_manifest
     from generation.syn.steps import rejected_rows
     from isood.grid import edges_table
-    from isood.runtime import sha256_bytes
+    from isood.files import sha256_bytes
 
     images = _planted_images().head(10)
     n = len(images)

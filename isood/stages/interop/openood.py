@@ -21,7 +21,7 @@ from isood.defaults import DEFAULT_VERIFY, NA_THRESHOLD, OOD_LABEL
 from isood.errors import BadInputError
 from isood.grid import cell_name
 from isood.kinds import GRID_KINDS, IMAGE_LIST, SPLITS, SYN_IS, SplitsView
-from isood.runtime import TMP_PREFIX, atomic_write_bytes
+from isood.files import TMP_PREFIX, atomic_write_bytes
 from isood.stages.interop.lines import has_bytes, has_odd_bytes, string_bytes, write_lines
 from manifests import Manifest, read
 from manifests.stream import StagedFile

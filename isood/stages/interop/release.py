@@ -30,7 +30,7 @@ from isood.defaults import N_LEVELS, NA_THRESHOLD
 from isood.errors import BadInputError
 from isood.grid import cell_name, cell_table, check_levels, edges_table, is_na
 from isood.kinds import SPLITS
-from isood.runtime import sha256_bytes, sha256_file
+from isood.files import sha256_bytes, sha256_file
 from isood.stages.interop.imports import ListFormatError, parse_list
 from isood.stages.interop.lines import (
     OddLines,

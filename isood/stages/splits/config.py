@@ -16,7 +16,7 @@ from isood.ann import BACKENDS
 from isood.defaults import DEFAULT_VERIFY, LAID_TRIPLETS, NA_THRESHOLD, N_LEVELS, QUANTILE_CLIP
 from isood.errors import BadInputError
 from isood.grid import check_levels
-from isood.runtime import check_seed
+from isood.defaults import check_seed
 from isood.textio import read_text
 from manifests.verify import check_verify_mode
 

@@ -16,7 +16,8 @@ from isood.errors import BadInputError
 from isood.images import list_images
 from isood.featurestore.loading import READ_ROWS
 from isood.kinds import LAID_FILE, SPLITS, SplitsView
-from isood.runtime import BatchEngine, progress_bar
+from isood.batch_engine import BatchEngine
+from isood.progress import progress_bar
 from isood.shift import ShiftSearch, ShiftStream
 from isood.stages.splits.config import BuildConfig, splits_config
 from isood.stages.splits.load import (FeatureSet, Inputs, check_feature_sets, check_sources, extract_set,

@@ -15,11 +15,12 @@ from isood.errors import BadInputError
 from isood.featurestore import extract_features, is_feature_dir
 from isood.featurestore.loading import FeatureReader, open_features
 from isood.images import ImageSource, list_images
-from isood.kinds import CLASS_FILTER, FEATURES, SPLITS
+from isood.kinds import CLASS_FILTER, FEATURES
 from isood.labels import Labels, load_labels
 from isood.laid import LAID
 from isood.laid_training import train_laid_from_labels
-from isood.runtime import TMP_PREFIX, BatchEngine
+from isood.batch_engine import BatchEngine
+from isood.files import TMP_PREFIX
 from isood.stages.splits.config import BuildConfig
 
 __all__ = ["FeatureSet", "Inputs", "check_sources", "input_paths", "load_inputs", "load_precomputed",

@@ -15,7 +15,7 @@ from isood.errors import BadInputError
 from isood.ann import AnnReport, exact_agreement
 from isood.grid import assign_levels, axis_edges, cell_names, cell_table, edges_table
 from isood.laid import LAID
-from isood.runtime import explicit_device
+from isood.devices import explicit_device
 from isood.shift import ShiftSearch, ShiftStream, prepare_features, shift_search
 
 __all__ = ["DROPPED_COLUMNS", "Grid", "empty_dropped", "dropped_rows", "rejected_rows", "drop_rows", "clean_features",
