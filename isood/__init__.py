@@ -9,16 +9,25 @@ The main entry points are re-exported here lazily (importing ``isood`` loads not
     result = isood.evaluate_scores(id_scores, ood_scores, images, cells=cells)
     splits = isood.read("out/splits", kind="splits")   # a typed view (isood.kinds.SplitsView)
 
-The layers (README, "Development"): ``isood.errors`` / ``defaults`` / ``arrays`` / ``runtime`` (foundations)
--> ``manifests`` and ``wordnet_tools`` -> science (``laid``, ``shift``, ``ann``, ``grid``, ``simulate``,
-``evaluation.metrics/cells/levels/detectors``) -> adapters and I/O (``kinds``, ``clip``, ``images``,
-``featurestore``, ``labels``, ``laid_training``, ``evaluation.*``, ``generation.*``) -> stages (``stages.*``,
-``evaluation.job``, ``generation.syn``, ``wordnet_tools.jobs``) -> engines (``engines.ray``) -> ``cli``, ``demo``.
+The layers (README, "Development"): foundations (``isood.errors``, ``defaults``, ``arrays``, ``files``,
+``devices``, ``progress``, ``parts``, ``batch_engine``, ``lazy``, ``content``, ``textio``) -> ``manifests`` and
+``wordnet_tools`` -> pure science, numpy in and out (``laid``, ``grid``, ``simulate``,
+``evaluation.metrics/cells/levels/detectors``) -> adapters and I/O (``kinds``, ``shift`` and ``ann`` (the torch /
+faiss search backends), ``clip``, ``images``, ``featurestore``, ``labels``, ``laid_training``, ``evaluation.*``,
+``generation.*``) -> stages (``stages.*``, ``evaluation.job``, ``generation.syn``, ``wordnet_tools.jobs``) ->
+engines (``engines.ray``) -> ``cli``, ``demo``.
+
+isood needs Python >= 3.11 (``tomllib``, and the versions of torch it pins); an older interpreter gets one line.
 """
 
 from __future__ import annotations
 
-from isood.lazy import lazy_exports
+import sys
+
+if sys.version_info < (3, 11):  # pragma: no cover - tested with a Python 3.10 interpreter (tests/test_python.py)
+    raise ImportError(f"isood needs Python >= 3.11, this is {sys.version.split()[0]}: install it with a newer Python")
+
+from isood.lazy import lazy_exports  # noqa: E402
 
 _EXPORTS = {
     "IsoodError": "isood.errors",

@@ -20,7 +20,7 @@ from typing import Iterator
 from isood.errors import BadInputError, IsoodError
 
 __all__ = [
-    "TMP_PREFIX", "naming", "atomic_write_bytes", "remove_temporaries", "sha256_bytes", "sha256_file",
+    "TMP_PREFIX", "naming", "read_file", "atomic_write_bytes", "remove_temporaries", "sha256_bytes", "sha256_file",
     "link_or_copy", "LOCK_FILE", "LOCK_SUFFIX", "OutputLocked", "lock_path", "file_lock", "output_lock",
 ]
 
@@ -60,6 +60,16 @@ def _errno_of(text: str) -> int | None:
         if words in text:
             return code
     return None
+
+
+def read_file(path: str | os.PathLike, *, what: str = "file", hint: str = "check the path") -> bytes:
+    """The bytes of ``path``; a missing or unreadable file is a one-line ``BadInputError`` naming ``what``."""
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise BadInputError(f"{what} not found: {path}; {hint}") from None
+    except (IsADirectoryError, PermissionError) as e:
+        raise BadInputError(f"{what} {path} cannot be read ({e.strerror}); {hint}") from None
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

@@ -30,11 +30,10 @@ import numpy as np
 
 from isood.arrays import as_array
 from isood.errors import BadInputError
-from isood.devices import thread_limit, torch_device
-from isood.files import atomic_write_bytes
+from isood.files import atomic_write_bytes, read_file
 
-__all__ = ["LAID", "LaidFitOptions", "fit_laid", "make_text_triplets", "text_set_hash", "DEFAULT_FIT_OPTIONS",
-           "openai_imagenet_templates", "FitCallback"]
+__all__ = ["LAID", "LaidFitOptions", "fit_laid", "laid_loss", "make_text_triplets", "text_set_hash",
+           "DEFAULT_FIT_OPTIONS", "FitCallback"]
 
 #: ``callback(step, steps, losses)`` after every optimisation step (losses: sem, cov, orth, total as floats).
 FitCallback = Callable[[int, int, Mapping[str, float]], None]
@@ -46,8 +45,8 @@ FitCallback = Callable[[int, int, Mapping[str, float]], None]
 #:   triplet and keeps cleaning the halves; smaller margins switch off early and leave some covariate
 #:   directions in the semantic half (measured recovery: m=0.7 -> 0.994, m=0.5 -> 0.988).
 #: - orthogonality_weight 1.0: keeps ||W^T W - I||_F below ~0.1, so fW stays a near-rotation.
-#: - num_threads 1 (CPU): W is tiny (D x D), so one thread is as fast, makes the result independent of the
-#:   machine's core count, and avoids OpenMP oversubscription on busy machines (None = torch's setting).
+#: - num_threads 1: W is small (D x D), so one BLAS thread is as fast, makes the result independent of the
+#:   machine's core count, and avoids oversubscription on busy machines (None = the BLAS library's setting).
 #: - Adam, lr 0.01, 500 steps of batch 512 (longer runs change nothing measurable), init "identity"
 #:   (W = I: the untrained split is the encoder's own first/last halves; "orthogonal" draws a random
 #:   orthogonal start from the seed and converges to the same subspaces).
@@ -55,9 +54,9 @@ FitCallback = Callable[[int, int, Mapping[str, float]], None]
 class LaidFitOptions:
     """The options of :func:`fit_laid` (defaults above), checked on construction (``BadInputError``).
 
-    ``optimizer`` 'adam' or 'sgd' (momentum 0.9); ``init`` 'identity', 'orthogonal' or a (D, D) array;
-    ``device`` 'cpu' (deterministic), 'cuda[:N]' or 'auto'; ``num_threads`` torch CPU threads during the fit,
-    restored afterwards (None or 0: torch's setting).
+    ``optimizer`` 'adam' or 'sgd' (momentum 0.9), with torch's update rules; ``init`` 'identity', 'orthogonal' or
+    a (D, D) array; ``num_threads`` BLAS threads during the fit, restored afterwards (None or 0: the library's
+    setting).
     """
 
     margin: float = 1.0
@@ -70,7 +69,6 @@ class LaidFitOptions:
     batch_size: int = 512
     init: Any = "identity"
     seed: int = 0
-    device: str = "cpu"
     num_threads: int | None = 1
 
     def __post_init__(self) -> None:
@@ -111,13 +109,6 @@ def text_set_hash(strings: Iterable[str]) -> str:
     return h.hexdigest()
 
 
-def openai_imagenet_templates() -> list:
-    """open_clip's 80 CLIP zero-shot ImageNet prompt templates (callables ``label -> prompt``)."""
-    import open_clip
-
-    return list(open_clip.OPENAI_IMAGENET_TEMPLATES)
-
-
 def _apply_template(template: str | Callable[[str], str], label: str) -> str:
     if callable(template):
         return template(label)
@@ -153,12 +144,6 @@ def make_text_triplets(
     semantic = [_apply_template(templates[i], labels[j]) for i, j in zip(a, y)]
     covariate = [_apply_template(templates[i], labels[j]) for i, j in zip(b, x)]
     return anchor, semantic, covariate
-
-
-def _cosine_distance(a, b):
-    import torch
-
-    return 1.0 - torch.nn.functional.cosine_similarity(a, b, dim=1, eps=1e-8)
 
 
 class LAID:
@@ -215,8 +200,29 @@ class LAID:
             Path(name).with_suffix(".json").name: (json.dumps(side, indent=2, sort_keys=True) + "\n").encode(),
         }
 
+    @classmethod
+    def from_bytes(cls, data: bytes, *, where: str = "LAID bytes") -> "LAID":
+        """The LAID whose ``files()`` safetensors bytes are ``data`` (pure: no file is touched); a one-line
+        ``BadInputError`` naming ``where`` for bytes that are not a LAID."""
+        from safetensors import SafetensorError
+        from safetensors.numpy import load
+
+        try:
+            tensors = load(bytes(data))
+            n = struct.unpack("<Q", data[:8])[0]
+            meta = json.loads(data[8:8 + n]).get("__metadata__") or {}
+            config = json.loads(meta.get("config", "{}"))
+        except (SafetensorError, ValueError, struct.error, TypeError) as exc:
+            raise BadInputError(f"cannot read LAID file {where}: {' '.join(str(exc).split())}; pass the "
+                                ".safetensors written by LAID.save") from None
+        if "W" not in tensors:
+            raise BadInputError(f"LAID file {where} has no 'W' tensor; pass a file written by LAID.save")
+        history = {k[len("history."):]: v for k, v in tensors.items() if k.startswith("history.")}
+        return cls(tensors["W"], config=config, history=history)
+
     def save(self, path: str | Path) -> Path:
-        """Write W (and the loss history) to ``path`` (safetensors) and the config to ``<path stem>.json``."""
+        """Write W (and the loss history) to ``path`` (safetensors) and the config to ``<path stem>.json``: the
+        bytes of :meth:`files`, each written by the foundation's one file writer (``isood.files``)."""
         path = Path(path)
         for name, data in self.files(path.name).items():
             atomic_write_bytes(path.with_name(name), data)
@@ -224,24 +230,10 @@ class LAID:
 
     @classmethod
     def load(cls, path: str | Path) -> "LAID":
-        """Read a LAID saved by :meth:`save` (the JSON sidecar is optional; the config is also in the header)."""
-        from safetensors import safe_open
-        from safetensors.numpy import load_file
-
-        path = Path(path)
-        if not path.is_file():
-            raise BadInputError(f"LAID file not found: {path}; pass the .safetensors written by LAID.save")
-        try:
-            tensors = load_file(str(path))
-            with safe_open(str(path), framework="numpy") as fh:
-                meta = fh.metadata() or {}
-        except Exception as exc:  # safetensors raises several types for a corrupt file
-            raise BadInputError(f"cannot read LAID file {path}: {exc}") from exc
-        if "W" not in tensors:
-            raise BadInputError(f"LAID file {path} has no 'W' tensor; pass a file written by LAID.save")
-        config = json.loads(meta.get("config", "{}"))
-        history = {k[len("history."):]: v for k, v in tensors.items() if k.startswith("history.")}
-        return cls(tensors["W"], config=config, history=history)
+        """Read a LAID saved by :meth:`save` (the JSON sidecar is optional; the config is also in the header):
+        the file's bytes (``isood.files.read_file``) through :meth:`from_bytes`."""
+        return cls.from_bytes(read_file(path, what="LAID file", hint="pass the .safetensors written by LAID.save"),
+                              where=str(path))
 
     def __repr__(self) -> str:
         return f"LAID(dim={self.dim}, orthogonality_error={self.orthogonality_error:.3g})"
@@ -258,18 +250,16 @@ def _canonical_safetensors(data: bytes) -> bytes:
     return data[:8] + text + b" " * (n - len(text)) + data[8 + n :]
 
 
-def _initial_W(init: Any, dim: int, gen):
-    import torch
-
+def _initial_W(init: Any, dim: int, rng: np.random.Generator) -> np.ndarray:
     if isinstance(init, str):
         if init == "identity":
-            return torch.eye(dim, dtype=torch.float32)
-        q, r = torch.linalg.qr(torch.randn(dim, dim, generator=gen, dtype=torch.float64))  # "orthogonal"
-        return (q * torch.sign(torch.diagonal(r))).to(torch.float32)
+            return np.eye(dim, dtype=np.float32)
+        q, r = np.linalg.qr(rng.standard_normal((dim, dim)))  # "orthogonal": Haar-distributed (signs fixed)
+        return (q * np.sign(np.diagonal(r))).astype(np.float32)
     W0 = as_array(init, "init")
     if W0.shape != (dim, dim):
         raise BadInputError(f"LAID init has shape {W0.shape}, expected ({dim}, {dim})")
-    return torch.as_tensor(np.array(W0, dtype=np.float32))
+    return np.array(W0, dtype=np.float32)
 
 
 def _check_triplets(anchor: Any, semantic_shift: Any, covariate_shift: Any) -> list[np.ndarray]:
@@ -292,64 +282,138 @@ def _check_triplets(anchor: Any, semantic_shift: Any, covariate_shift: Any) -> l
     return arrays
 
 
+def _cosine(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row-wise cosine similarity of (B, k) arrays and its gradients with respect to x and y (as torch's
+    ``cosine_similarity(eps=1e-8)`` computes it: the norms' product clamped at eps)."""
+    nx = np.linalg.norm(x, axis=1, keepdims=True)
+    ny = np.linalg.norm(y, axis=1, keepdims=True)
+    den = np.maximum(nx * ny, _EPS)
+    cos = (x * y).sum(axis=1, keepdims=True) / den
+    return cos[:, 0], y / den - cos * x / np.maximum(nx * nx, _EPS), x / den - cos * y / np.maximum(ny * ny, _EPS)
+
+
+_EPS = 1e-8
+
+
+def laid_loss(W: np.ndarray, anchor: np.ndarray, semantic_shift: np.ndarray, covariate_shift: np.ndarray, *,
+              margin: float = 1.0, semantic_weight: float = 1.0, covariate_weight: float = 1.0,
+              orthogonality_weight: float = 1.0) -> tuple[dict[str, float], np.ndarray]:
+    """The LAID losses of ``W`` on a batch of triplets (module docstring) and the gradient of the total with
+    respect to ``W``, in closed form: ``({'sem', 'cov', 'orth', 'total'}, dL/dW)``. Pure numpy; the dtype of the
+    arrays is kept (float64 for checks, float32 for fitting)."""
+    dim = W.shape[0]
+    k, n, m = dim // 2, len(anchor), float(margin)
+    a, s, c = anchor @ W, semantic_shift @ W, covariate_shift @ W
+    ga, gs, gc = np.zeros_like(a), np.zeros_like(s), np.zeros_like(c)
+    losses = {}
+    # semantic half: [d(a, c) - d(a, s) + m]_+ = [cos(a, s) - cos(a, c) + m]_+ (same label close)
+    # covariate half: [d(a, s) - d(a, c) + m]_+ = [cos(a, c) - cos(a, s) + m]_+ (same template close)
+    for name, half, near, far, g_near, g_far, weight in (
+            ("sem", slice(0, k), s, c, gs, gc, semantic_weight),
+            ("cov", slice(k, dim), c, s, gc, gs, covariate_weight)):
+        cos_near, d_a_near, d_near = _cosine(a[:, half], near[:, half])
+        cos_far, d_a_far, d_far = _cosine(a[:, half], far[:, half])
+        hinge = cos_near - cos_far + m
+        losses[name] = float(np.maximum(hinge, 0.0).mean())
+        active = (weight * (hinge > 0) / n).astype(W.dtype)[:, None]
+        ga[:, half] += active * (d_a_near - d_a_far)
+        g_near[:, half] += active * d_near
+        g_far[:, half] -= active * d_far
+    gap = W.T @ W - np.eye(dim, dtype=W.dtype)
+    losses["orth"] = float((gap * gap).sum())
+    losses["total"] = (semantic_weight * losses["sem"] + covariate_weight * losses["cov"]
+                       + orthogonality_weight * losses["orth"])
+    grad = anchor.T @ ga + semantic_shift.T @ gs + covariate_shift.T @ gc + 4.0 * orthogonality_weight * (W @ gap)
+    return losses, grad
+
+
+class _Adam:
+    """torch.optim.Adam's update (betas 0.9 / 0.999, eps 1e-8, bias-corrected), on one numpy array."""
+
+    def __init__(self, lr: float) -> None:
+        self.lr, self.t, self.m, self.v = lr, 0, None, None
+
+    def step(self, W: np.ndarray, grad: np.ndarray) -> None:
+        if self.m is None:
+            self.m, self.v = np.zeros_like(W), np.zeros_like(W)
+        self.t += 1
+        self.m = 0.9 * self.m + 0.1 * grad
+        self.v = 0.999 * self.v + 0.001 * grad * grad
+        m_hat = self.m / (1 - 0.9 ** self.t)
+        v_hat = self.v / (1 - 0.999 ** self.t)
+        W -= (self.lr * m_hat / (np.sqrt(v_hat) + 1e-8)).astype(W.dtype)
+
+
+class _SGD:
+    """torch.optim.SGD's update with momentum 0.9 (no dampening, no Nesterov), on one numpy array."""
+
+    def __init__(self, lr: float) -> None:
+        self.lr, self.buf = lr, None
+
+    def step(self, W: np.ndarray, grad: np.ndarray) -> None:
+        self.buf = grad.copy() if self.buf is None else 0.9 * self.buf + grad
+        W -= (self.lr * self.buf).astype(W.dtype)
+
+
 def fit_laid(anchor: Any, semantic_shift: Any, covariate_shift: Any, *, margin: float = 1.0,
              semantic_weight: float = 1.0, covariate_weight: float = 1.0, orthogonality_weight: float = 1.0,
              optimizer: str = "adam", lr: float = 0.01, steps: int = 500, batch_size: int = 512,
-             init: Any = "identity", seed: int = 0, device: str = "cpu", num_threads: int | None = 1,
+             init: Any = "identity", seed: int = 0, num_threads: int | None = 1,
              callback: FitCallback | None = None, texts: Sequence[str] | None = None,
              text_hash: str | None = None) -> LAID:
     """Train W on text triplets (N, D) with the LAID losses (module docstring); returns a :class:`LAID`.
 
     Options are those of :class:`LaidFitOptions` (defaults: :data:`DEFAULT_FIT_OPTIONS`, chosen so the planted
-    world is recovered with mean cos^2 of principal angles >= 0.95). ``callback(step, steps, losses)`` is called
-    after every step; ``texts`` (the training strings, hashed into ``config['text_hash']``) or ``text_hash``
-    (a precomputed hash) record what W was trained on. Triplets with a NaN/inf row are dropped with a warning.
+    world is recovered with mean cos^2 of principal angles >= 0.95). Pure numpy: the gradient of the losses in
+    closed form (``laid_loss``), Adam or SGD with torch's update rules, float32, one BLAS thread by default.
+    ``callback(step, steps, losses)`` is called after every step; ``texts`` (the training strings, hashed into
+    ``config['text_hash']``) or ``text_hash`` (a precomputed hash) record what W was trained on. Triplets with a
+    NaN/inf row are dropped with a warning.
     """
     options = LaidFitOptions(margin=margin, semantic_weight=semantic_weight, covariate_weight=covariate_weight,
                              orthogonality_weight=orthogonality_weight, optimizer=optimizer, lr=lr, steps=steps,
-                             batch_size=batch_size, init=init, seed=seed, device=device, num_threads=num_threads)
+                             batch_size=batch_size, init=init, seed=seed, num_threads=num_threads)
     if texts is not None:
         text_hash = text_set_hash(texts)
     arrays = _check_triplets(anchor, semantic_shift, covariate_shift)
-    threads = thread_limit(int(num_threads)) if num_threads else contextlib.nullcontext()
-    with threads:
+    with _blas_threads(num_threads):
         return _fit(arrays, options, callback, text_hash)
 
 
-def _fit(arrays: list[np.ndarray], opt: LaidFitOptions, callback: FitCallback | None, text_hash: str | None) -> LAID:
-    import torch
+@contextlib.contextmanager
+def _blas_threads(n: int | None):
+    """Cap the BLAS threads inside the block (``threadpoolctl``, a dependency of scikit-learn); None/0: as is."""
+    if not n:
+        yield
+        return
+    from threadpoolctl import threadpool_limits
 
+    with threadpool_limits(limits=int(n), user_api="blas"):
+        yield
+
+
+def _fit(arrays: list[np.ndarray], opt: LaidFitOptions, callback: FitCallback | None, text_hash: str | None) -> LAID:
     n, dim = arrays[0].shape
-    device = torch_device(opt.device)
-    gen = torch.Generator(device="cpu").manual_seed(int(opt.seed))
-    st, ss, cs = (torch.as_tensor(np.ascontiguousarray(a, dtype=np.float32)).to(device) for a in arrays)
-    W = _initial_W(opt.init, dim, gen).to(device).requires_grad_(True)
-    if opt.optimizer == "adam":
-        optimiser = torch.optim.Adam([W], lr=opt.lr)
-    else:
-        optimiser = torch.optim.SGD([W], lr=opt.lr, momentum=0.9)
-    eye = torch.eye(dim, device=device)
-    k, m, batch = dim // 2, float(opt.margin), min(int(opt.batch_size), n)
+    rng = np.random.default_rng(int(opt.seed))
+    st, ss, cs = (np.ascontiguousarray(a, dtype=np.float32) for a in arrays)
+    W = _initial_W(opt.init, dim, rng)
+    step_fn = (_Adam if opt.optimizer == "adam" else _SGD)(float(opt.lr))
+    weights = dict(margin=opt.margin, semantic_weight=opt.semantic_weight, covariate_weight=opt.covariate_weight,
+                   orthogonality_weight=opt.orthogonality_weight)
+    batch = min(int(opt.batch_size), n)
     hist: dict[str, list[float]] = {"sem": [], "cov": [], "orth": [], "total": []}
     t0 = time.perf_counter()
     for step in range(int(opt.steps)):
-        idx = torch.randint(0, n, (batch,), generator=gen).to(device)
-        a, s, c = st[idx] @ W, ss[idx] @ W, cs[idx] @ W
-        l_sem = torch.relu(_cosine_distance(a[:, :k], c[:, :k]) - _cosine_distance(a[:, :k], s[:, :k]) + m).mean()
-        l_cov = torch.relu(_cosine_distance(a[:, k:], s[:, k:]) - _cosine_distance(a[:, k:], c[:, k:]) + m).mean()
-        l_orth = ((W.T @ W - eye) ** 2).sum()
-        total = opt.semantic_weight * l_sem + opt.covariate_weight * l_cov + opt.orthogonality_weight * l_orth
-        optimiser.zero_grad(set_to_none=True)
-        total.backward()
-        optimiser.step()
-        losses = {"sem": l_sem.item(), "cov": l_cov.item(), "orth": l_orth.item(), "total": total.item()}
+        idx = rng.integers(0, n, size=batch)
+        losses, grad = laid_loss(W, st[idx], ss[idx], cs[idx], **weights)
+        step_fn.step(W, grad)
         for key, v in losses.items():
             hist[key].append(v)
         if callback is not None:
             callback(step, int(opt.steps), losses)
     config = _fit_config(opt)
     config.update(dim=dim, n_triplets=n, text_hash=text_hash)
-    laid = LAID(W.detach().cpu().numpy(), config=config, history=hist)
+    laid = LAID(W, config=config, history=hist)
     laid.fit_seconds = round(time.perf_counter() - t0, 3)
     return laid
 

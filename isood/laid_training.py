@@ -17,10 +17,11 @@ import numpy as np
 from isood.clip import ClipEncoder, encode_texts
 from isood.defaults import LAID_TRIPLETS, cache_dir as default_cache_dir
 from isood.errors import BadInputError
-from isood.laid import DEFAULT_FIT_OPTIONS, LAID, fit_laid, make_text_triplets, openai_imagenet_templates
+from isood.laid import DEFAULT_FIT_OPTIONS, LAID, fit_laid, make_text_triplets
 from isood.progress import progress_bar
 
-__all__ = ["TextTriplets", "sample_triplets", "triplet_features", "train_laid_from_labels", "TEMPLATES_NAME"]
+__all__ = ["TextTriplets", "sample_triplets", "triplet_features", "train_laid_from_labels", "TEMPLATES_NAME",
+           "openai_imagenet_templates"]
 
 #: How the templates are recorded in ``LAID.config['templates']``.
 TEMPLATES_NAME = "open_clip.OPENAI_IMAGENET_TEMPLATES (80)"
@@ -44,6 +45,13 @@ class TextTriplets:
     def distinct(self) -> list[str]:
         """Every distinct text once, in first-seen order (what gets encoded)."""
         return list(dict.fromkeys(self.all_texts))
+
+
+def openai_imagenet_templates() -> list:
+    """open_clip's 80 CLIP zero-shot ImageNet prompt templates (callables ``label -> prompt``)."""
+    import open_clip
+
+    return list(open_clip.OPENAI_IMAGENET_TEMPLATES)
 
 
 def sample_triplets(labels: Sequence[str], *, triplets: int = LAID_TRIPLETS, seed: int = 0,

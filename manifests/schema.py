@@ -100,10 +100,17 @@ class KindSpec:
 
 
 _REGISTRY: dict[str, KindSpec] = {}
-#: Entry-point group of modules that register kinds (isood's own: ``isood.kinds``); loaded on the first miss,
-#: so ``manifests.read(path, kind=...)`` returns typed views without the caller importing the writer's module.
+#: Entry-point group of modules that register kinds (isood's own: ``isood.kinds``, also in ``BUILTIN_PROVIDERS``);
+#: loaded on the first miss, so ``manifests.read(path, kind=...)`` returns typed views without the caller importing
+#: the writer's module. A kind still unknown then is an error of ``read(kind=...)``, never a plain view.
 ENTRY_POINT_GROUP = "isood.manifest_kinds"
 _providers_loaded = False
+
+
+#: The kind providers of this distribution, loaded by name whether or not its install metadata (the entry point)
+#: is there: a source checkout on PYTHONPATH reads typed views too. Other distributions add theirs through
+#: ``ENTRY_POINT_GROUP``.
+BUILTIN_PROVIDERS = ("isood.kinds",)
 
 
 def _load_providers() -> None:
@@ -111,10 +118,14 @@ def _load_providers() -> None:
     if _providers_loaded:
         return
     _providers_loaded = True
+    import importlib
     from importlib.metadata import entry_points
 
+    for module in BUILTIN_PROVIDERS:
+        importlib.import_module(module)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        ep.load()
+        if ep.value not in BUILTIN_PROVIDERS:
+            ep.load()
 
 
 def register_kind(spec: KindSpec) -> KindSpec:

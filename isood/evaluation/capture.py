@@ -34,6 +34,7 @@ from isood.progress import track
 
 from .detectors import CAPTURE_KINDS, Detector, ForwardOutputs
 from .models import ModelAdapter
+from .perturbation import odin_scores
 
 __all__ = ["CACHE_VERSION", "OutputCache", "cache_key", "score_kind", "as_loader", "split_batch", "ImageList",
            "Unreadable", "UnreadableImagesError", "scan_unreadable", "probe_input", "default_transform",
@@ -302,7 +303,7 @@ def _forward_passes(adapter: ModelAdapter, loader, kinds: frozenset[str], inputs
             if y is not None:
                 labels.append(y.cpu().numpy())
             for n, d in inputs.items():
-                scored[n].append(d.score_inputs(adapter.logits, x, adapter.input_std))
+                scored[n].append(odin_scores(d, adapter.logits, x, adapter.input_std))
     except IsoodError as e:  # raised in a DataLoader worker: one line, not the worker's traceback
         raise type(e)(worker_message(e)) from None
     if unreadable:

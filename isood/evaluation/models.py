@@ -23,7 +23,7 @@ from torch import nn
 from isood.errors import BadInputError, IsoodError
 from isood.errors import one_line
 
-from .detectors import CAPTURE_KINDS, ForwardOutputs, global_average_pool
+from .detectors import CAPTURE_KINDS, ForwardOutputs
 
 __all__ = [
     "ModelAdapter", "TimmAdapter", "HookAdapter", "ModuleAdapter", "wrap_model", "model_identity", "model_classes",
@@ -193,16 +193,20 @@ class ModelAdapter:
     def empty_outputs(self) -> ForwardOutputs:
         """A ForwardOutputs carrying this model's fc layer and pooling (no per-image arrays)."""
         w, b = self.fc_params()
-        return ForwardOutputs(fc_weight=w, fc_bias=b, pool=self._cpu_pool,
-                              tail=self._cpu_tail if "tail" in self.provides else None)
+        return ForwardOutputs(fc_weight=w, fc_bias=b, pool=self._array_pool,
+                              tail=self._array_tail if "tail" in self.provides else None)
 
-    def _cpu_pool(self, feature_maps: torch.Tensor) -> torch.Tensor:
+    def _array_fn(self, fn, a: np.ndarray) -> np.ndarray:
+        """``fn`` (a torch layer of this model) on an array, as detectors call it: numpy in, numpy out."""
         with torch.no_grad():
-            return self.pool(feature_maps.to(self.device)).float().cpu()
+            x = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)).to(self.device)
+            return fn(x).float().cpu().numpy()
 
-    def _cpu_tail(self, block3: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            return self.tail(block3.to(self.device)).float().cpu()
+    def _array_pool(self, feature_maps: np.ndarray) -> np.ndarray:
+        return self._array_fn(self.pool, feature_maps)
+
+    def _array_tail(self, block3: np.ndarray) -> np.ndarray:
+        return self._array_fn(self.tail, block3)
 
 
 class TimmAdapter(ModelAdapter):
@@ -317,6 +321,11 @@ class HookAdapter(ModelAdapter):
         return self.model(x)
 
 
+def torch_global_average_pool(feature_maps: torch.Tensor) -> torch.Tensor:
+    """(N, C, H, W) -> (N, C) on tensors: the default pooling of a wrapped backbone (ResNet's ``avgpool``)."""
+    return feature_maps.mean(dim=(2, 3))
+
+
 class _BackboneHead(nn.Module):
     def __init__(self, backbone: nn.Module, fc: nn.Linear, pool: nn.Module | Callable | None):
         super().__init__()
@@ -325,7 +334,7 @@ class _BackboneHead(nn.Module):
         if isinstance(pool, nn.Module):
             self.pool = pool
         else:
-            self.pool = pool if pool is not None else global_average_pool  # plain callable, not a submodule
+            self.pool = pool if pool is not None else torch_global_average_pool  # a plain callable, not a submodule
 
     def forward(self, x):
         h = self.backbone(x)

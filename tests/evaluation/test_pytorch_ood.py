@@ -1,4 +1,4 @@
-"""pytorch-ood detectors inside isood (isood.evaluation.detectors.pytorch_ood), and pytorch-ood as an independent
+"""pytorch-ood detectors inside isood (isood.evaluation.pytorch_ood), and pytorch-ood as an independent
 reference for isood's own detectors: for the detectors both libraries have, the scores agree (Spearman >= 0.999;
 equal where both compute the same formula)."""
 
@@ -10,7 +10,8 @@ import torch
 from scipy.stats import spearmanr
 
 from isood.errors import DetectorParamError, IsoodError
-from isood.evaluation.detectors import (DetectorInputError, ForwardOutputs, from_pytorch_ood, get_detector,
+from isood.evaluation.pytorch_ood import from_pytorch_ood
+from isood.evaluation.detectors import (DetectorInputError, ForwardOutputs, get_detector,
                                         parse_detectors)
 from isood.evaluation.models import wrap_model
 from isood.evaluation.scoring import run_detectors, score_precomputed
@@ -23,7 +24,7 @@ def _pooled_as_maps(outputs):
     (ASH, ReAct) then act where OpenOOD and isood apply them, on the penultimate feature."""
     return ForwardOutputs(logits=outputs.logits, features=outputs.features,
                           feature_maps=outputs.features[:, :, None, None], fc_weight=outputs.fc_weight,
-                          fc_bias=outputs.fc_bias, labels=outputs.labels, pool=lambda m: torch.flatten(m, 1))
+                          fc_bias=outputs.fc_bias, labels=outputs.labels, pool=lambda m: m.reshape(len(m), -1))
 
 
 # (isood spec, pytorch-ood spec, exact?) — exact: the same formula, so the scores are equal, not only the ranks

@@ -13,7 +13,7 @@ LABELS = ["tench", "goldfish", "dog", "teddy bear", "car"]
 def test_sample_triplets_dedupes_labels_and_uses_the_80_templates():
     t = sample_triplets(LABELS + ["dog"], triplets=50, seed=3)
     assert isinstance(t, TextTriplets) and len(t.anchor) == len(t.semantic) == len(t.covariate) == 50
-    from isood.laid import openai_imagenet_templates
+    from isood.laid_training import openai_imagenet_templates
 
     want = make_text_triplets(LABELS, openai_imagenet_templates(), 50, seed=3)
     assert (t.anchor, t.semantic, t.covariate) == want

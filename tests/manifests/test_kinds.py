@@ -110,3 +110,28 @@ def test_the_frozen_v1_layout_is_readable_plain_but_refused_typed():
     with pytest.raises(SchemaError) as info:  # v1 images had no `cell`, edges no lower/upper
         manifests.read(FIXTURE_V1, kind="splits")
     assert "'images'" in _one_line(info.value) and "'cell'" in str(info.value)
+
+
+def test_a_kind_without_a_spec_is_an_error_not_a_plain_view(tmp_path):
+    """guard: ``manifests.store.read`` refuses ``kind=K`` when no spec of K is registered (it returned a plain
+    view and skipped every schema check)."""
+    manifests.write_manifest(tmp_path / "m", kind="nosuchkind", tables={}, config={})
+    with pytest.raises(ManifestError, match="no spec is registered for manifest kind 'nosuchkind'"):
+        manifests.read(tmp_path / "m", kind="nosuchkind")
+
+
+def test_isood_kinds_are_registered_without_install_metadata(tmp_path, worlds):
+    """guard: ``manifests.schema.BUILTIN_PROVIDERS``: with no entry points at all (a source checkout on
+    PYTHONPATH, no install metadata), ``read(kind='splits')`` still returns the typed view."""
+    import subprocess
+    import sys
+
+    worlds.write_splits(tmp_path / "s")
+    code = ("import importlib.metadata as md\n"
+            "md.entry_points = lambda **kw: []\n"
+            "import manifests\n"
+            f"v = manifests.read({str(tmp_path / 's')!r}, kind='splits')\n"
+            "print(type(v).__name__, v.n_levels)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["SplitsView", str(worlds.N_LEVELS)]

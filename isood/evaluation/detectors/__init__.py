@@ -2,8 +2,11 @@
 
 Every score is HIGHER = MORE in-distribution. ``get_detector(name, **params)`` builds one by name;
 ``available_detectors()`` lists the names; ``@register_detector(name)`` adds a user's ``Detector`` subclass;
-``parse_detectors('msp,knn:k=10')`` reads the CLI's ``--detectors``; ``pytorch-ood:Name`` and
-``from_pytorch_ood(detector)`` score with pytorch-ood's detectors (``isood[pytorch-ood]``).
+``parse_detectors('msp,knn:k=10')`` reads the CLI's ``--detectors``. Pure: numpy in, numpy out; no torch is
+imported here (an import-linter contract says so). Detectors that need torch run their torch part in layer 3:
+ODIN's input perturbation (``isood.evaluation.perturbation``), the model's pooling and last block (callables on
+arrays that the model adapter puts into ``ForwardOutputs``), and pytorch-ood's detectors
+(``isood.evaluation.pytorch_ood``: ``pytorch-ood:Name``, ``from_pytorch_ood(detector)``).
 """
 
 from .base import (CAPTURE_KINDS, KINDS, Detector, DetectorInputError, ForwardOutputs, TemperatureDetector,
@@ -25,7 +28,6 @@ from .ash import ASH, ash_shape  # noqa: E402
 from .rankfeat import RankFeat, remove_rank1  # noqa: E402
 from .gradnorm import GradNorm  # noqa: E402
 from .klm import KLMatching  # noqa: E402
-from .pytorch_ood import PytorchOODDetector, from_pytorch_ood, pytorch_ood_detector  # noqa: E402
 
 BUILTIN_DETECTORS = tuple(available_detectors())
 """The 13 built-in detector names (sorted)."""
@@ -37,6 +39,5 @@ __all__ = [
     "DetectorInputError", "ForwardOutputs", "UnknownDetectorError", "available_detectors", "detector_class",
     "get_detector", "parse_detectors", "register_detector", "register_namespace", "energy", "global_average_pool",
     "softmax", "MSP", "MaxLogit", "Energy", "ODIN", "MDS", "KNN", "ViM", "ReAct", "DICE", "ASH", "RankFeat",
-    "GradNorm", "KLMatching", "ash_shape", "remove_rank1", "default_vim_dim", "PytorchOODDetector",
-    "from_pytorch_ood", "pytorch_ood_detector",
+    "GradNorm", "KLMatching", "ash_shape", "remove_rank1", "default_vim_dim",
 ]

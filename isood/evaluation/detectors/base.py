@@ -33,19 +33,16 @@ from __future__ import annotations
 import abc
 import inspect
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
+from typing import Any, Callable, ClassVar, Iterable
 
 import numpy as np
 
 from isood.arrays import as_array
 from isood.errors import BadInputError, DetectorParamError, IsoodError
 
-if TYPE_CHECKING:
-    import torch
-
 __all__ = [
     "KINDS", "CAPTURE_KINDS", "DetectorInputError", "ForwardOutputs", "Detector", "TemperatureDetector",
-    "global_average_pool", "energy", "softmax",
+    "global_average_pool", "energy", "softmax", "ArrayFn",
 ]
 
 CAPTURE_KINDS = ("logits", "features", "feature_maps", "block3")
@@ -57,18 +54,23 @@ class DetectorInputError(IsoodError):
     """A detector was given outputs that lack what it needs (or was never fitted)."""
 
 
-def global_average_pool(feature_maps: torch.Tensor) -> torch.Tensor:
+#: A function of arrays, e.g. feature maps (N, C, H, W) -> features (N, C), or block-3 maps -> logits.
+ArrayFn = Callable[[np.ndarray], np.ndarray]
+
+
+def global_average_pool(feature_maps: np.ndarray) -> np.ndarray:
     """(N, C, H, W) -> (N, C): the mean over the spatial positions (ResNet's ``avgpool`` + ``flatten``)."""
-    return feature_maps.mean(dim=(2, 3))
+    return np.asarray(feature_maps).mean(axis=(2, 3))
 
 
 @dataclass
 class ForwardOutputs:
     """What one forward pass over a dataset captured (NumPy arrays; absent kinds are ``None``).
 
-    ``pool`` maps captured feature maps (a torch tensor) to penultimate features with the model's own head
-    (defaults to global average pooling); ``tail`` (when the model has one) maps ``block3`` maps to logits
-    through the model's last block, pooling and fc; ``labels`` are the dataset's labels when it yields them.
+    ``pool`` maps captured feature maps to penultimate features with the model's own head (defaults to global
+    average pooling); ``tail`` (when the model has one) maps ``block3`` maps to logits through the model's last
+    block, pooling and fc; both take and return numpy arrays (a model adapter wraps its layers: detectors never
+    see torch). ``labels`` are the dataset's labels when it yields them.
     Users with their own arrays build one with ``ForwardOutputs.from_arrays(logits=..., features=...)``.
     """
 
@@ -79,16 +81,16 @@ class ForwardOutputs:
     fc_weight: np.ndarray | None = None
     fc_bias: np.ndarray | None = None
     labels: np.ndarray | None = None
-    pool: Callable[[torch.Tensor], torch.Tensor] = field(default=global_average_pool, repr=False, compare=False)
-    tail: Callable[[torch.Tensor], torch.Tensor] | None = field(default=None, repr=False, compare=False)
+    pool: ArrayFn = field(default=global_average_pool, repr=False, compare=False)
+    tail: ArrayFn | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_arrays(cls, *, logits=None, features=None, feature_maps=None, block3=None, fc_weight=None,
-                    fc_bias=None, labels=None, pool: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                    tail: Callable[[torch.Tensor], torch.Tensor] | None = None) -> "ForwardOutputs":
+                    fc_bias=None, labels=None, pool: ArrayFn | None = None,
+                    tail: ArrayFn | None = None) -> "ForwardOutputs":
         """Outputs from arrays (numpy, torch tensors or lists): logits (N, C), features (N, D), feature_maps
         (N, C', H, W), block3 (N, C'', H'', W''), fc_weight (C, D), fc_bias (C,), labels (N,); per-image arrays
-        must agree on N. ``pool``: feature maps -> features; ``tail``: block3 maps -> logits (torch functions)."""
+        must agree on N. ``pool``: feature maps -> features; ``tail``: block3 maps -> logits (numpy functions)."""
         ranks = {"logits": 2, "features": 2, "feature_maps": 4, "block3": 4, "fc_weight": 2, "fc_bias": 1,
                  "labels": 1}
         given = {"logits": logits, "features": features, "feature_maps": feature_maps, "block3": block3,

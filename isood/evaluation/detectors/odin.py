@@ -5,21 +5,20 @@ ICLR 2018): temperature scaling plus an input perturbation against the gradient 
 [0, 1] pixel units as in the original code), ``S(x) = max_c softmax(f(x~) / T)_c``. Defaults from the paper /
 OpenOOD v1.5: ``T = 1000``, ``eps = 0.0014``.
 
-This is the only detector that needs the model on the input: ``run_detectors`` calls ``score_inputs`` on each batch
-(one forward + backward + forward), every other detector scores captured tensors.
+This is the only detector that needs the model on the input: the class holds its hyper-parameters; the perturbation
+itself (one forward + backward + forward per batch) runs where the model runs, in layer 3
+(``isood.evaluation.perturbation.odin_scores``, called by ``run_detectors`` on each batch); every other detector
+scores captured arrays.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from .base import Detector, DetectorInputError, ForwardOutputs
 from .registry import register_detector
-
-if TYPE_CHECKING:
-    import torch
 
 
 @register_detector("odin")
@@ -41,28 +40,4 @@ class ODIN(Detector):
     def _score(self, outputs: ForwardOutputs) -> np.ndarray:
         raise DetectorInputError(
             "detector 'odin' perturbs the input: it cannot score captured outputs; run it through "
-            "isood.evaluation.scoring.run_detectors (or call score_inputs(logits_fn, images))")
-
-    def score_inputs(self, logits_fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
-                     input_std: Sequence[float] | None = None) -> np.ndarray:
-        """Scores of the batch ``x`` (N, C, H, W) for ``logits_fn`` (the classifier, in eval mode)."""
-        import torch
-        import torch.nn.functional as F
-
-        std = self.input_std if self.input_std is not None else input_std
-        x = x.detach().clone().requires_grad_(True)
-        with torch.enable_grad():
-            logits = logits_fn(x)
-            pred = logits.detach().argmax(dim=1)
-            loss = F.cross_entropy(logits / self.temperature, pred)
-            (grad,) = torch.autograd.grad(loss, x)
-        step = torch.where(grad >= 0, 1.0, -1.0).to(x.dtype)
-        if std is not None:
-            s = torch.as_tensor(std, dtype=x.dtype, device=x.device)
-            if s.numel() != x.shape[1]:
-                raise DetectorInputError(
-                    f"odin: input_std has {s.numel()} values but the input has {x.shape[1]} channels")
-            step = step / s.view(1, -1, *([1] * (x.dim() - 2)))
-        with torch.no_grad():
-            out = logits_fn(x.detach() - self.eps * step) / self.temperature
-            return torch.softmax(out.double(), dim=1).max(dim=1).values.cpu().numpy()
+            "isood.evaluation.scoring.run_detectors (or isood.evaluation.perturbation.odin_scores)")

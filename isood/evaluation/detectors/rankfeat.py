@@ -17,34 +17,22 @@ per image vs 2048 x 7 x 7), so ``blocks=4`` is the lighter choice at scale.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from .base import Detector, ForwardOutputs, energy
 from .registry import register_detector
 
-if TYPE_CHECKING:
-    import torch
-
 BLOCKS = ("3+4", "4")
 
 
-def remove_rank1(feature_maps: torch.Tensor) -> torch.Tensor:
-    """``X - s1 u1 v1^T`` for each (C, H*W) matrix of a (N, C, H, W) batch (exact SVD)."""
-    import torch
-
-    n, c = feature_maps.shape[:2]
-    x = feature_maps.reshape(n, c, -1)
-    u, s, vh = torch.linalg.svd(x, full_matrices=False)
+def remove_rank1(feature_maps: np.ndarray) -> np.ndarray:
+    """``X - s1 u1 v1^T`` for each (C, H*W) matrix of a (N, C, H, W) batch (exact SVD, float32 as OpenOOD's)."""
+    maps = np.asarray(feature_maps, dtype=np.float32)
+    n, c = maps.shape[:2]
+    x = maps.reshape(n, c, -1)
+    u, s, vh = np.linalg.svd(x, full_matrices=False)
     rank1 = s[:, :1, None] * (u[:, :, :1] @ vh[:, :1, :])
-    return (x - rank1).reshape(feature_maps.shape)
-
-
-def _tensor(a: np.ndarray) -> torch.Tensor:
-    import torch
-
-    return torch.from_numpy(np.ascontiguousarray(a)).float()
+    return (x - rank1).reshape(maps.shape)
 
 
 @register_detector("rankfeat")
@@ -66,15 +54,12 @@ class RankFeat(Detector):
         return ""
 
     def _score(self, outputs: ForwardOutputs) -> np.ndarray:
-        import torch
-
         scores = []
-        with torch.no_grad():
-            for i in range(0, len(outputs), self.chunk):
-                fm = remove_rank1(_tensor(outputs.feature_maps[i:i + self.chunk]))
-                logits = outputs.head(outputs.pool(fm).double().numpy())
-                if self.blocks == "3+4":
-                    b3 = remove_rank1(_tensor(outputs.block3[i:i + self.chunk]))
-                    logits = (logits + outputs.tail(b3).double().numpy()) / 2.0
-                scores.append(energy(logits, self.temperature))
+        for i in range(0, len(outputs), self.chunk):
+            fm = remove_rank1(outputs.feature_maps[i:i + self.chunk])
+            logits = outputs.head(np.asarray(outputs.pool(fm), dtype=np.float64))
+            if self.blocks == "3+4":
+                b3 = remove_rank1(outputs.block3[i:i + self.chunk])
+                logits = (logits + np.asarray(outputs.tail(b3), dtype=np.float64)) / 2.0
+            scores.append(energy(logits, self.temperature))
         return np.concatenate(scores)

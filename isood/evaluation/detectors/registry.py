@@ -11,7 +11,7 @@ Registering the same class again (a re-run notebook cell defines it anew: same m
 the entry; a different class under a taken name is an error unless ``overwrite=True``.
 
 A namespace resolves ``prefix:Name`` names through a factory (``register_namespace``): ``pytorch-ood:ViM`` builds
-the adapter of pytorch-ood's ViM (``isood.evaluation.detectors.pytorch_ood``).
+the adapter of pytorch-ood's ViM (``isood.evaluation.pytorch_ood``, layer 3, registers it when imported).
 """
 
 from __future__ import annotations

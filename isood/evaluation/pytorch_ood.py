@@ -1,4 +1,5 @@
-"""pytorch-ood detectors as isood detectors: ``from_pytorch_ood(detector)`` and ``--detectors pytorch-ood:Name``.
+"""L3: pytorch-ood detectors as isood detectors (the adapter runs torch, so it lives here, beside the models; the
+name space ``pytorch-ood:`` is registered when this module is imported, as ``isood.evaluation.options`` does): ``from_pytorch_ood(detector)`` and ``--detectors pytorch-ood:Name``.
 
 pytorch-ood (``pip install 'isood[pytorch-ood]'``; tested with 0.4) scores mean MORE OOD: the adapter negates them
 (isood: higher = more ID). It feeds a detector the captured outputs that its representation API consumes, so
@@ -42,9 +43,9 @@ import numpy as np
 
 from isood.errors import BadInputError, DetectorParamError
 
-from .base import Detector, DetectorInputError, ForwardOutputs, _cast
-from .registry import UnknownDetectorError, register_namespace
-from .vim import default_vim_dim
+from .detectors.base import Detector, DetectorInputError, ForwardOutputs, _cast
+from .detectors.registry import UnknownDetectorError, register_namespace
+from .detectors.vim import default_vim_dim
 
 if TYPE_CHECKING:
     import torch
@@ -100,8 +101,11 @@ def _pool_fc(pool, fc: nn.Linear) -> nn.Module:
             super().__init__()
             self.pool_fn, self.fc = pool, fc
 
-        def forward(self, maps: torch.Tensor) -> torch.Tensor:
-            return self.fc(self.pool_fn(maps).to(self.fc.weight.dtype))
+        def forward(self, maps: torch.Tensor) -> torch.Tensor:  # the outputs' pool works on arrays
+            import torch
+
+            pooled = self.pool_fn(maps.detach().cpu().numpy())
+            return self.fc(torch.as_tensor(pooled, device=maps.device).to(self.fc.weight.dtype))
 
     return PoolFC()
 
