@@ -14,8 +14,9 @@ from typing import Any
 from isood.errors import BadInputError
 
 __all__ = [
-    "N_LEVELS", "MAX_LEVELS", "NA_THRESHOLD", "QUANTILE_CLIP", "OOD_LABEL", "WORDNET_EXCLUDE", "DEFAULT_DETECTORS",
-    "DEFAULT_CLIP", "DEFAULT_PIPELINE", "LAID_TRIPLETS", "DEFAULT_VERIFY", "DEFAULT_PLOT_METRICS", "ALL_PLOT_METRICS",
+    "N_LEVELS", "MAX_LEVELS", "LEVELS_NOTE", "NA_THRESHOLD", "QUANTILE_CLIP", "OOD_LABEL", "WORDNET_EXCLUDE", "DEFAULT_DETECTORS",
+    "DEFAULT_CLIP", "DEFAULT_PIPELINE", "LAID_TRIPLETS", "DEFAULT_VERIFY", "VERIFY_MODES", "VERIFY_HELP",
+    "DEFAULT_PLOT_METRICS", "ALL_PLOT_METRICS",
     "SEED_MAX",
     "ENV_CACHE_DIR", "ENV_WORDNET_DIR", "cache_dir", "wordnet_dir_override", "check_seed",
 ]
@@ -27,6 +28,9 @@ N_LEVELS = 8
 MAX_LEVELS = 32
 #: A cell with fewer images than this is N/A (IS-OOD).
 NA_THRESHOLD = 10
+#: Why level counts are bounded (said by every refusal of one).
+LEVELS_NOTE = (f"IS-OOD uses {N_LEVELS}; {MAX_LEVELS} per axis is already {MAX_LEVELS * MAX_LEVELS} cells of at least "
+               f"{NA_THRESHOLD} images each, and one list file per cell")
 #: Quantiles of the shift values that bound the level range (outliers fold into the end levels).
 QUANTILE_CLIP = (0.01, 0.99)
 #: OpenOOD's label of an OOD image in an imglist.
@@ -52,6 +56,11 @@ LAID_TRIPLETS = 10_000
 #: How a stage checks the manifests it reads (``--verify``): ``fast`` (sizes, every table and small file hashed,
 #: large files hashed when their size / mtime / inode changed since they last verified) or ``full`` (every hash).
 DEFAULT_VERIFY = "fast"
+VERIFY_MODES = ("fast", "full")
+#: The help of every command's ``--verify`` (``isood.optspec.verify_option``).
+VERIFY_HELP = ("How the manifests this command reads are checked first: fast (sizes; every table and small file "
+               "hashed; larger files when their size, mtime or inode changed since they last verified) or full "
+               "(every hash).")
 
 #: Folder of isood's caches (text features, model outputs, WordNet staging); default ``~/.cache/isood``.
 ENV_CACHE_DIR = "ISOOD_CACHE_DIR"

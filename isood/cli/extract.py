@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import typer
 
@@ -18,6 +18,8 @@ from isood.images import FAST_DECODE, REFERENCE_DECODE
 from isood.kinds import FEATURES, SYN_IS
 from isood.batch_engine import BatchEngine, LocalEngine
 from isood.stages.extract import ExtractOptions, merge_parts as merge_feature_parts, run_extract, validate
+from isood.cli.options import command
+from manifests.options import MergeOptions
 from manifests.parts import read_parts
 from manifests.store import Manifest
 from manifests.verify import verify
@@ -90,12 +92,10 @@ def merge_dirs(dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     return manifest
 
 
-@app.command()
-def merge(
-    parts: List[Path] = typer.Argument(..., help="The part directories of one job array (written with --num-shards N --shard-index i)."),
-    out: Path = typer.Option(..., help="Output directory: the manifest a single run writes."),
-) -> None:
-    """Combine the parts of a job array (`isood extract` / `isood generate-syn` with --num-shards) into one verified manifest."""
-    m = merge_dirs(parts, out)
-    out_console.print(f"merged {len(parts)} parts -> {out} ({m.kind} v{m.dataset_version}, {len(m.meta['files'])} files verified)",
-                      highlight=False, soft_wrap=True)
+@command(app, "merge", MergeOptions, config=False,
+         help="Combine the parts of a job array (`isood extract` / `isood generate-syn` with --num-shards) into one "
+              "verified manifest.")
+def merge(opts: MergeOptions) -> None:
+    m = merge_dirs(opts.parts, opts.out)
+    out_console.print(f"merged {len(opts.parts)} parts -> {opts.out} ({m.kind} v{m.dataset_version}, "
+                      f"{len(m.meta['files'])} files verified)", highlight=False, soft_wrap=True)

@@ -19,7 +19,7 @@ from manifests.verify import check_verify_mode
 from wordnet_tools.rules import LEAK_RULES, parse_rules
 
 from . import pytorch_ood  # noqa: F401  (registers the pytorch-ood: name space before --detectors is parsed)
-from .detectors import Detector, get_detector, parse_detectors  # re-exported by isood.evaluation (name space registered)
+from .detectors import Detector, parse_detectors  # re-exported by isood.evaluation (name space registered)
 from .metrics import METRICS
 
 __all__ = ["EvaluateOptions", "check_options", "plot_metrics", "model_function"]

@@ -156,7 +156,7 @@ LATIN1_ROWS = [  # (file name, its first line, arguments given the file and the 
                  id="generate_syn_styles-styles.parse_style_file"),
     pytest.param("candidates.txt", b"n01440764\n", lambda p, i: ["wordnet", "filter", "--candidates", p],
                  id="wordnet_filter_candidates-synsets.load_synset_list"),
-    pytest.param("id.txt", b"n01440764\n", lambda p, i: ["wordnet", "filter", "--candidates", "1k", "--id", p],
+    pytest.param("id.txt", b"n01440764\n", lambda p, i: ["wordnet", "filter", "--candidates", "1k", "--id-classes", p],
                  id="wordnet_filter_id-synsets.load_synset_list"),
     pytest.param("audit.txt", b"n01440764\n", lambda p, i: ["wordnet", "audit", p],
                  id="wordnet_audit-jobs.read_list_file"),
@@ -494,14 +494,14 @@ def test_import_levels_beyond_the_bound_is_refused_before_reading(release, cli, 
     for bad in ("1000", "33"):
         line = cli.one_line_error(cli.invoke(["import", "isood-lists", release, "--out", tmp_path / "m", "--levels",
                                               bad, "--allow-missing"]))
-        assert f"--levels must be an integer from 1 to 32, got {bad}" in line and "IS-OOD uses 8" in line, line
+        assert f"--levels must be an integer in [1, 32], got {bad}" in line and "IS-OOD uses 8" in line, line
     assert not (tmp_path / "m").exists()
 
 
 def test_build_splits_levels_beyond_the_bound_is_refused(cli, tmp_path):
     line = cli.one_line_error(cli.invoke(["build-splits", "--id", tmp_path / "id", "--test", tmp_path / "test",
                                           "--out", tmp_path / "out", "--levels", "1000"]))
-    assert "--levels must be an integer from 1 to 32" in line, line
+    assert "--levels must be an integer in [1, 32]" in line, line
 
 
 def test_generate_syn_levels_beyond_the_bound_is_refused(syn_inputs, nothing_loads, tiny_clip_spec, tmp_path):
@@ -509,7 +509,7 @@ def test_generate_syn_levels_beyond_the_bound_is_refused(syn_inputs, nothing_loa
     from isood.errors import BadInputError
 
     root = syn_inputs["root"]
-    with pytest.raises(BadInputError, match=r"n_levels must be an integer from 1 to 32, got 33"):
+    with pytest.raises(BadInputError, match=r"n_levels must be an integer in \[1, 32\], got 33"):
         run_generate_syn(SynOptions(out=tmp_path / "o", labels=str(root / "labels.txt"), clip=tiny_clip_spec,
                                     laid=str(root / "laid.safetensors"), id_features=str(root / "id"),
                                     prompts_only=True, n_levels=33, progress=False))
