@@ -274,7 +274,8 @@ def _export_grid(m: Manifest, files: _LineFiles, *, name: str, data_dir: str, ru
                  val_cells: Sequence[str]) -> _Exported:
     base, release_base = f"{BENCHMARK_DIR}/{name}", f"{RELEASE_DIR}/{name}"
     cells = m.cells
-    has_subsets = bool({"subset", "source"} & set(m.schema("images").names))
+    known = [s for s in (m.subsets if isinstance(m, SplitsView) else []) if s]
+    has_subsets = bool(known) or "source" in m.schema("images").names
     release_subsets = RELEASE_GRIDS.get(name) if not has_subsets else None  # the release's folders for this name
     val_list = f"{base}/val_{name}.txt" if val_cells else None
     st = _stream_grid(m, files, base=base, release_base=release_base, val_list=val_list, val_cells=val_cells,

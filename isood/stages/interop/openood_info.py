@@ -259,7 +259,9 @@ def missing_for_release(present: Iterable[str]) -> list[str]:
             folder = "/".join(x for x in ("imglist", name, sub) if x) + "/"
             n = sum(1 for f in missing if f.rsplit("/", 1)[0] + "/" == folder)
             if n:
-                out.append(f"{folder} ({n} of {RELEASE_LEVELS ** 2} cell lists missing: {hints[name]})")
+                why = hints[name] if n == RELEASE_LEVELS ** 2 else f"the release reads {RELEASE_LEVELS} x " \
+                      f"{RELEASE_LEVELS} cells"
+                out.append(f"{folder} ({n} of {RELEASE_LEVELS ** 2} cell lists missing: {why})")
     return out
 
 
