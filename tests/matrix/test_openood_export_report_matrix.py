@@ -114,3 +114,58 @@ def test_out_inside_the_manifest_is_refused(image_list, cli):
     out = image_list / "export"
     line = cli.one_line_error(cli.invoke(["export", "openood", image_list, "--out", out]))
     assert "inside the manifest" in line and not out.exists()
+
+
+# ====================================================================================== isood compare
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> list[Path]:
+    """Two evaluation manifests written by ``write_evaluation`` (2 detectors, a 2 x 2 grid)."""
+    import numpy as np
+    import pandas as pd
+
+    from isood.evaluation import evaluate_scores
+    from isood.evaluation.write import write_evaluation
+
+    base = tmp_path_factory.mktemp("runs")
+    rng = np.random.default_rng(0)
+    images = pd.DataFrame({"cov_level": np.repeat([0, 0, 1, 1], 12), "sem_level": np.repeat([0, 1, 0, 1], 12)})
+    out = []
+    for name in ("a", "b"):
+        ood, idd = rng.normal(-images["sem_level"].to_numpy(), 1.0), rng.normal(0.0, 1.0, 40)
+        result = evaluate_scores({"msp": idd, "energy": idd}, {"msp": ood, "energy": ood + 0.5}, images,
+                                 dataset="splits")
+        out.append(write_evaluation(result, base / name, metrics=["auroc"], bootstrap=0).root)
+    return out
+
+
+COMPARE_ROWS = [  # (extra args, substrings); {a} {b} are the runs, {grid} a splits manifest
+    pytest.param(["--rank-by", "accuracy"], ["--rank-by 'accuracy'", "auroc"], id="rank_by_unknown-compare.compare_runs"),
+    pytest.param(["--rank-by", "der95"], ["--rank-by 'der95'", "no run has it"], id="rank_by_absent-compare.leaderboard"),
+    pytest.param(["--names", "x"], ["--names lists 1 names for 2 runs"], id="names_count-compare._labels"),
+    pytest.param(["--names", "x,x"], ["--names x,x", "differ"], id="names_twice-compare._labels"),
+    pytest.param(["{grid}"], ["'splits' manifest", "'evaluation'"], id="run_not_an_evaluation-manifests.read"),
+    pytest.param(["{a}/nope"], ["nope"], id="run_missing-manifests.read"),
+]
+
+
+@pytest.mark.parametrize("extra, names", COMPARE_ROWS)
+def test_compare_bad_input(extra, names, runs, grid, cli, tmp_path):
+    out = tmp_path / "lb"
+    extra = [a.replace("{grid}", str(grid)).replace("{a}", str(runs[0])) for a in extra]
+    args = [*map(str, runs), *extra] if not extra or extra[0].startswith("--") else [str(runs[0]), *extra]
+    line = cli.one_line_error(cli.invoke(["compare", *args, "--out", out]))
+    assert all(n in line for n in names), line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("where", ["holds_other_files", "is_a_manifest", "inside_a_run"])
+def test_compare_out_is_refused(where, runs, grid, cli, tmp_path):
+    """Guard: isood.stages.compare._check_out (never overwrite what isood compare did not write)."""
+    out = {"holds_other_files": tmp_path / "busy", "is_a_manifest": grid, "inside_a_run": runs[0] / "lb"}[where]
+    if where == "holds_other_files":
+        out.mkdir()
+        (out / "leaderboard.csv").write_text("mine\n")
+    before = _snapshot(out)
+    line = cli.one_line_error(cli.invoke(["compare", *map(str, runs), "--out", out]))
+    assert "--out" in line and str(out.name) in line, line
+    assert _snapshot(out) == before and not (out / "leaderboard.md").exists()
