@@ -174,3 +174,26 @@ def test_written_evaluation_holds_the_intervals_and_table1_in_the_paper_layout(g
     assert "cell_intervals" not in none.meta["tables"] and r"\tiny" not in (tmp_path / "ev0/results/table1.tex").read_text()
     with pytest.raises(BadInputError, match="--bootstrap must be an integer >= 0"):
         write_evaluation(result, tmp_path / "ev1", scores=scores, bootstrap=-1)
+
+
+def test_leak_free_cells_resample_the_images_without_leaks(grid_result):
+    """A leak audit's ``<dataset>-leak-free`` rows come from the base dataset's scores without the flagged
+    images: their intervals equal those of the same images evaluated as a dataset of their own."""
+    from isood.evaluation.cells import CellEvaluation
+    from isood.evaluation.levels import ALL_IMAGES, LEAK_FREE
+
+    result, scores, images, idd, ood = grid_result
+    leak = np.zeros(len(scores), bool)
+    leak[np.flatnonzero(scores["dataset"] == "splits")[::4]] = True  # every 4th OOD image leaks
+    keep = ~leak[scores["dataset"].to_numpy() == "splits"]
+    free = evaluate_scores({"msp": idd, "energy": 3 * idd},
+                           {"msp": ood[keep], "energy": (3 * ood + images["cov_level"].to_numpy())[keep]},
+                           images[keep].reset_index(drop=True), dataset="splits-leak-free")
+    both = CellEvaluation(pd.concat([result.per_cell.assign(images=ALL_IMAGES),
+                                     free.per_cell.assign(images=LEAK_FREE)], ignore_index=True))
+    got = bootstrap_tables(both, scores.assign(leak=leak), n_boot=30, seed=1, id_name="id_test")["cell_intervals"]
+    alone = bootstrap_tables(free, scores[~leak].replace({"splits": "splits-leak-free"}), n_boot=30, seed=1,
+                             id_name="id_test")["cell_intervals"]
+    mine = got[got["dataset"] == "splits-leak-free"].reset_index(drop=True)
+    assert len(mine) == len(alone) > 0
+    pd.testing.assert_frame_equal(mine, alone.reset_index(drop=True))
