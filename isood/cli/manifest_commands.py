@@ -158,12 +158,13 @@ def export_openood(
                                            "<name>/, the release's root: imagenet21k/ holds imagenet21k_train/ and "
                                            "imagenet21k_val/); the listed paths are relative to it."),
     num_classes: int = typer.Option(1000, help="Number of ID classes (ImageNet-1K: 1000)."),
-    near_axis: str = typer.Option("sem", help="Grid cells are near-OOD when their level on this axis (sem or cov) is "
-                                  "below --near-below, far-OOD otherwise."),
+    near_axis: Optional[str] = typer.Option(None, help="Grid cells are near-OOD when their level on this axis (sem, "
+                                            "the default, or cov) is below --near-below, far-OOD otherwise."),
     near_below: Optional[int] = typer.Option(None, help="K: cells with level < K are near-OOD (default: the lower "
                                              "half of the levels, 4 of 8)."),
-    group: str = typer.Option("near", help="OpenOOD group of an image list: near (semantic shift only, e.g. "
-                              "ImageNet-OOD), far (a domain shift too) or val (the OOD val split)."),
+    group: Optional[str] = typer.Option(None, help="OpenOOD group of an image list: near (the default: semantic "
+                                        "shift only, e.g. ImageNet-OOD), far (a domain shift too) or val (the OOD val "
+                                        "split)."),
     val_cells: Optional[str] = typer.Option(None, help="Grid cells held out as OpenOOD's OOD val split (comma-"
                                             "separated, e.g. cov_0_sem_7,cov_7_sem_7): not registered for near/far; "
                                             "APS-mode postprocessors tune on them."),

@@ -64,6 +64,7 @@ ROWS = [  # (extra args, substrings of the one line); guard in the id
     pytest.param(["--id-train", "{id}/in1k/train", "--id-root", "{id}/elsewhere"], ["--id-train", "--id-root"],
                  id="id_folder_outside_root-id_lists.read_id_source"),
     pytest.param(["--num-classes", "10"], ["--num-classes 10", "1000"], id="num_classes_differs-openood_info.merge_info"),
+    pytest.param(["--group", "far"], ["--group far", "--near-axis"], id="group_of_a_grid-openood.export_openood"),
 ]
 
 
@@ -99,6 +100,7 @@ def test_a_second_val_split_is_refused(grid, image_list, cli, tmp_path):
     pytest.param(["{list}", "--group", "test"], ["--group 'test'", "near, far or val"],
                  id="group_unknown-openood_info.GroupRule"),
     pytest.param([], ["nothing to export", "--id-train"], id="nothing-openood.export_openood"),
+    pytest.param(["{list}", "--near-below", "2"], ["--near-below", "--group"], id="near_below_of_a_list-openood.export_openood"),
     pytest.param(["{list}", "--name", "../x"], ["--name '../x'"], id="name_unsafe-openood.export_openood"),
 ])
 def test_export_refusals(args, names, image_list, cli, tmp_path):

@@ -402,8 +402,8 @@ def _read_manifest(manifest_dir, out: Path, verify: str) -> Manifest:
 
 def export_openood(manifest_dir: str | os.PathLike | None, out: str | os.PathLike, *, name: str | None = None,
                    data_root: str = "./data/", data_dir: str | None = None, num_classes: int = 1000,
-                   verify: str = DEFAULT_VERIFY, near_axis: str = "sem", near_below: int | None = None,
-                   group: str = "near", val_cells: Sequence[str] | str | None = None,
+                   verify: str = DEFAULT_VERIFY, near_axis: str | None = None, near_below: int | None = None,
+                   group: str | None = None, val_cells: Sequence[str] | str | None = None,
                    id_train: str | os.PathLike | None = None, id_val: str | os.PathLike | None = None,
                    id_test: str | os.PathLike | None = None, id_root: str | os.PathLike | None = None,
                    classes: str | os.PathLike | None = None) -> ExportResult:
@@ -417,8 +417,15 @@ def export_openood(manifest_dir: str | os.PathLike | None, out: str | os.PathLik
         raise BadInputError("nothing to export: pass a manifest, or ID lists (--id-train / --id-val / --id-test)")
     out = Path(out)
     m = _read_manifest(manifest_dir, out, verify) if manifest_dir is not None else None
-    rule = GroupRule(axis=near_axis, below=near_below, group=group).check(m.n_levels if m is not None and
-                                                                         m.kind in GRID_KINDS else None)
+    grid = m is not None and m.kind in GRID_KINDS
+    if grid and group is not None:
+        raise BadInputError(f"--group {group} is for an image list; a grid's cells are grouped by --near-axis and "
+                            "--near-below (held out with --val-cells)")
+    if m is not None and not grid and (near_axis is not None or near_below is not None):
+        raise BadInputError("--near-axis / --near-below group a grid's cells; an image list joins --group near, "
+                            "far or val")
+    rule = GroupRule(axis=near_axis or "sem", below=near_below, group=group or "near").check(
+        m.n_levels if grid else None)
     name = name or (_default_name(m) if m is not None else None)
     if name is not None and not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name):
         raise BadInputError(f"--name {name!r}: use letters, digits, '_', '-' or '.'")
