@@ -277,5 +277,6 @@ def missing_for_openood(info: Mapping[str, Any]) -> list[str]:
         out.append("an OOD val split for APS-mode postprocessors (pass --val-cells for a grid, or export an image "
                    "list with --group val)")
     if not any(_groups(info).values()):
-        out.append("a usable OOD dataset (every exported cell is N/A)")
+        out.append("a usable OOD dataset (export a splits, syn-is or image-list manifest with cells above the N/A "
+                   "threshold)" if not info["benchmarks"] else "a usable OOD dataset (every exported cell is N/A)")
     return out
