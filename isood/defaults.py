@@ -14,13 +14,16 @@ from typing import Any
 from isood.errors import BadInputError
 
 __all__ = [
-    "N_LEVELS", "MAX_LEVELS", "LEVELS_NOTE", "NA_THRESHOLD", "QUANTILE_CLIP", "OOD_LABEL", "WORDNET_EXCLUDE", "DEFAULT_DETECTORS",
-    "DEFAULT_CLIP", "DEFAULT_PIPELINE", "LAID_TRIPLETS", "DEFAULT_VERIFY", "VERIFY_MODES", "VERIFY_HELP",
-    "DEFAULT_PLOT_METRICS", "ALL_PLOT_METRICS",
-    "SEED_MAX",
+    "N_LEVELS", "MAX_LEVELS", "LEVELS_NOTE", "NA_THRESHOLD", "QUANTILE_CLIP", "OOD_LABEL", "WORDNET_EXCLUDE",
+    "DEFAULT_DETECTORS", "DEFAULT_CLIP", "DEFAULT_PIPELINE", "LAID_TRIPLETS", "DEFAULT_VERIFY", "VERIFY_MODES",
+    "VERIFY_HELP", "DEFAULT_PLOT_METRICS", "ALL_PLOT_METRICS", "SEED_MAX", "DEFAULT_BOOTSTRAP", "CI_LEVEL",
     "ENV_CACHE_DIR", "ENV_WORDNET_DIR", "cache_dir", "wordnet_dir_override", "check_seed",
 ]
 
+#: Bootstrap replicates behind the 95% intervals of an evaluation (per cell and Table 1; 0 switches them off).
+DEFAULT_BOOTSTRAP = 1000
+#: The coverage of those intervals (percentile bootstrap).
+CI_LEVEL = 0.95
 #: Shift levels per axis of the IS-OOD grid (cells ``cov_{c}_sem_{s}``, 0-based).
 N_LEVELS = 8
 #: The most levels per axis a command takes: 32 x 32 = 1024 cells (IS-OOD uses 8 x 8); finer grids leave most

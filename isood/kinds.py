@@ -452,7 +452,15 @@ register_kind(KindSpec(
                                      doc="isood evaluate --leak-audit: per cell, all images vs leak-free"),
             "leak_ranking": TableSpec({"dataset": STRING, "scope": STRING, "key": STRING, "metric": STRING,
                                        "kendall_tau": FLOAT, "changed": BOOL}, optional=True,
-                                      doc="isood evaluate --leak-audit: detector order with and without leaks")},
+                                      doc="isood evaluate --leak-audit: detector order with and without leaks"),
+            "cell_intervals": TableSpec({"detector": STRING, "dataset": STRING, "cell": STRING, "metric": STRING,
+                                         "value": FLOAT, "low": FLOAT, "high": FLOAT, "n_boot": INT}, optional=True,
+                                        doc="bootstrap 95% interval of each measured cell's AUROC and FPR@95"),
+            "table1_intervals": TableSpec({"detector": STRING, "dataset": STRING, "axis": STRING, "metric": STRING,
+                                           "correlation": FLOAT, "correlation_low": FLOAT,
+                                           "correlation_high": FLOAT, "sensitivity": FLOAT,
+                                           "sensitivity_low": FLOAT, "sensitivity_high": FLOAT, "n_boot": INT},
+                                          optional=True, doc="bootstrap 95% intervals of Table 1")},
     card=CardSpec(title="isood evaluation", main="cell_metrics", licence=_imagenet_licence,
                   description="OOD detectors scored per cell of a shift grid: every metric per cell, level "
                   "curves, Table 1 (correlation and sensitivity per axis).")))

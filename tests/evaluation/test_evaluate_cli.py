@@ -174,7 +174,8 @@ def test_evaluate_end_to_end_with_sanity_model(world, tmp_path):
     assert sanity.loc["msp", "auroc"] == pytest.approx(per_cell.query("detector == 'msp' and not na")["auroc"].mean())
 
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 2 * (5 + 2) and "http" not in html
+    # per grid dataset: 5 heatmaps, the detectors compared, 2 level curves
+    assert html.count("data:image/png;base64,") == 2 * (5 + 1 + 2) and "http" not in html
     assert (out / "summary.md").is_file()
 
     # a second evaluation with another detector does no forward pass: the output cache is reused (its `.~` stat

@@ -317,7 +317,7 @@ def test_syn_is_export_lists_every_generated_image_per_cell(syn_manifest, cli, t
     r = cli.invoke(["export", "openood", syn_manifest, "--out", out])
     assert r.exit_code == 0, r.output
     written = {}
-    for f in (out / "benchmark_imglist" / "isood").glob("test_*.txt"):
+    for f in (out / "benchmark_imglist" / "syn").glob("test_*.txt"):  # named after the manifest's folder
         for ln in f.read_text().splitlines():
             path, label = ln.rsplit(" ", 1)
             written[path] = (f.name, label)
@@ -325,7 +325,8 @@ def test_syn_is_export_lists_every_generated_image_per_cell(syn_manifest, cli, t
                 for p, c, s in zip(images["path"], images["cov_level"], images["sem_level"])}
     assert written == expected
     info = json.loads((out / "openood_data_info.json").read_text())
-    assert info["manifest"]["kind"] == "syn-is" and sum(d["n"] for d in info["datasets"]) == len(images)
+    record = info["benchmarks"]["syn"]
+    assert record["manifest"]["kind"] == "syn-is" and sum(d["n"] for d in record["datasets"]) == len(images)
 
 
 def _empty_manifest(root: Path, kind: str) -> Path:
