@@ -355,10 +355,11 @@ def _syn_prompts_licence(meta: Mapping[str, Any]) -> str:
 
 # ``reads``: the tables the card callbacks read besides the main one; the others (a splits' ``dropped``, an
 # audit's per-image ``images``: a row per image) are never loaded to draw a card.
-_GRID_CARD = dict(main="images", split="test", split_by="source", config_by="cell", allowed_configs=_grid_configs,
-                  config_values=_grid_cells, sections=_grid_sections, reads=("cells", "edges"))
-_DECISION_CARD = dict(main="classes", config_by="decision", config_names={"keep": "kept", "drop": "dropped"},
-                      licence=_imagenet_licence, reads=())
+_GRID_CARD: dict[str, Any] = dict(main="images", split="test", split_by="source", config_by="cell",
+                                  allowed_configs=_grid_configs, config_values=_grid_cells, sections=_grid_sections,
+                                  reads=("cells", "edges"))
+_DECISION_CARD: dict[str, Any] = dict(main="classes", config_by="decision", config_names={"keep": "kept", "drop": "dropped"},
+                                      licence=_imagenet_licence, reads=())
 
 # ------------------------------------------------------------------------------------------------ registry
 _GRID_FIELDS = {"clip": "command.config.clip", "clip_identity": "command.config.clip_identity",
