@@ -73,8 +73,11 @@ def markdown_table(df: pd.DataFrame, digits: int = 3) -> str:
     return "\n".join(lines)
 
 
-def table1_frame(result: CellEvaluation, metrics: Sequence[str] = _TABLE1_METRICS) -> pd.DataFrame:
-    """Table 1 laid out wide: one row per detector and dataset, columns ``<metric> corr/sens <axis>``."""
+def table1_frame(result: CellEvaluation, metrics: Sequence[str] | None = None) -> pd.DataFrame:
+    """Table 1 laid out wide: one row per detector and dataset, columns ``<metric> corr/sens <axis>`` (default
+    FPR@95 and AUROC; under the release's convention its FPR@95, OpenOOD's ``fpr95_openood``)."""
+    if metrics is None:
+        metrics = ("fpr95_openood", "auroc") if result.convention == "release" else _TABLE1_METRICS
     s = result.summary[result.summary["metric"].isin(metrics)]
     rows = []
     for (det, ds), g in s.groupby(["detector", "dataset"], sort=False):
@@ -182,8 +185,21 @@ def _figure(png: bytes, caption: str) -> str:
     return f"<figure>{_img(png, caption)}<figcaption>{html.escape(caption)}</figcaption></figure>"
 
 
+def _convention_note(result: CellEvaluation) -> str:
+    if result.convention != "release":
+        return ""
+    return (" Release convention (the IS-OOD release's analyze_metrics.py): cell values in percent rounded to 0.01, "
+            "N/A cells as 0, a level's mean over its values > 1e-16 (a measured 0 drops out too).")
+
+
+def _set_note() -> str:
+    return ("Each OOD set as a whole against the ID test set (a grid: every image in a cell); nearood / farood: "
+            "the mean over the sets of OpenOOD's near / far group.")
+
+
 def render_html(result: CellEvaluation, images: Mapping[str, bytes], *, title: str = "isood evaluation",
-                meta: Mapping[str, object] | None = None, sanity: pd.DataFrame | None = None) -> str:
+                meta: Mapping[str, object] | None = None, sanity: pd.DataFrame | None = None,
+                sets: pd.DataFrame | None = None) -> str:
     """The self-contained HTML report: run details, Table 1, per-detector means, level curves, heatmaps per
     detector and the full per-cell table. ``images`` are the PNGs of ``plots.render_plots`` (by their names);
     ``sanity`` is the random-model comparison table (``assemble.sanity_table``), when run."""
@@ -206,9 +222,13 @@ def render_html(result: CellEvaluation, images: Mapping[str, bytes], *, title: s
                      f'The other metrics ({html.escape(", ".join(map(metric_label, rest)))}) are in the tables below '
                      'and in results/*.csv; <code>isood evaluate --plot-metrics all</code> draws every one.</p>')
 
+    if sets is not None and len(sets):
+        parts.append("<h2>Per-set results</h2>")
+        parts.append(f'<p class="note">{html.escape(_set_note())}</p>')
+        parts.append(_html_table(sets, left=("detector", "dataset", "group", "kind")))
     parts.append("<h2>Table 1: correlation and sensitivity with the shift level</h2>")
     parts.append('<p class="note">corr = Pearson correlation between the per-level metric and the level index '
-                 '(1..n); sens = |least-squares slope| per level.</p>')
+                 f'(1..n); sens = |least-squares slope| per level.{html.escape(_convention_note(result))}</p>')
     parts.append(_html_table(table1_frame(result), left=("detector", "dataset")))
     parts.append("<details><summary>Every metric</summary>"
                  + _html_table(result.summary, left=("detector", "dataset", "axis", "metric")) + "</details>")
@@ -246,16 +266,21 @@ def render_html(result: CellEvaluation, images: Mapping[str, bytes], *, title: s
 
 
 def render_markdown(result: CellEvaluation, *, title: str = "isood evaluation",
-                    meta: Mapping[str, object] | None = None, sanity: pd.DataFrame | None = None) -> str:
-    """Markdown summary: run details, Table 1 (FPR@95 and AUROC, both axes), per-detector means, sanity check."""
+                    meta: Mapping[str, object] | None = None, sanity: pd.DataFrame | None = None,
+                    sets: pd.DataFrame | None = None) -> str:
+    """Markdown summary: run details, per-set results, Table 1 (FPR@95 and AUROC, both axes), per-detector means,
+    sanity check."""
     out = [f"# {title}", ""]
     for k, v in (meta or {}).items():
         out.append(f"- **{k}**: {_fmt(v)}")
     if meta:
         out.append("")
+    if sets is not None and len(sets):
+        out += ["## Per-set results", "", _set_note(), "", markdown_table(sets), ""]
     out += ["## Table 1: correlation and sensitivity with the shift level", "",
             "corr = Pearson correlation between the per-level metric (mean over the level's measured cells) and "
-            "the level index; sens = |least-squares slope|.", "", markdown_table(table1_frame(result)), "",
+            "the level index; sens = |least-squares slope|." + _convention_note(result), "",
+            markdown_table(table1_frame(result)), "",
             "## Mean over measured cells", "", markdown_table(result.means), ""]
     if sanity is not None and len(sanity):
         out += ["## Sanity check: trained vs randomly initialised model", "", markdown_table(sanity), ""]
