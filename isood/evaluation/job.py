@@ -254,6 +254,14 @@ def _labels(wnids: list[str], classes: list[str] | None) -> np.ndarray:
     return labels_for(wnids, classes, strict=False, what="test")
 
 
+def preset_kind(inp: OodInput) -> str:
+    """What the ``release`` preset reads of a set: 'syn-is' for a Syn-IS manifest and for an import of the
+    release's Syn-IS lists (a splits manifest whose release folder is ``SynIS``), else its manifest kind."""
+    if inp.kind == SPLITS and str(inp.view.release_name or "").lower().replace("-", "").replace("_", "") == "synis":
+        return SYN_IS
+    return inp.kind
+
+
 def _set_transform(name: str, kind: str, presets: tuple[str, dict[str, str]], model: ModelAdapter):
     default, chosen = presets
     preset = dataset_preset(chosen.get(name, default), kind)
@@ -267,7 +275,7 @@ def _grid_sets(inp: OodInput, classes: list[str] | None, opts: EvaluateOptions, 
     name, view = inp.spec.name, inp.view
     flag = inp.spec.flag
     hint = "--test-root" if flag == "--splits" else f"--ood-root {name}=DIR"
-    preset, transform = _set_transform(name, inp.kind, presets, model)
+    preset, transform = _set_transform(name, preset_kind(inp), presets, model)
     out = {}
     for ds, (images, cells) in grid_parts(name, view.images, view.cells, where=str(view.root)).items():
         files = [inp.root / p for p in images["path"].astype(str)]
@@ -619,3 +627,95 @@ def _evaluate(opts: EvaluateOptions, detectors: Mapping[str, Detector], out: Pat
                  "seconds": round(time.perf_counter() - t0, 2),
                  **{k: v for k, v in meta.items() if k.startswith("accuracy")}})
     return EvaluateResult(manifest, evaluation, c.sanity, time.perf_counter() - t0, set_metrics=c.per_set)
+
+
+# ================================================================================================ in memory
+@dataclass
+class Evaluation:
+    """An evaluation kept in memory (``evaluate``): pandas frames, nothing written.
+
+    * ``per_cell``: one row per detector, grid dataset and cell: ``detector, dataset, cell, cov_level, sem_level,
+      n, n_id, na`` and one column per metric (``isood.evaluation.metrics.METRICS``: fractions, higher-is-better
+      except FPR / AUTC / DER; NaN in N/A cells); empty without a grid;
+    * ``per_set``: one row per detector and OOD set (``detector, dataset, group, kind, n, n_id`` + metrics), with
+      OpenOOD's ``nearood`` / ``farood`` means (``kind`` 'mean') of the sets given a group;
+    * ``table1``: per detector, grid dataset, axis ('sem' | 'cov') and metric: ``correlation``, ``sensitivity``,
+      ``first``, ``last``, ``n_levels`` (by ``convention``: 'exact' or 'release');
+    * ``levels``: the level curves (``detector, dataset, axis, level, metric, value, n_cells``);
+    * ``means``: per detector and grid dataset, each metric's mean over the measured cells;
+    * ``scores``: the ``DetectorScores`` (``scores.to_frame()``: per image, keyed by ``(dataset, path)``);
+    * ``config``: what was evaluated (the options, every OOD set and its root, each dataset's transform).
+    """
+
+    per_cell: pd.DataFrame
+    per_set: pd.DataFrame
+    table1: pd.DataFrame
+    levels: pd.DataFrame
+    means: pd.DataFrame
+    scores: DetectorScores
+    cells: CellEvaluation
+    config: dict
+    convention: str = "exact"
+
+    def scores_frame(self, dataset: str | None = None) -> pd.DataFrame:
+        """Per-image scores indexed by ``(dataset, path)`` (``DetectorScores.to_frame``)."""
+        return self.scores.to_frame(dataset)
+
+
+def _pairs(value, what: str) -> tuple[str, ...]:
+    """A mapping ``{name: value}`` (or NAME=VALUE strings) as NAME=VALUE strings."""
+    if value is None:
+        return ()
+    if isinstance(value, Mapping):
+        return tuple(f"{k}={os.fspath(v) if isinstance(v, os.PathLike) else v}" for k, v in value.items())
+    if isinstance(value, (str, os.PathLike)):
+        raise BadInputError(f"{what}: pass a dict {{name: value}} (or a list of 'NAME=VALUE' strings)")
+    return tuple(str(v) for v in value)
+
+
+def evaluate(model=None, *, id_test, ood=None, splits=None, syn=None, id_train=None,
+             detectors=DEFAULT_DETECTORS, roots=None, test_root=None, id_test_root=None, id_test_labels=None,
+             classes=None, preprocess=None, table_convention: str = "exact", na_threshold: int = NA_THRESHOLD,
+             der: bool = True, batch_size: int = 64, device: str | None = None, workers: int = 0,
+             cache_dir: str | None = "", checkpoint=None, num_classes: int | None = None,
+             verify: str = DEFAULT_VERIFY, progress: bool = False) -> Evaluation:
+    """Evaluate detectors on an ID test set and OOD sets in memory: the steps of ``isood evaluate`` without
+    writing anything (no manifest, no report; no output cache unless ``cache_dir`` names one). Returns an
+    ``Evaluation`` of pandas frames (per cell, per set, Table 1; see its docstring for the layout)::
+
+        import isood
+        ev = isood.evaluate("resnet50", id_test="imagenet/val", id_train="imagenet/train",
+                            ood={"near:ssb": "imports/ssb", "grid": "splits/"}, roots={"ssb": "/data/ssb"},
+                            detectors="msp,energy,knn:k=50")
+        ev.per_set, ev.per_cell, ev.table1, ev.scores_frame()
+
+    ``model``: a torch module or ``ModelAdapter`` (your classifier: ``wrap_model``), or a ``--model`` string (timm
+    name, ``torchvision/<name>``, ``py:MODULE:FUNCTION``, ``clip:SPEC``). ``ood``: ``{[group:]name: manifest}``
+    (a splits, syn-is or image-list manifest; group 'near' / 'far'); ``splits`` / ``syn``: the datasets
+    ``splits`` / ``syn-is``. ``roots``: ``{name: folder}`` a set's image root (``--ood-root``). ``detectors``: a
+    ``--detectors`` spec such as ``'msp,knn:k=10'`` (names and parameters: ``isood.evaluation.detectors``,
+    ``Detector.parameters()``). ``preprocess``: a preset for every dataset or ``{name: preset}``
+    (``isood.evaluation.preprocess.PRESETS``). The other arguments are the options of ``isood evaluate`` (same
+    names); errors are the same one-line ``IsoodError``\\s.
+    """
+    adapter, model_name = (None, model) if model is None or isinstance(model, str) else (model, None)
+    presets = (preprocess,) if isinstance(preprocess, str) else _pairs(preprocess, "preprocess")
+    opts = EvaluateOptions(
+        splits=os.fspath(splits) if splits is not None else None, syn=os.fspath(syn) if syn is not None else None,
+        id_test=os.fspath(id_test), id_train=os.fspath(id_train) if id_train is not None else None,
+        model=model_name, detectors=detectors if isinstance(detectors, str) else ",".join(detectors),
+        test_root=os.fspath(test_root) if test_root is not None else None,
+        checkpoint=os.fspath(checkpoint) if checkpoint is not None else None, num_classes=num_classes,
+        classes=os.fspath(classes) if classes is not None else None, batch_size=batch_size, device=device,
+        workers=workers, cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
+        na_threshold=na_threshold, der=der, verify=verify, progress=progress, ood=_pairs(ood, "ood"),
+        ood_root=_pairs(roots, "roots"), id_test_root=os.fspath(id_test_root) if id_test_root is not None else None,
+        id_test_labels=os.fspath(id_test_labels) if id_test_labels is not None else None, preprocess=presets,
+        table_convention=table_convention)
+    dets = check_options(opts, need_out=False)
+    c = _compute(opts, dets, adapter=adapter)
+    ev = c.evaluation
+    return Evaluation(per_cell=ev.per_cell, per_set=c.per_set, table1=ev.summary, levels=ev.levels, means=ev.means,
+                      scores=c.scores, cells=ev, convention=ev.convention,
+                      config=run_config(opts, test_root=c.test_root, model_name=c.model_name, n_classes=c.n_model,
+                                        detectors=dets, inputs=c.inputs, sets=c.sets))

@@ -16,7 +16,9 @@ transform; ``--preprocess PRESET`` names it for all of them and ``--preprocess N
 * ``release-21k``: the release's transform for its (resized) ImageNet-21K cells: Resize(224) + CenterCrop(224) +
   ImageNet mean/std;
 * ``release``: per dataset as the release does: ``release-21k`` for a ``splits`` manifest (the release's grid is
-  ImageNet-21K), ``release-1k`` for every other dataset (the ID sets, Syn-IS, image lists).
+  ImageNet-21K), ``release-1k`` for every other dataset (the ID sets, Syn-IS, image lists); an import of the
+  release's Syn-IS lists (``import isood-lists .../imglist/SynIS``: a splits manifest whose release folder is
+  ``SynIS``) counts as Syn-IS.
 
 The transform of each dataset (its preset and ``repr``) is recorded in the evaluation manifest's config
 (``preprocess``) and keys the output cache. Nothing heavy is imported at module level (``options`` reads

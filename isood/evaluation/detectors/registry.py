@@ -48,7 +48,7 @@ def register_detector(name: str, cls: type[Detector] | None = None, *, aliases: 
                       overwrite: bool = False) -> Callable[[type[Detector]], type[Detector]] | type[Detector]:
     """Register ``cls`` under ``name`` (and ``aliases``) and set ``cls.name``; usable as a decorator
     ``@register_detector('x')``. The class must subclass ``Detector`` and declare ``requires`` within
-    ``{'logits', 'features', 'feature_maps', 'fc', 'input'}``."""
+    ``KINDS`` (logits, features, feature_maps, block3, local_logits, fc, tail, input)."""
 
     def add(c: type[Detector]) -> type[Detector]:
         if not (isinstance(c, type) and issubclass(c, Detector)):
