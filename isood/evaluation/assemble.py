@@ -155,7 +155,8 @@ def evaluate_sets(scores: DetectorScores, sets: Mapping[str, EvalSet],
     with labels; Table 1 by ``convention`` (``conventions.table1``). No grid dataset: no rows."""
     parts = []
     id_correct = scores.correct(ID_TEST) if scores.has_labels(ID_TEST) else None
-    train_correct = scores.correct(ID_TRAIN) if der and scores.has_labels(ID_TRAIN) else None
+    train_correct = (scores.correct(ID_TRAIN) if der and id_correct is not None and scores.has_labels(ID_TRAIN)
+                     else None)  # DER compares with the ID test set's correctness
     for ds, s in sets.items():
         if not s.is_grid:
             continue
@@ -238,7 +239,8 @@ def set_metrics(scores: DetectorScores, sets: Mapping[str, EvalSet],
     ``farood`` means of the groups (``sets.set_table``). Correctness metrics when the ID test set has labels,
     DER when ``der`` and the ID training set was scored with labels."""
     id_correct = scores.correct(ID_TEST) if scores.has_labels(ID_TEST) else None
-    train_correct = scores.correct(ID_TRAIN) if der and scores.has_labels(ID_TRAIN) else None
+    train_correct = (scores.correct(ID_TRAIN) if der and id_correct is not None and scores.has_labels(ID_TRAIN)
+                     else None)  # DER compares with the ID test set's correctness
     rows = []
     for ds, s in sets.items():
         if not s.is_ood:
