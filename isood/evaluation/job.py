@@ -352,10 +352,9 @@ def image_sets(opts: EvaluateOptions, inputs: Mapping[str, OodInput], adapter: M
             labels, labelled = (got, True) if got is not None else (np.full(len(src.files), OOD_LABEL, np.int64),
                                                                     False)
         preset, transform = _set_transform(name, "id", presets, adapter)
-        sets[name] = EvalSet(name, labels, data_id="images:" + data_identity(list(src.files), src.table["path"].tolist(),
-                                                                             opts),
-                             files=list(src.files), paths=src.table["path"].tolist(), labelled=labelled,
-                             preset=preset, transform=transform)
+        paths = src.table["path"].tolist()
+        sets[name] = EvalSet(name, labels, data_id="images:" + data_identity(list(src.files), paths, opts),
+                             files=list(src.files), paths=paths, labelled=labelled, preset=preset, transform=transform)
     for inp in inputs.values():
         if inp.kind == IMAGE_LIST:
             sets[inp.spec.name] = _list_set(inp, classes, opts, presets, adapter)
@@ -693,9 +692,9 @@ def evaluate(model=None, *, id_test, ood=None, splits=None, syn=None, id_train=N
     name, ``torchvision/<name>``, ``py:MODULE:FUNCTION``, ``clip:SPEC``). ``ood``: ``{[group:]name: manifest}``
     (a splits, syn-is or image-list manifest; group 'near' / 'far'); ``splits`` / ``syn``: the datasets
     ``splits`` / ``syn-is``. ``roots``: ``{name: folder}`` a set's image root (``--ood-root``). ``detectors``: a
-    ``--detectors`` spec such as ``'msp,knn:k=10'`` (names and parameters: ``isood.evaluation.detectors``,
-    ``Detector.parameters()``). ``preprocess``: a preset for every dataset or ``{name: preset}``
-    (``isood.evaluation.preprocess.PRESETS``). The other arguments are the options of ``isood evaluate`` (same
+    ``--detectors`` spec such as ``'msp,knn:k=10'`` (every detector's parameter names and defaults:
+    ``isood.evaluation.detectors.detector_parameters()``). ``preprocess``: a preset for every dataset or
+    ``{name: preset}`` (``isood.evaluation.preprocess.PRESETS``). The other arguments are the options of ``isood evaluate`` (same
     names); errors are the same one-line ``IsoodError``\\s.
     """
     adapter, model_name = (None, model) if model is None or isinstance(model, str) else (model, None)

@@ -287,8 +287,8 @@ def test_python_api_returns_the_cli_frames_and_writes_nothing(world, release_run
     monkeypatch.chdir(tmp_path)
     data = world / "data"
     ev = isood.evaluate(
-        "test_resnet", checkpoint=world / "test_resnet.safetensors", id_test=data / "imglist/imagenet1k/test_imagenet.txt",
-        id_test_root=data / "imagenet1k", id_train=world / "train", detectors="msp,energy,knn:k=3",
+        "test_resnet", checkpoint=world / "test_resnet.safetensors",
+        id_test=data / "imglist/imagenet1k/test_imagenet.txt", id_test_root=data / "imagenet1k", id_train=world / "train", detectors="msp,energy,knn:k=3",
         ood={"in21k": world / "m_in21k", "synis": world / "m_synis", "far:inood": world / "m_inood"},
         roots={"in21k": data / "imagenet21k", "synis": data / "SynIS", "inood": data / "imagenet21k"},
         id_test_labels=world / "LOC_val_solution.csv", preprocess="release", table_convention="release",

@@ -11,8 +11,8 @@ arrays that the model adapter puts into ``ForwardOutputs``), and pytorch-ood's d
 
 from .base import (CAPTURE_KINDS, KINDS, Detector, DetectorInputError, ForwardOutputs, TemperatureDetector,
                    energy, global_average_pool, softmax)
-from .registry import (UnknownDetectorError, available_detectors, detector_class, get_detector, parse_detectors,
-                       register_detector, register_namespace)
+from .registry import (UnknownDetectorError, available_detectors, detector_class, detector_parameters, get_detector,
+                       parse_detectors, register_detector, register_namespace)
 
 # importing the modules registers the built-in detectors
 from .msp import MSP  # noqa: E402
@@ -40,6 +40,7 @@ and GL-MCM, which needs a CLIP model's local similarities)."""
 __all__ = [
     "CAPTURE_KINDS", "KINDS", "BUILTIN_DETECTORS", "POST_HOC_DETECTORS", "Detector", "TemperatureDetector",
     "DetectorInputError", "ForwardOutputs", "UnknownDetectorError", "available_detectors", "detector_class",
+    "detector_parameters",
     "get_detector", "parse_detectors", "register_detector", "register_namespace", "energy", "global_average_pool",
     "softmax", "MSP", "MaxLogit", "Energy", "ODIN", "MDS", "KNN", "ViM", "ReAct", "DICE", "ASH", "RankFeat",
     "GradNorm", "KLMatching", "MCM", "GLMCM", "local_max_softmax", "ash_shape", "remove_rank1", "default_vim_dim",
