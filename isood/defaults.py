@@ -38,6 +38,8 @@ LEVELS_NOTE = (f"IS-OOD uses {N_LEVELS}; {MAX_LEVELS} per axis is already {MAX_L
 QUANTILE_CLIP = (0.01, 0.99)
 #: OpenOOD's label of an OOD image in an imglist.
 OOD_LABEL = -1
+#: OpenOOD's groups of OOD sets and the name of each group's mean row (``Evaluator.eval_ood``).
+OOD_GROUPS = {"near": "nearood", "far": "farood"}
 #: WordNet subtrees the ImageNet-OOD class filter drops by default (the paper's rule: organisms are excluded).
 WORDNET_EXCLUDE = ("organism.n.01",)
 #: Detectors `isood evaluate` scores when --detectors is not given.

@@ -279,10 +279,13 @@ def _read_list(src: Path) -> list[str]:
     return read_lines(src, what="image list")
 
 
-def list_images(src: str | os.PathLike, *, follow_symlinks: bool = False) -> ImageSource:
+def list_images(src: str | os.PathLike, *, follow_symlinks: bool = False,
+                base: str | os.PathLike | None = None) -> ImageSource:
     """The images of a dataset root or a file list (module docstring); one-line errors when it does not exist
     or holds no images. ``follow_symlinks``: read files whose links lead outside the root too (module
-    docstring); by default they are listed as ``refused``."""
+    docstring); by default they are listed as ``refused``. ``base``: the folder a file list's relative entries
+    are relative to (default: the list's folder; e.g. the IS-OOD release's ``test_imagenet.txt`` lists
+    ``./val/...`` relative to the ImageNet-1K root)."""
     src = Path(os.path.abspath(Path(src).expanduser()))
     reasons: dict[str, str] = {}
     if src.is_dir():
@@ -291,7 +294,7 @@ def list_images(src: str | os.PathLike, *, follow_symlinks: bool = False) -> Ima
         files = [root / r for r in rels]
     elif src.is_file():
         kind = "list"
-        root, rels, files = _list_paths(_read_list(src), src.parent)
+        root, rels, files = _list_paths(_read_list(src), Path(os.path.abspath(base)) if base else src.parent)
     else:
         raise BadInputError(f"image source {src} does not exist; pass a dataset root with wnid subfolders or a "
                             "file list")

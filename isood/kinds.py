@@ -243,6 +243,12 @@ class EvaluationView(ManifestView):
     def cell_metrics(self) -> pd.DataFrame:
         return self.frame("cell_metrics")
 
+    @property
+    def set_metrics(self) -> pd.DataFrame | None:
+        """One row per detector and OOD set, with OpenOOD's ``nearood`` / ``farood`` means (None for evaluations
+        written before per-set rows existed)."""
+        return self.frame("set_metrics") if "set_metrics" in self.tables else None
+
 
 # ------------------------------------------------------------------------------------------------ cards
 def _grid_configs(tables: Mapping[str, Any], meta: Mapping[str, Any]) -> set | None:
@@ -448,6 +454,10 @@ register_kind(KindSpec(
             "table1": TableSpec({"detector": STRING, "dataset": STRING, "axis": STRING, "metric": STRING,
                                  "correlation": FLOAT, "sensitivity": FLOAT}),
             "detector_means": TableSpec({"detector": STRING, "dataset": STRING}),
+            "set_metrics": TableSpec({"detector": STRING, "dataset": STRING, "group": STRING, "kind": STRING,
+                                      "n": INT, "n_id": INT}, optional=True,
+                                     doc="one row per detector and OOD set (ID test vs the whole set), with the "
+                                     "nearood / farood group means (OpenOOD's rows)"),
             "leak_effect": TableSpec({"detector": STRING, "dataset": STRING, "cell": STRING, "metric": STRING,
                                       "all": FLOAT, "leak_free": FLOAT, "diff": FLOAT}, optional=True,
                                      doc="isood evaluate --leak-audit: per cell, all images vs leak-free"),
@@ -463,5 +473,5 @@ register_kind(KindSpec(
                                            "sensitivity_low": FLOAT, "sensitivity_high": FLOAT, "n_boot": INT},
                                           optional=True, doc="bootstrap 95% intervals of Table 1")},
     card=CardSpec(title="isood evaluation", main="cell_metrics", licence=_imagenet_licence,
-                  description="OOD detectors scored per cell of a shift grid: every metric per cell, level "
-                  "curves, Table 1 (correlation and sensitivity per axis).")))
+                  description="OOD detectors scored per cell of a shift grid and per OOD set: every metric per "
+                  "cell, level curves, Table 1 (correlation and sensitivity per axis), per-set rows.")))

@@ -94,13 +94,21 @@ def _ci(low, high, digits: int) -> str:
     return "" if low is None or not np.isfinite(low) else f"[{low:.{digits}f}, {high:.{digits}f}]"
 
 
+def table1_metrics(result: CellEvaluation, metrics: Sequence[str] | None = None) -> Sequence[str]:
+    """Table 1's metrics: ``metrics`` when given, else FPR@95 and AUROC (under the release's convention its FPR@95,
+    OpenOOD's ``fpr95_openood``)."""
+    if metrics is not None:
+        return metrics
+    return ("fpr95_openood", "auroc") if result.convention == "release" else _TABLE1_METRICS
+
+
 def table1_paper(result: CellEvaluation, intervals: pd.DataFrame | None = None,
-                 metrics: Sequence[str] = _TABLE1_METRICS) -> dict[str, list[dict]]:
+                 metrics: Sequence[str] | None = None) -> dict[str, list[dict]]:
     """Table 1 in the IS-OOD paper's layout, per dataset (pure): ``{dataset: [row per detector]}``, a row being
     ``{"detector", (metric, axis, "corr" | "sens"): (value, low, high)}``, axes semantic then covariate, the
     interval NaN without ``intervals`` (``levels.table1_intervals``)."""
     s = result.summary
-    metrics = [m for m in metrics if m in set(s["metric"])]
+    metrics = [m for m in table1_metrics(result, metrics) if m in set(s["metric"])]
     ci = intervals.set_index(["detector", "dataset", "metric", "axis"]) if intervals is not None and len(intervals) \
         else None
     out: dict[str, list[dict]] = {}
@@ -190,8 +198,10 @@ def table1_markdown(result: CellEvaluation, intervals: pd.DataFrame | None = Non
     return "\n".join(out)
 
 
-def table1_frame(result: CellEvaluation, metrics: Sequence[str] = _TABLE1_METRICS) -> pd.DataFrame:
-    """Table 1 laid out wide: one row per detector and dataset, columns ``<metric> corr/sens <axis>``."""
+def table1_frame(result: CellEvaluation, metrics: Sequence[str] | None = None) -> pd.DataFrame:
+    """Table 1 laid out wide: one row per detector and dataset, columns ``<metric> corr/sens <axis>`` (default
+    FPR@95 and AUROC; under the release's convention its FPR@95, OpenOOD's ``fpr95_openood``)."""
+    metrics = table1_metrics(result, metrics)
     s = result.summary[result.summary["metric"].isin(metrics)]
     rows = []
     for (det, ds), g in s.groupby(["detector", "dataset"], sort=False):
@@ -327,7 +337,7 @@ def _table1_html(result: CellEvaluation, intervals: pd.DataFrame | None) -> str:
     frame = table1_frame(result)
     ci = intervals.set_index(["detector", "dataset", "metric", "axis"]) if intervals is not None and len(intervals) \
         else None
-    labels = {metric_label(m).split(" ")[0]: m for m in _TABLE1_METRICS}
+    labels = {metric_label(m).split(" ")[0]: m for m in table1_metrics(result)}
     head = "".join(f'<th class="{"l" if c in ("detector", "dataset") else ""}">{html.escape(str(c))}</th>'
                    for c in frame.columns)
     rows = []
@@ -350,14 +360,26 @@ def _table1_html(result: CellEvaluation, intervals: pd.DataFrame | None) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
+def _convention_note(result: CellEvaluation) -> str:
+    if result.convention != "release":
+        return ""
+    return (" Release convention (the IS-OOD release's analyze_metrics.py): cell values in percent rounded to 0.01, "
+            "N/A cells as 0, a level's mean over its values > 1e-16 (a measured 0 drops out too).")
+
+
+def _set_note() -> str:
+    return ("Each OOD set as a whole against the ID test set (a grid: every image in a cell); nearood / farood: "
+            "the mean over the sets of OpenOOD's near / far group.")
+
+
 def render_html(result: CellEvaluation, images: Mapping[str, bytes], *, title: str = "isood evaluation",
                 meta: Mapping[str, object] | None = None, sanity: pd.DataFrame | None = None,
-                intervals: Mapping[str, pd.DataFrame] | None = None) -> str:
-    """The self-contained HTML report: a table of contents, run details, Table 1 (with bootstrap 95% intervals
-    when ``intervals`` holds ``table1_intervals``), per-detector means, the detectors compared per metric, level
-    curves, heatmaps per detector, the per-cell table and its intervals (``cell_intervals``). ``images`` are the
-    plots of ``plots.render_plots`` (by their names; the PNGs are embedded); ``sanity`` is the random-model
-    comparison table (``assemble.sanity_table``), when run."""
+                intervals: Mapping[str, pd.DataFrame] | None = None, sets: pd.DataFrame | None = None) -> str:
+    """The self-contained HTML report: a table of contents, run details, per-set results (``sets``:
+    ``assemble.set_metrics``), Table 1 (with bootstrap 95% intervals when ``intervals`` holds ``table1_intervals``),
+    per-detector means, the detectors compared per metric, level curves, heatmaps per detector, the per-cell table
+    and its intervals (``cell_intervals``). ``images`` are the plots of ``plots.render_plots`` (by their names; the
+    PNGs are embedded); ``sanity`` is the random-model comparison table (``assemble.sanity_table``), when run."""
     intervals = intervals or {}
     parts = [f"<h1>{html.escape(title)}</h1>"]
     if meta:
@@ -378,13 +400,18 @@ def render_html(result: CellEvaluation, images: Mapping[str, bytes], *, title: s
                      f'The other metrics ({html.escape(", ".join(map(metric_label, rest)))}) are in the tables below '
                      'and in results/*.csv; <code>isood evaluate --plot-metrics all</code> draws every one.</p>')
 
+    if sets is not None and len(sets):
+        parts.append("<h2>Per-set results</h2>")
+        parts.append(f'<p class="note">{html.escape(_set_note())}</p>')
+        parts.append(_html_table(sets, left=("detector", "dataset", "group", "kind")))
     parts.append("<h2>Table 1: correlation and sensitivity with the shift level</h2>")
     t1 = intervals.get("table1_intervals")
     boot = f" In brackets: the bootstrap 95% interval ({int(t1['n_boot'].iloc[0])} resamples of the ID set and " \
            "of every cell)." if t1 is not None and len(t1) else ""
     parts.append('<p class="note">corr = Pearson correlation between the per-level metric and the level index '
-                 f'(1..n); sens = |least-squares slope| per level.{html.escape(boot)} results/table1.tex and '
-                 'results/table1.md hold it in the IS-OOD paper\'s layout.</p>')
+                 f'(1..n); sens = |least-squares slope| per level.{html.escape(boot)}'
+                 f'{html.escape(_convention_note(result))} results/table1.tex and results/table1.md hold it in the '
+                 'IS-OOD paper\'s layout.</p>')
     parts.append(_table1_html(result, t1))
     parts.append("<details><summary>Every metric</summary>"
                  + _html_table(result.summary, left=("detector", "dataset", "axis", "metric")) + "</details>")
@@ -437,19 +464,22 @@ def render_html(result: CellEvaluation, images: Mapping[str, bytes], *, title: s
 
 def render_markdown(result: CellEvaluation, *, title: str = "isood evaluation",
                     meta: Mapping[str, object] | None = None, sanity: pd.DataFrame | None = None,
-                    intervals: Mapping[str, pd.DataFrame] | None = None) -> str:
-    """Markdown summary: run details, Table 1 (FPR@95 and AUROC, both axes, in the paper's layout with bootstrap
-    95% intervals when ``intervals`` holds ``table1_intervals``), per-detector means, sanity check."""
+                    intervals: Mapping[str, pd.DataFrame] | None = None, sets: pd.DataFrame | None = None) -> str:
+    """Markdown summary: run details, per-set results, Table 1 (FPR@95 and AUROC, both axes, in the paper's layout
+    with bootstrap 95% intervals when ``intervals`` holds ``table1_intervals``), per-detector means, sanity check."""
     t1 = (intervals or {}).get("table1_intervals")
     out = [f"# {title}", ""]
     for k, v in (meta or {}).items():
         out.append(f"- **{k}**: {_fmt(v)}")
     if meta:
         out.append("")
+    if sets is not None and len(sets):
+        out += ["## Per-set results", "", _set_note(), "", markdown_table(sets), ""]
     out += ["## Table 1: correlation and sensitivity with the shift level", "",
             "corr = Pearson correlation between the per-level metric (mean over the level's measured cells) and "
             "the level index; sens = |least-squares slope|" + (" (brackets: bootstrap 95% interval)."
-                                                                if t1 is not None and len(t1) else "."), "",
+                                                                if t1 is not None and len(t1) else ".")
+            + _convention_note(result), "",
             table1_markdown(result, t1, digits=3),
             "## Mean over measured cells", "", markdown_table(result.means), ""]
     if sanity is not None and len(sanity):

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 import numpy as np
+import pandas as pd
 import torch
 
 from isood.errors import BadInputError
@@ -41,13 +42,42 @@ class DetectorScores:
 
     ``scores[detector][dataset]`` (N,) higher = more ID; ``predictions[dataset]`` argmax of the logits;
     ``labels[dataset]`` the data's labels or None; the ID training set appears under ``train_name`` when it
-    was scored (DER needs its scores and correctness).
+    was scored (DER needs its scores and correctness). ``paths[dataset]`` (when known: ``isood evaluate`` sets
+    them) name each row's image, so that ``to_frame`` keys scores by image path instead of row order.
     """
 
     scores: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     predictions: dict[str, np.ndarray] = field(default_factory=dict)
     labels: dict[str, np.ndarray | None] = field(default_factory=dict)
     train_name: str = TRAIN_NAME
+    paths: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def datasets(self) -> list[str]:
+        """The scored datasets, in the order they were scored."""
+        return list(self.predictions)
+
+    def to_frame(self, dataset: str | None = None) -> pd.DataFrame:
+        """The scores as one table indexed by ``(dataset, path)``: ``label`` (``<NA>`` for a set without labels),
+        ``prediction`` and one column per detector (higher = more ID). ``path`` is the image's path as its set
+        lists it (``paths``; the row number as text when unknown). ``dataset``: only that one."""
+        names = self.datasets if dataset is None else [dataset]
+        unknown = [n for n in names if n not in self.predictions]
+        if unknown:
+            raise BadInputError(f"no scores for dataset {unknown[0]!r}: have {', '.join(self.datasets)}")
+        frames = []
+        for ds in names:
+            n = len(self.predictions[ds])
+            paths = self.paths.get(ds)
+            if paths is not None and len(paths) != n:
+                raise BadInputError(f"dataset {ds!r} has {len(paths)} paths for {n} scored images")
+            labels = self.labels.get(ds)
+            frames.append(pd.DataFrame({
+                "dataset": ds, "path": [str(p) for p in paths] if paths is not None else [str(i) for i in range(n)],
+                "label": pd.array(labels if labels is not None else [pd.NA] * n, dtype="Int64"),
+                "prediction": self.predictions[ds],
+                **{det: per_ds[ds] for det, per_ds in self.scores.items() if ds in per_ds}}))
+        return pd.concat(frames, ignore_index=True).set_index(["dataset", "path"])
 
     def correct(self, dataset: str) -> np.ndarray:
         """Boolean: prediction == label (raises when the dataset has no labels)."""

@@ -1,9 +1,11 @@
 """L3: an evaluation as an ``evaluation`` manifest: Parquet tables (``cell_metrics``, ``level_curves``, ``table1``,
-``detector_means``; with them ``scores``, ``sanity``, ``cell_metrics_random``; after a leak audit
-``leak_effect`` and ``leak_ranking``, ``levels.leak_effect`` / ``leak_ranking``; with per-image ``scores`` the
-bootstrap intervals ``cell_intervals`` and ``table1_intervals``), ``results/*.csv`` copies, Table 1 in the IS-OOD
-paper's layout (``results/table1.tex``, ``results/table1.md``), ``plots/*.png`` (+ ``.svg`` / ``.pdf`` of the
-paper figures), ``report.html``, ``summary.md`` and the dataset card; ``manifest.json`` last.
+``detector_means``; with them ``scores``, ``sanity``, ``cell_metrics_random``, ``set_metrics`` (one row per OOD
+set, ``assemble.set_metrics``); after a leak audit ``leak_effect`` and ``leak_ranking``, ``levels.leak_effect`` /
+``leak_ranking``; with per-image ``scores`` the bootstrap intervals ``cell_intervals`` and ``table1_intervals``),
+``results/*.csv`` copies (and any ``extra_files``, e.g. the release's ``results/<method>.csv``), Table 1 in the
+IS-OOD paper's layout (``results/table1.tex``, ``results/table1.md``), ``plots/*.png`` (+ ``.svg`` / ``.pdf`` of
+the paper figures; none without a grid), ``report.html``, ``summary.md`` and the dataset card; ``manifest.json``
+last.
 
 Bootstrap intervals (``bootstrap_tables``): per grid dataset, the ID test images and every measured cell's images
 are resampled with replacement ``bootstrap`` times (``metrics.bootstrap_replicates``, seeded: one seed, the same
@@ -68,6 +70,8 @@ def bootstrap_tables(result: CellEvaluation, scores: pd.DataFrame, *, n_boot: in
         if ds in base_of and "leak" in rows.columns:
             rows = rows[~rows["leak"].astype(bool)]
         sub = per_cell[(per_cell["dataset"] == ds) & ~per_cell["na"].astype(bool)]
+        if sub.empty:  # an image list (no grid) or every cell N/A: nothing to resample
+            continue
         n_levels = int(max(per_cell.loc[per_cell["dataset"] == ds, ["cov_level", "sem_level"]].max()) + 1)
         cells = list(dict.fromkeys(sub["cell"]))
         by_cell = {c: g for c, g in rows.groupby("cell", sort=False)}
@@ -92,12 +96,13 @@ def bootstrap_tables(result: CellEvaluation, scores: pd.DataFrame, *, n_boot: in
 
 def evaluation_tables(result: CellEvaluation, *, scores: pd.DataFrame | None = None,
                       sanity: pd.DataFrame | None = None, random_per_cell: pd.DataFrame | None = None,
-                      intervals: Mapping[str, pd.DataFrame] | None = None) -> dict[str, pd.DataFrame]:
+                      intervals: Mapping[str, pd.DataFrame] | None = None,
+                      set_metrics: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
     """The manifest's tables by name (optional ones only when given; intervals only when they hold rows)."""
     tables = {"cell_metrics": result.per_cell, "level_curves": result.levels, "table1": result.summary,
               "detector_means": result.means}
     leaks = leak_pairs(result.per_cell)
-    optional = {"scores": scores, "sanity": sanity, "cell_metrics_random": random_per_cell,
+    optional = {"scores": scores, "sanity": sanity, "cell_metrics_random": random_per_cell, "set_metrics": set_metrics,
                 "leak_effect": leak_effect(result.per_cell) if leaks else None,
                 "leak_ranking": leak_ranking(result.per_cell) if leaks else None,
                 **{k: v for k, v in (intervals or {}).items() if len(v)}}
@@ -105,7 +110,8 @@ def evaluation_tables(result: CellEvaluation, *, scores: pd.DataFrame | None = N
 
 
 def evaluation_files(result: CellEvaluation, tables: Mapping[str, pd.DataFrame], images: Mapping[str, bytes], *,
-                     title: str, meta: Mapping[str, Any] | None, sanity: pd.DataFrame | None) -> dict[str, bytes | str]:
+                     title: str, meta: Mapping[str, Any] | None, sanity: pd.DataFrame | None,
+                     set_metrics: pd.DataFrame | None = None) -> dict[str, bytes | str]:
     """The manifest's other files: the plots, CSV copies of the tables (not ``scores``), Table 1 laid out wide and
     in the IS-OOD paper's layout (LaTeX, markdown), the HTML report and the markdown summary."""
     files: dict[str, bytes | str] = dict(images)
@@ -117,8 +123,10 @@ def evaluation_files(result: CellEvaluation, tables: Mapping[str, pd.DataFrame],
     files["results/table1_wide.csv"] = table1_frame(result).to_csv(index=False, float_format="%.6g")
     files["results/table1.tex"] = table1_latex(result, t1)
     files["results/table1.md"] = table1_markdown(result, t1)
-    files["report.html"] = render_html(result, images, title=title, meta=meta, sanity=sanity, intervals=intervals)
-    files["summary.md"] = render_markdown(result, title=title, meta=meta, sanity=sanity, intervals=intervals)
+    files["report.html"] = render_html(result, images, title=title, meta=meta, sanity=sanity, intervals=intervals,
+                                       sets=set_metrics)
+    files["summary.md"] = render_markdown(result, title=title, meta=meta, sanity=sanity, intervals=intervals,
+                                          sets=set_metrics)
     return files
 
 
@@ -129,21 +137,28 @@ def write_evaluation(result: CellEvaluation, out: str | os.PathLike, *, config: 
                      heatmap_metrics: Sequence[str] | str | None = None,
                      meta: Mapping[str, Any] | None = None, title: str = "isood evaluation",
                      summary: Mapping[str, Any] | None = None, argv: list[str] | None = None,
-                     bootstrap: int = DEFAULT_BOOTSTRAP, seed: int = 0) -> manifests.Manifest:
+                     bootstrap: int = DEFAULT_BOOTSTRAP, seed: int = 0,
+                     set_metrics: pd.DataFrame | None = None,
+                     extra_files: Mapping[str, bytes | str] | None = None) -> manifests.Manifest:
     """Write a ``CellEvaluation`` (plus optional per-image ``scores`` and the sanity tables) as an ``evaluation``
     manifest in ``out`` (through ``manifests.writing``). ``metrics`` / ``heatmap_metrics``: what to draw
     (``plots.plot_metric_names``: default AUROC and FPR@95, ``'all'`` every computed metric; every metric is in the
     tables and CSVs whatever is drawn). With ``scores``, ``bootstrap`` resamples (seeded by ``seed``; 0: none) give
-    the 95% intervals (``bootstrap_tables``). Returns the manifest's typed view."""
+    the 95% intervals (``bootstrap_tables``). ``set_metrics``: the per-set table (``assemble.set_metrics``), also
+    in the report; ``extra_files``: more files by relative path. Returns the manifest's typed view."""
     if isinstance(bootstrap, bool) or not isinstance(bootstrap, (int, np.integer)) or bootstrap < 0:
         raise BadInputError(f"--bootstrap must be an integer >= 0 (0: no intervals), got {bootstrap!r}")
-    for chosen in (metrics, heatmap_metrics):
-        plot_metric_names(result, chosen)  # a metric that was not computed: one line, before anything is drawn
-    images = render_plots(result, metrics=metrics, heatmap_metrics=heatmap_metrics)
-    intervals = bootstrap_tables(result, scores, n_boot=int(bootstrap), seed=seed) if scores is not None else None
+    images: dict[str, bytes] = {}
+    if not result.per_cell.empty:  # image lists only: no grid, nothing to draw
+        for chosen in (metrics, heatmap_metrics):
+            plot_metric_names(result, chosen)  # a metric that was not computed: one line, before anything is drawn
+        images = render_plots(result, metrics=metrics, heatmap_metrics=heatmap_metrics)
+    intervals = bootstrap_tables(result, scores, n_boot=int(bootstrap), seed=seed) \
+        if scores is not None and not result.per_cell.empty else None
     tables = evaluation_tables(result, scores=scores, sanity=sanity, random_per_cell=random_per_cell,
-                               intervals=intervals)
-    files = evaluation_files(result, tables, images, title=title, meta=meta, sanity=sanity)
+                               intervals=intervals, set_metrics=set_metrics)
+    files = evaluation_files(result, tables, images, title=title, meta=meta, sanity=sanity, set_metrics=set_metrics)
+    files.update(extra_files or {})
     n_na = int(result.per_cell["na"].sum())
     summ = {"cells": int(len(result.per_cell)), "cells_na": n_na, "plots": len(images),
             "bootstrap": int(bootstrap) if intervals and len(intervals["cell_intervals"]) else 0, **(summary or {})}
