@@ -244,6 +244,28 @@ class EvaluationView(ManifestView):
         return self.frame("cell_metrics")
 
     @property
+    def model(self) -> str:
+        """The model evaluated ('' for a run that does not record it)."""
+        return str((self.meta.get("summary") or {}).get("model") or self.config.get("model_name")
+                   or self.config.get("model") or "")
+
+    @property
+    def detector_params(self) -> dict[str, dict[str, Any]]:
+        """Each detector's hyper-parameters as the run used them (``Detector.params()``; {} for older runs)."""
+        params = self.config.get("detector_params") or {}
+        return {str(n): dict(p) for n, p in params.items() if isinstance(p, Mapping)}
+
+    @property
+    def input_hashes(self) -> dict[str, str]:
+        """Each recorded input's content hash by input name (``<dataset>_manifest``, ``id_test``, ...)."""
+        return {str(i.get("name")): str(i.get("sha256", "")) for i in self.meta.get("inputs", [])
+                if isinstance(i, Mapping)}
+
+    def optional(self, name: str) -> pd.DataFrame | None:
+        """A table the run may lack (``table1_intervals``, ``scores``, ...), or None."""
+        return self.frame(name) if name in self.tables else None
+
+    @property
     def set_metrics(self) -> pd.DataFrame | None:
         """One row per detector and OOD set, with OpenOOD's ``nearood`` / ``farood`` means (None for evaluations
         written before per-set rows existed)."""

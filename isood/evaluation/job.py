@@ -467,7 +467,9 @@ def run_meta(opts: EvaluateOptions, *, model_name: str, detectors: Mapping[str, 
              sets: Mapping[str, EvalSet] | None = None) -> dict[str, Any]:
     """The run details shown in the report: model, detectors, OOD sets, classes, N/A threshold, Table 1's
     convention, the preprocessing, accuracies and, with a leak audit, the leaking images per dataset."""
-    meta = {"model": model_name, "detectors": ", ".join(detectors)}
+    meta = {"model": model_name, "detectors": ", ".join(
+        f"{n} ({', '.join(f'{k}={v!r}' for k, v in sorted(d.params().items()))})" if d.params() else n
+        for n, d in detectors.items())}
     if opts.splits:
         meta["splits"] = opts.splits
     if opts.syn:

@@ -5,10 +5,11 @@ One row per run, detector and dataset: the run's label (``--names``, else its fo
 every metric over the measured cells (the run's ``detector_means``), Table 1's correlation and sensitivity of AUROC
 and FPR@95 per axis (its ``table1``, with the bootstrap 95% intervals when the run has ``table1_intervals``), and
 the content hashes that say what was compared: the run's, and the dataset's benchmark manifest's (the run's input
-``<dataset>_manifest``). Rows are ranked within each dataset by ``--rank-by`` (default AUROC; ascending for
+``<dataset>_manifest``), and each detector's hyper-parameters as the run recorded them (``params``, read back
+from the run's ``detector_params``). Rows are ranked within each dataset by ``--rank-by`` (default AUROC; ascending for
 lower-is-better metrics; ties share a rank; a missing value ranks last). A dataset evaluated on different benchmark
-manifests (or ID test sets) in different runs is ranked anyway but flagged: a warning line per dataset and a note in
-the markdown.
+manifests (or ID test sets) in different runs, or a detector run with different hyper-parameters, is ranked anyway
+but flagged: a warning line each and a note in the markdown.
 
 The output is not a manifest: the leaderboard is derived from manifests that are already versioned and hashed,
 costs seconds to rebuild, and records their content hashes in every row. ``--out`` is written under its lock
@@ -33,11 +34,11 @@ from isood.errors import BadInputError, IsoodWarning
 from isood.evaluation.levels import leak_free_name
 from isood.evaluation.metrics import METRICS, lower_is_better, metric_label
 from isood.files import TMP_PREFIX, atomic_write_bytes, output_lock
-from isood.kinds import EVALUATION
+from isood.kinds import EVALUATION, EvaluationView
 from manifests.paths import is_inside
 
 __all__ = ["LEADERBOARD_CSV", "LEADERBOARD_MD", "MARKER", "Run", "CompareResult", "load_run", "leaderboard",
-           "differing_inputs", "leaderboard_markdown", "compare_runs"]
+           "differing_inputs", "params_text", "leaderboard_markdown", "compare_runs"]
 
 LEADERBOARD_CSV, LEADERBOARD_MD = "leaderboard.csv", "leaderboard.md"
 MARKER = "<!-- isood compare: a leaderboard of evaluation runs -->"
@@ -56,6 +57,7 @@ class Run:
     table1: pd.DataFrame
     intervals: pd.DataFrame | None = None
     inputs: dict[str, str] = field(default_factory=dict)  # input name -> sha256
+    params: dict[str, dict] = field(default_factory=dict)  # detector -> its hyper-parameters in this run
 
 
 @dataclass
@@ -68,12 +70,11 @@ class CompareResult:
 def load_run(path: str | os.PathLike, label: str, *, verify: str = DEFAULT_VERIFY) -> Run:
     """One run: its evaluation manifest read and verified (``manifests.read``; a one-line error otherwise)."""
     m = manifests.read(path, kind=EVALUATION, verify=verify)
-    summary = m.meta.get("summary") or {}
-    inputs = {str(i.get("name")): str(i.get("sha256", "")) for i in m.meta.get("inputs", []) if isinstance(i, dict)}
-    return Run(label=label, root=str(m.root), content_sha256=m.content_sha256 or "",
-               model=str(summary.get("model") or m.config.get("model") or ""), means=m.frame("detector_means"),
-               table1=m.frame("table1"),
-               intervals=m.frame("table1_intervals") if "table1_intervals" in m.tables else None, inputs=inputs)
+    if not isinstance(m, EvaluationView):  # the kind is registered explicitly: a guard for type checkers
+        raise BadInputError(f"{path}: not an evaluation manifest; pass an isood evaluate --out")
+    return Run(label=label, root=str(m.root), content_sha256=m.content_sha256 or "", model=m.model,
+               means=m.frame("detector_means"), table1=m.frame("table1"), intervals=m.optional("table1_intervals"),
+               inputs=m.input_hashes, params=m.detector_params)
 
 
 def _labels(paths: Sequence[Path], names: Sequence[str] | None) -> list[str]:
@@ -123,6 +124,7 @@ def leaderboard(runs: Sequence[Run], *, rank_by: str = "auroc") -> pd.DataFrame:
                         for end in ("low", "high"):
                             rows[f"{name}_{end}"] = [float(ci.loc[(*k, m, ax), f"{col}_{end}"])
                                                      if (*k, m, ax) in ci.index else np.nan for k in keys]
+        rows["params"] = [params_text(run.params.get(d, {})) for d in rows["detector"]]
         rows["benchmark_sha256"] = [_benchmark(run, ds) for ds in rows["dataset"]]
         rows["id_test_sha256"] = run.inputs.get("id_test", "")
         rows["run_sha256"] = run.content_sha256
@@ -138,9 +140,22 @@ def leaderboard(runs: Sequence[Run], *, rank_by: str = "auroc") -> pd.DataFrame:
     return order.drop(columns="_k").reset_index(drop=True)
 
 
+def params_text(params: dict) -> str:
+    """A detector's hyper-parameters as one sorted ``k=v, ...`` string ('' without any)."""
+    return ", ".join(f"{k}={params[k]!r}" for k in sorted(params))
+
+
 def differing_inputs(board: pd.DataFrame) -> list[str]:
-    """One note per dataset whose runs were evaluated on different benchmark manifests or ID test sets (pure)."""
+    """One note per dataset whose runs were evaluated on different benchmark manifests or ID test sets, and one
+    per detector run with different hyper-parameters in different runs (pure)."""
     notes = []
+    if "params" in board.columns:
+        for det, g in board.drop_duplicates(["run", "detector"]).groupby("detector", sort=True):
+            seen = dict(zip(g["run"], g["params"]))
+            if len(set(seen.values())) > 1:
+                runs = "; ".join(f"{r}: {p or 'defaults unrecorded'}" for r, p in seen.items())
+                notes.append(f"detector {det!r} ran with different hyper-parameters in different runs ({runs}); "
+                             "its rows compare different settings")
     for ds, g in board.groupby("dataset", sort=True):
         for col, what in (("benchmark_sha256", "benchmark manifests"), ("id_test_sha256", "ID test sets")):
             seen = {v for v in g[col] if v}
@@ -163,17 +178,19 @@ def leaderboard_markdown(board: pd.DataFrame, *, rank_by: str, notes: Sequence[s
     means, Table 1 for AUROC), the notes, and the runs compared with their content hashes."""
     out = [MARKER, "", "# isood compare: leaderboard", "",
            f"Ranked by the mean {metric_label(rank_by)} over the measured cells "
-           f"({'lower' if lower_is_better(rank_by) else 'higher'} is better); Table 1 columns: Pearson correlation "
+           f"({'lower' if lower_is_better(rank_by) else 'higher'} is better); params: the detector's hyper-parameters "
+           "in that run; Table 1 columns: Pearson correlation "
            "(corr) and |slope| per level (sens) of the per-level AUROC; brackets: bootstrap 95% intervals.", ""]
     out += [f"> **Note:** {n}" for n in notes] + ([""] if notes else [])
     means = [m for m in dict.fromkeys([rank_by, "auroc", "fpr95"]) if m in board.columns]
     t1 = [c for c in ("auroc_sem_corr", "auroc_sem_sens", "auroc_cov_corr", "auroc_cov_sens") if c in board.columns]
-    head = ["rank", "run", "model", "detector", "cells", *(metric_label(m) for m in means),
+    head = ["rank", "run", "model", "detector", "params", "cells", *(metric_label(m) for m in means),
             *(c.replace("auroc_", "AUROC ").replace("_", " ") for c in t1)]
     for ds, g in board.groupby("dataset", sort=False):
         out += [f"## {ds}", "", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
         for r in g.to_dict("records"):
-            cells = [str(r["rank"]), str(r["run"]), str(r["model"]) or "-", str(r["detector"]), str(r["cells"])]
+            cells = [str(r["rank"]), str(r["run"]), str(r["model"]) or "-", str(r["detector"]),
+                     str(r.get("params") or "-"), str(r["cells"])]
             cells += [_cell(r[m]) for m in means]
             cells += [_cell(r[c], r.get(f"{c}_low", np.nan), r.get(f"{c}_high", np.nan), 2) for c in t1]
             out.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")

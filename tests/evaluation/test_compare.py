@@ -17,7 +17,7 @@ from isood.evaluation.write import write_evaluation
 from isood.stages.compare import LEADERBOARD_CSV, LEADERBOARD_MD, MARKER, compare_runs
 
 
-def _run(out, seed, shift, *, benchmark="b" * 64):
+def _run(out, seed, shift, *, benchmark="b" * 64, temperature=1.0):
     """An evaluation of two detectors on a 3 x 3 grid; ``shift`` moves energy's separation."""
     rng = np.random.default_rng(seed)
     cov, sem = np.meshgrid(np.arange(3), np.arange(3), indexing="ij")
@@ -28,8 +28,9 @@ def _run(out, seed, shift, *, benchmark="b" * 64):
                              dataset="splits")
     inputs = [manifests.input_record("splits_manifest", "/s", sha256=benchmark),
               manifests.input_record("id_test", "/id", sha256="c" * 64)]
+    config = {"detector_params": {"msp": {"temperature": temperature}, "energy": {"temperature": 1.0}}}
     return write_evaluation(result, out, inputs=inputs, metrics=["auroc"], summary={"model": f"model{seed}"},
-                            bootstrap=0)
+                            bootstrap=0, config=config)
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +88,17 @@ def test_cli_writes_the_leaderboard_and_rewrites_its_own_folder(runs, tmp_path):
         res = runner.invoke(app, ["compare", *map(str, runs[:2]), "--out", str(out), "--names", "x,y"])
         assert res.exit_code == 0, res.output
     assert "best by auroc" in res.stdout and sorted(p.name for p in out.iterdir()) == [LEADERBOARD_CSV, LEADERBOARD_MD]
+
+
+def test_detector_params_are_read_back_and_different_settings_flagged(runs, tmp_path):
+    """``detector_params`` in a run's config is read back (``EvaluationView.detector_params``): each row says the
+    settings it ran with, and the same detector run with other settings in another run is flagged."""
+    other = _run(tmp_path / "hot", 3, 1.0, temperature=1000.0).root
+    view = manifests.read(other, kind="evaluation")
+    assert view.detector_params == {"msp": {"temperature": 1000.0}, "energy": {"temperature": 1.0}}
+    with pytest.warns(IsoodWarning, match="detector 'msp' ran with different hyper-parameters") as caught:
+        r = compare_runs([runs[0], other], tmp_path / "lb", names=["cold", "hot"])
+    assert not [w for w in caught if "'energy'" in str(w.message)]  # same settings: no note
+    params = r.board.set_index(["run", "detector"])["params"]
+    assert params[("hot", "msp")] == "temperature=1000.0" and params[("cold", "msp")] == "temperature=1.0"
+    assert len(r.notes) == 1 and "cold: temperature=1.0" in r.notes[0] and "hot: temperature=1000.0" in r.notes[0]
