@@ -48,9 +48,14 @@ def torch_device(device: str | None):
     return torch.device(resolve_device(device))
 
 
+#: The most decoding processes ``default_workers`` picks (each holds a few batches of images in memory).
+MAX_DEFAULT_WORKERS = 32
+
+
 def default_workers() -> int:
-    """Local decoding workers: min(8, CPUs - 1), at least 0."""
-    return max(0, min(8, (os.cpu_count() or 1) - 1))
+    """Local image-decoding processes: every CPU but the one that runs the model, at most
+    ``MAX_DEFAULT_WORKERS``, at least 0."""
+    return max(0, min(MAX_DEFAULT_WORKERS, (os.cpu_count() or 1) - 1))
 
 
 @contextlib.contextmanager

@@ -294,3 +294,112 @@ def test_tensor_decodes_leaves_large_and_bomb_sized_jpegs_to_pil(monkeypatch):
     assert not tensor_decodes(head._replace(precision=12), None) and not tensor_decodes(head._replace(marker=0xC9), None)
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 400 * 300 - 1)
     assert not tensor_decodes(head, None)  # PIL judges decompression bombs
+
+
+# ----------------------------------------------------------------------------------------------- gpu decoding
+def _gpu_files(tmp_path) -> list:
+    """JPEGs of several sizes (baseline, progressive, grayscale), a CMYK JPEG, a PNG, a JPEG cut short, garbage
+    named .JPEG, a missing file: what `--decode gpu` meets."""
+    files = []
+    for i, (w, h) in enumerate([(500, 375), (375, 500), (500, 375), (120, 90), (64, 48)]):
+        files.append(tmp_path / f"rgb{i}.jpg")
+        _scene(w, h, seed=i).save(files[-1], quality=80 + 3 * i)
+    extra = {"progressive.jpg": (_scene(300, 200, 7), {"progressive": True, "quality": 90}),
+             "gray.jpg": (_scene(200, 150, 8).convert("L"), {"quality": 90}),
+             "cmyk.jpg": (_scene(200, 150, 9).convert("CMYK"), {"quality": 90}),
+             "p.png": (_scene(210, 160, 10), {})}
+    for name, (im, kw) in extra.items():
+        files.append(tmp_path / name)
+        im.save(files[-1], **kw)
+    files.append(tmp_path / "cut.jpg")
+    files[-1].write_bytes(files[0].read_bytes()[:4000])
+    files.append(tmp_path / "garbage.JPEG")
+    files[-1].write_bytes(b"\xff\xd8\xff not a jpeg")
+    files.append(tmp_path / "gone.jpg")
+    return files
+
+
+@pytest.fixture
+def jpeg_calls(monkeypatch):
+    """Records each torchvision ``decode_jpeg`` call: the number of images it was given (0 for one tensor)."""
+    import torchvision.io as tio
+
+    calls, original = [], tio.decode_jpeg
+
+    def spy(input, *args, **kwargs):
+        calls.append(len(input) if isinstance(input, list) else 0)
+        return original(input, *args, **kwargs)
+
+    monkeypatch.setattr(tio, "decode_jpeg", spy)
+    return calls
+
+
+def test_device_decodes_only_complete_jpegs_torchvision_takes(tmp_path):
+    from isood.image_tensors import device_decodes
+
+    files = _gpu_files(tmp_path)[:-1]
+    taken = {f.name: device_decodes(f.read_bytes()) for f in files}
+    assert taken == {"rgb0.jpg": True, "rgb1.jpg": True, "rgb2.jpg": True, "rgb3.jpg": True, "rgb4.jpg": True,
+                     "progressive.jpg": True, "gray.jpg": True, "cmyk.jpg": False, "p.png": False,
+                     "cut.jpg": False, "garbage.JPEG": False}
+    assert not device_decodes(files[0].read_bytes() + b"\0trailer")  # bytes after the image: PIL decides
+
+
+def test_gpu_decode_on_cpu_is_one_batched_call_close_to_the_reference_with_its_errors(tmp_path, jpeg_calls):
+    from isood.images import GPU_DECODE, REFERENCE_DECODE, image_decoder
+
+    files = _gpu_files(tmp_path)
+    names = [f.name for f in files]
+    pp = _clip_transform(32)
+    ref = image_decoder(pp, REFERENCE_DECODE).decode([str(f) for f in files], names)
+    assert jpeg_calls == []
+    gpu = image_decoder(pp, GPU_DECODE).decode([str(f) for f in files], names)
+    assert jpeg_calls == [7]  # the 7 JPEGs torchvision takes, in ONE call; the others by the reference path
+    assert [err for _, err in gpu] == [err for _, err in ref]  # the same rejected files, worded the same
+    assert [t is None for t, _ in ref] == [False] * 9 + [True] * 3
+    for (t, _), (r, _), name in zip(gpu, ref, names):
+        if r is None:
+            continue
+        diff = (t - r).abs()
+        assert t.shape == r.shape and float(diff.mean()) <= 0.5 * LEVEL, name  # libjpeg + torch's resize vs PIL's
+        if name in ("cmyk.jpg", "p.png"):
+            assert torch.equal(t, r)  # taken by the reference path itself
+    assert [item.sha256 for item in gpu] == [item.sha256 for item in ref]
+
+
+def test_a_jpeg_the_device_refuses_is_decoded_alone_then_by_the_reference(tmp_path, monkeypatch, jpeg_calls):
+    """decode_jpeg returns nothing when one image of the batch fails (nvJPEG refusing an odd JPEG): the others
+    are decoded one by one, the refused one by the reference path (its features the reference's)."""
+    import torchvision.io as tio
+
+    from isood.images import GPU_DECODE, REFERENCE_DECODE, image_decoder
+
+    files = _gpu_files(tmp_path)[:5]
+    odd = files[1].read_bytes()
+    spied = tio.decode_jpeg
+
+    def refuses_odd(input, *args, **kwargs):
+        inputs = input if isinstance(input, list) else [input]
+        if any(x.numel() == len(odd) and bytes(x.numpy()) == odd for x in inputs):
+            spied(input, *args, **kwargs)  # still counted
+            raise RuntimeError("nvjpeg: unsupported JPEG")
+        return spied(input, *args, **kwargs)
+
+    monkeypatch.setattr(tio, "decode_jpeg", refuses_odd)
+    pp = _clip_transform(32)
+    gpu = image_decoder(pp, GPU_DECODE).decode([str(f) for f in files])
+    ref = image_decoder(pp, REFERENCE_DECODE).decode([str(f) for f in files])
+    assert jpeg_calls == [5, 0, 0, 0, 0, 0]  # the batch, then each image alone
+    assert all(err == "" for _, err in gpu)
+    assert torch.equal(gpu[1][0], ref[1][0]) and not torch.equal(gpu[0][0], ref[0][0])
+
+
+def test_tensor_batch_equals_one_image_at_a_time():
+    from isood.image_tensors import pil_to_uint8, tensor_preprocess
+
+    steps = tensor_preprocess(_clip_transform(32))
+    images = [pil_to_uint8(_scene(w, h, seed=i)) for i, (w, h) in enumerate([(90, 60), (50, 70), (90, 60), (33, 33)])]
+    batch = steps.batch(images)
+    assert batch.shape == (4, 3, 32, 32) and steps.batch([]) is None
+    for x, row in zip(images, batch):
+        assert torch.equal(steps(x), row)
