@@ -12,7 +12,8 @@ manifest, as small named steps.
    class list and the labels: ``classes``. The model (``--model``) is checked on one ID training image before
    any pass (``ModelAdapter.check_outputs``).
 3. ``score_with_model``: one forward pass per batch (``scoring.run_detectors``; outputs cached on disk under
-   ``--cache-dir``, default ``$ISOOD_CACHE_DIR/outputs``, keyed by the images' content: ``data_identity``),
+   ``--cache-dir``, default ``$ISOOD_CACHE_DIR/outputs``, keyed by the images' content: ``data_identity``, the
+   decoding mode ``--decode`` and the precision ``--precision``: ``capture.ImageList``, ``capture.extract_outputs``),
    detectors fitted on ``--id-train`` (which is also scored: DER's threshold); their parameters checked against
    the data's sizes first (``scoring.preflight``). Every unreadable image of the run is named in one error.
 4. ``assemble.evaluate_sets``: every metric per cell, level curves, Table 1, per-detector means. N/A is one
@@ -53,7 +54,7 @@ from wordnet_tools.rules import leak_mask, parse_rules
 
 from .assemble import (ID_TEST, ID_TRAIN, EvalSet, check_files, evaluate_with_leaks, grid_parts,
                        precomputed_rows, sanity_table, scores_table)
-from .capture import ImageList, default_transform, probe_input
+from .capture import ImageList, check_precision, default_transform, probe_input
 from .cells import CellEvaluation
 from .classes import class_list, labels_for, outputs_labels, read_class_file, wnids_of
 from .classifiers import adapter_from_option
@@ -250,15 +251,16 @@ def _check_model_outputs(model: ModelAdapter, detectors: Mapping[str, Detector],
 
 def score_with_model(adapter: ModelAdapter, detectors: Mapping[str, Detector], sets: Mapping[str, EvalSet],
                      opts: EvaluateOptions) -> DetectorScores:
-    """Fit on the ID training images and score the others, one forward pass per batch, outputs cached."""
+    """Fit on the ID training images and score the others, one forward pass per batch, outputs cached; images
+    decoded as ``--decode`` says, the model run in ``--precision``."""
     transform = adapter.transform or default_transform()
-    data = {name: ImageList(s.files, s.labels, transform) for name, s in sets.items()}
+    data = {name: ImageList(s.files, s.labels, transform, decode=opts.decode) for name, s in sets.items()}
     return run_detectors(
         adapter, detectors, {k: v for k, v in data.items() if k != ID_TRAIN}, id_train=data[ID_TRAIN],
         score_train=opts.der, batch_size=opts.batch_size, device=resolve_device(opts.device),
         num_workers=opts.workers, progress=opts.progress,
         cache_dir=output_cache_dir(opts),
-        data_ids={k: s.data_id for k, s in sets.items()}, preprocess_id=repr(transform))
+        data_ids={k: s.data_id for k, s in sets.items()}, preprocess_id=repr(transform), precision=opts.precision)
 
 
 # ================================================================================================ record
@@ -312,6 +314,7 @@ def run_evaluate(opts: EvaluateOptions, *, adapter=None, argv: list[str] | None 
     ``opts.model`` (Python API: your own classifier)."""
     t0 = time.perf_counter()
     detectors = check_options(opts)
+    check_precision(opts.precision, resolve_device(opts.device))  # fp16 needs CUDA: refused before any work
     inputs = [opts.splits, opts.syn, opts.leak_audit, opts.id_train, opts.id_test, opts.test_root, opts.checkpoint]
     with manifests.writing(opts.out, EVALUATION, inputs=[p for p in inputs if p]) as o:
         result = _evaluate(opts, detectors, o.work, adapter=adapter, argv=argv, t0=t0)

@@ -2,7 +2,8 @@
 
 ``check_options`` refuses a bad option with one line before anything is read or loaded: required paths, counts
 below their least value, the seed (``isood.defaults.check_seed``), ``--leak-rules``, ``--plot-metrics``,
-``--detectors`` (names and parameters, through the detector registry, which loads nothing heavy) and the form of
+``--detectors`` (names and parameters, through the detector registry, which loads nothing heavy), ``--decode``
+(``isood.images.EVALUATE_DECODE_MODES``), ``--precision`` (``PRECISIONS``) and the form of
 ``--model py:MODULE:FUNCTION`` (``model_function``). The CLI calls it before it imports the stage, so a bad
 option is refused in well under a second; the stage calls it again (Python callers).
 """
@@ -15,13 +16,19 @@ from isood.defaults import ALL_PLOT_METRICS as ALL_METRICS
 from isood.defaults import DEFAULT_DETECTORS, DEFAULT_PLOT_METRICS, DEFAULT_VERIFY, NA_THRESHOLD
 from isood.errors import BadInputError
 from isood.defaults import check_seed
+from isood.images import EVALUATE_DECODE_MODES, REFERENCE_DECODE, check_decode_mode
 from manifests.verify import check_verify_mode
 from wordnet_tools.rules import LEAK_RULES, parse_rules
 
 from .detectors import Detector, parse_detectors
 from .metrics import METRICS
 
-__all__ = ["EvaluateOptions", "check_options", "plot_metrics", "model_function"]
+__all__ = ["EvaluateOptions", "check_options", "plot_metrics", "model_function", "PRECISIONS", "DEFAULT_PRECISION"]
+
+#: ``--precision``: the forward passes in float32 (the default: OpenOOD's numbers), or under autocast to float16
+#: (CUDA only) or bfloat16, the model and its inputs channels-last.
+PRECISIONS = ("fp32", "fp16", "bf16")
+DEFAULT_PRECISION = "fp32"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +58,8 @@ class EvaluateOptions:
     leak_audit: str | None = None
     leak_rules: str = ",".join(LEAK_RULES)
     verify: str = DEFAULT_VERIFY
+    decode: str = REFERENCE_DECODE
+    precision: str = DEFAULT_PRECISION
     progress: bool = True
 
 
@@ -101,6 +110,9 @@ def check_options(opts: EvaluateOptions) -> dict[str, Detector]:
     check_verify_mode(opts.verify)
     parse_rules(opts.leak_rules, option="--leak-rules")
     plot_metrics(opts)
+    check_decode_mode(opts.decode, EVALUATE_DECODE_MODES)
+    if opts.precision not in PRECISIONS:
+        raise BadInputError(f"--precision {opts.precision}: unknown precision; pass one of {', '.join(PRECISIONS)}")
     if opts.model is not None and opts.model.startswith("py:"):
         model_function(opts.model)
     return parse_detectors(opts.detectors)

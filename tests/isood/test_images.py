@@ -298,8 +298,8 @@ def test_tensor_decodes_leaves_large_and_bomb_sized_jpegs_to_pil(monkeypatch):
 
 # ----------------------------------------------------------------------------------------------- gpu decoding
 def _gpu_files(tmp_path) -> list:
-    """JPEGs of several sizes (baseline, progressive, grayscale), a CMYK JPEG, a PNG, a JPEG cut short, garbage
-    named .JPEG, a missing file: what `--decode gpu` meets."""
+    """JPEGs of several sizes (baseline, progressive, grayscale), a CMYK JPEG, a PNG, a JPEG cut short, a complete
+    JPEG whose scan data is corrupt, garbage named .JPEG, a missing file: what `--decode gpu` meets."""
     files = []
     for i, (w, h) in enumerate([(500, 375), (375, 500), (500, 375), (120, 90), (64, 48)]):
         files.append(tmp_path / f"rgb{i}.jpg")
@@ -313,6 +313,10 @@ def _gpu_files(tmp_path) -> list:
         im.save(files[-1], **kw)
     files.append(tmp_path / "cut.jpg")
     files[-1].write_bytes(files[0].read_bytes()[:4000])
+    data = files[3].read_bytes()  # complete, its header fine, a second frame header inside its scan data
+    sos = data.index(b"\xff\xda")
+    files.append(tmp_path / "twosof.jpg")
+    files[-1].write_bytes(data[:sos + 40] + b"\xff\xc0\x00\x11" + data[sos + 44:])
     files.append(tmp_path / "garbage.JPEG")
     files[-1].write_bytes(b"\xff\xd8\xff not a jpeg")
     files.append(tmp_path / "gone.jpg")
@@ -341,7 +345,7 @@ def test_device_decodes_only_complete_jpegs_torchvision_takes(tmp_path):
     taken = {f.name: device_decodes(f.read_bytes()) for f in files}
     assert taken == {"rgb0.jpg": True, "rgb1.jpg": True, "rgb2.jpg": True, "rgb3.jpg": True, "rgb4.jpg": True,
                      "progressive.jpg": True, "gray.jpg": True, "cmyk.jpg": False, "p.png": False,
-                     "cut.jpg": False, "garbage.JPEG": False}
+                     "cut.jpg": False, "twosof.jpg": True, "garbage.JPEG": False}
     assert not device_decodes(files[0].read_bytes() + b"\0trailer")  # bytes after the image: PIL decides
 
 
@@ -354,9 +358,11 @@ def test_gpu_decode_on_cpu_is_one_batched_call_close_to_the_reference_with_its_e
     ref = image_decoder(pp, REFERENCE_DECODE).decode([str(f) for f in files], names)
     assert jpeg_calls == []
     gpu = image_decoder(pp, GPU_DECODE).decode([str(f) for f in files], names)
-    assert jpeg_calls == [7]  # the 7 JPEGs torchvision takes, in ONE call; the others by the reference path
+    # the 8 JPEGs torchvision takes, in ONE call; twosof.jpg fails it, so each is decoded alone after; the others
+    # (CMYK, PNG, cut short, garbage, missing) by the reference path
+    assert jpeg_calls == [8] + [0] * 8
     assert [err for _, err in gpu] == [err for _, err in ref]  # the same rejected files, worded the same
-    assert [t is None for t, _ in ref] == [False] * 9 + [True] * 3
+    assert [t is None for t, _ in ref] == [False] * 9 + [True] * 4 and "broken data stream" in ref[10][1]
     for (t, _), (r, _), name in zip(gpu, ref, names):
         if r is None:
             continue
