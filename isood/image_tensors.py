@@ -14,6 +14,10 @@
   ``isood evaluate --decode gpu``): the JPEGs torchvision can take decoded in ONE ``decode_jpeg`` call per batch
   on the model's device (nvJPEG on CUDA, libjpeg on the CPU), then resized, cropped and normalised there by the
   same tensor steps, images of one size together.
+* ``split_preprocess``: a transform cut where its pixels turn into floats: the *head* (decode side: PIL or uint8
+  tensor steps, ending in a (3, H, W) uint8 crop) and the *tail* (ToTensor's division by 255 and Normalize, on a
+  uint8 batch, where the model is). Decoding processes hand over uint8 crops (a quarter of the float bytes) and
+  the tail's element-wise arithmetic is the transform's own, so tail(head(image)) equals the transform's output.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DRAFT_MARGIN", "Drafted", "draft_size", "pil_to_uint8", "read_jpeg_tensor", "decode_jpeg_bytes",
            "JpegHeader", "jpeg_header", "tensor_decodes", "device_decodes", "decode_jpegs", "resized_size",
-           "TensorPreprocess", "tensor_preprocess"]
+           "TensorPreprocess", "tensor_preprocess", "PilHead", "split_preprocess"]
 
 #: ``fast`` drafts a JPEG to at least this times the model's input size (see ``draft_size``).
 DRAFT_MARGIN = 2.0
@@ -278,6 +282,18 @@ class TensorPreprocess:
 
     steps: tuple
 
+    def split(self) -> tuple["TensorPreprocess", "TensorPreprocess"] | None:
+        """``(head, tail)``: the uint8 steps before the conversion to float, and the conversion and the steps
+        after it when they are all element-wise (Normalize); None when a step after it is not (a crop of the
+        float image: the head's outputs would not share one size)."""
+        from torchvision import transforms as T
+
+        i = self.steps.index(_unit_float)
+        tail = self.steps[i:]
+        if not all(s is _unit_float or isinstance(s, T.Normalize) for s in tail):
+            return None
+        return TensorPreprocess(self.steps[:i]), TensorPreprocess(tail)
+
     @property
     def resizes_first(self) -> bool:
         """Whether the first step resizes (where a drafted image is mapped back onto the full one)."""
@@ -330,3 +346,35 @@ def tensor_preprocess(preprocess: Callable) -> TensorPreprocess | None:
     if _unit_float not in steps or sum(isinstance(s, _ResizeStep) for s in steps) > 1:
         return None
     return TensorPreprocess(tuple(steps))
+
+
+@dataclass(frozen=True)
+class PilHead:
+    """The steps of a transform before its ToTensor, run on an RGB PIL image, ending in the (3, H, W) uint8
+    tensor ToTensor makes its floats from (``split_preprocess``)."""
+
+    steps: tuple
+
+    def __call__(self, image: Image.Image) -> "torch.Tensor":
+        for step in self.steps:
+            image = step(image)
+        return pil_to_uint8(image)
+
+
+def split_preprocess(preprocess: Callable) -> tuple[Callable, TensorPreprocess] | None:
+    """``(PIL head, tail)`` of a transform ``tensor_preprocess`` knows whose steps after its ToTensor are only
+    Normalize: the head (``PilHead``: the PIL steps, then the uint8 pixels) runs where files are decoded, the
+    tail (``TensorPreprocess``: ToTensor's ``float() / 255`` and Normalize, on a (N, 3, H, W) uint8 batch)
+    where the model is: the same element-wise arithmetic as the transform, so the same floats. None for any
+    other transform (it runs whole where files are decoded)."""
+    from torchvision import transforms as T
+
+    steps = tensor_preprocess(preprocess)
+    halves = steps.split() if steps is not None else None
+    if halves is None:
+        return None
+    transforms = list(preprocess.transforms)
+    k = next(i for i, t in enumerate(transforms) if isinstance(t, T.ToTensor))
+    if not all(isinstance(t, T.Normalize) for t in transforms[k + 1:]):
+        return None
+    return PilHead(tuple(transforms[:k])), halves[1]

@@ -40,10 +40,12 @@
   reference's. The mode is recorded in the features manifest and in every shard key, so modes never mix;
   ``bench/decode.py`` measures the speed and the cosine to the reference features.
 * Decoding ahead, in processes (``ImageDecoder.prepare`` / ``finish``, ``prepared_batches``): the CPU part of a
-  batch (reading, hashing and, but for the device's JPEGs, decoding) runs in worker processes of a torch
-  ``DataLoader`` while the model encodes the batch before; each batch is cut into chunks, every chunk prepared
-  by one worker, and the chunks put back together in order, so a batch's tensor, hence its features, is the same
-  whatever the number of workers. The device part (``finish``) runs where the model is.
+  batch (reading, hashing and, but for the device's JPEGs, decoding up to the uint8 crop) runs in worker
+  processes of a torch ``DataLoader`` while the model encodes the batch before; each batch is cut into chunks,
+  every chunk prepared by one worker, and the chunks put back together in order, so a batch's tensor, hence its
+  features, is the same whatever the number of workers. The device part (``finish``: the device's JPEGs, then
+  ToTensor's scaling and Normalize on the whole uint8 batch, ``isood.image_tensors.split_preprocess``) runs where
+  the model is, with the transform's own arithmetic.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ from isood.content import FileStat, stat_files
 from isood.errors import BadInputError
 from isood.errors import IsoodError, one_line
 from isood.image_tensors import (Drafted, TensorPreprocess, decode_jpeg_bytes, decode_jpegs, device_decodes,
-                                 draft_size, jpeg_header, tensor_decodes, tensor_preprocess)
+                                 draft_size, jpeg_header, split_preprocess, tensor_decodes, tensor_preprocess)
 from isood.files import sha256_bytes, sha256_file
 from isood.textio import read_lines
 from manifests.paths import is_inside
@@ -591,10 +593,11 @@ def place_rows(n: int, pieces: Sequence[tuple[Sequence[int], "torch.Tensor | Non
 
 @dataclass(frozen=True)
 class ImageDecoder:
-    """How a worker turns image files into model inputs: ``preprocess`` (RGB PIL image -> float tensor),
-    ``draft`` and ``jpeg_tensor`` (see ``decode_image``; None / False: every pixel decoded by PIL), the decoding
-    ``mode`` it implements and, for ``gpu``, ``device_steps``: the tensor steps run on the model's device after
-    the batched ``decode_jpeg`` (None: every file takes ``preprocess`` on the CPU).
+    """How a worker turns image files into model inputs: ``preprocess`` (RGB PIL image -> its model input, or
+    with a ``tail``, the uint8 crop the tail takes), ``draft`` and ``jpeg_tensor`` (see ``decode_image``; None /
+    False: every pixel decoded by PIL), the decoding ``mode`` it implements, for ``gpu`` ``device_steps`` (the
+    tensor steps run on the model's device after the batched ``decode_jpeg``; None: every file takes
+    ``preprocess`` on the CPU) and ``tail`` (run on the whole batch where the model is; None: nothing left).
 
     ``prepare`` (the CPU part: read, hash, decode what the CPU decodes) and ``finish`` (the device part, where
     the model is) split ``decode`` so that the first can run in other processes, ahead of the model."""
@@ -604,13 +607,12 @@ class ImageDecoder:
     mode: str = REFERENCE_DECODE
     jpeg_tensor: bool = False
     device_steps: TensorPreprocess | None = None
+    tail: TensorPreprocess | None = None
 
     def decode(self, paths: Sequence[str], names: Sequence[str] | None = None,
                pool: Executor | None = None) -> list[Decoded]:
-        """Each file as a ``Decoded`` (its model input on the CPU, or its error), in order: ``decode_images``
-        with this decoder's preprocess, draft and JPEG decoder (``gpu``: ``prepare`` + ``finish`` on the CPU)."""
-        if self.device_steps is None:
-            return decode_images(paths, self.preprocess, names, pool, draft=self.draft, jpeg_tensor=self.jpeg_tensor)
+        """Each file as a ``Decoded`` (its model input on the CPU, or its error), in order: ``prepare`` +
+        ``finish`` on the CPU."""
         names = [str(n) for n in (names if names is not None else paths)]
         got = self.finish([self.prepare(paths, names, pool)], names, "cpu")
         rows = dict(zip(got.ok, got.tensor)) if got.tensor is not None else {}
@@ -645,7 +647,7 @@ class ImageDecoder:
         """The batch of ``parts`` (prepared in order; ``names``: the relative paths of all their positions)
         on ``device``: the JPEGs left to the device decoded there in one call and run through ``device_steps``
         (``device_decode``), a JPEG it cannot decode taken by the reference path on the CPU (its error, if any,
-        the reference's), every row placed at its position."""
+        the reference's), every row placed at its position, then the ``tail`` run on the batch."""
         errors, hashes, pieces, jpegs, jpeg_at = [], [], [], [], []
         for part in parts:
             base = len(errors)
@@ -674,6 +676,8 @@ class ImageDecoder:
         ok = [p for p in range(len(errors)) if not errors[p]]
         rank = {p: r for r, p in enumerate(ok)}
         tensor = place_rows(len(ok), [([rank[p] for p in pos], t) for pos, t in pieces], device)
+        if tensor is not None and self.tail is not None:
+            tensor = self.tail(tensor)
         return DecodedBatch(ok, tensor, errors, hashes)
 
 
@@ -693,16 +697,25 @@ def image_decoder(preprocess: Callable, mode: str = REFERENCE_DECODE) -> ImageDe
     not know is run as the reference runs it (full decode, PIL). ``gpu``: the JPEGs the device decoder takes
     decoded on the model's device and run through the tensor steps there, every other file by the reference
     path (a transform the tensor steps do not know: every file by the reference path).
+
+    Where the transform ends in ToTensor + Normalize (``isood.image_tensors.split_preprocess``; open_clip's and
+    timm's do), the decoding side stops at the uint8 crop and the ``tail`` (the division by 255 and Normalize,
+    the transform's own arithmetic) runs on the batch where the model is.
     """
-    if check_decode_mode(mode) == REFERENCE_DECODE:
-        return ImageDecoder(preprocess)
+    check_decode_mode(mode)
+    split = split_preprocess(preprocess)
+    head, tail = split if split is not None else (preprocess, None)
+    if mode == REFERENCE_DECODE:
+        return ImageDecoder(head, tail=tail)
     steps = tensor_preprocess(preprocess)
     if steps is None:
         return ImageDecoder(preprocess, None, mode)
+    if split is not None:
+        steps = steps.split()[0]  # the uint8 steps; the tail finishes them
     if mode == GPU_DECODE:
-        return ImageDecoder(preprocess, None, mode, device_steps=steps)
+        return ImageDecoder(head, None, mode, device_steps=steps, tail=tail)
     draft = draft_size(preprocess) if steps.resizes_first else None  # a drafted image is mapped back there
-    return ImageDecoder(steps, draft, mode, jpeg_tensor=True)
+    return ImageDecoder(steps, draft, mode, jpeg_tensor=True, tail=tail)
 
 
 def collate(items: Sequence[Decoded]) -> tuple[list[int], "torch.Tensor | None", list[tuple[int, str]]]:

@@ -18,7 +18,8 @@ of the dataset (``scan_unreadable`` reads another dataset the same way, so a run
 device and runs the transform's tensor steps there (``ImageList.finish``, ``isood.images.device_decode``); every
 other file, and a JPEG the device cannot decode, takes the reference path (PIL + the transform) under the same
 unreadable-image policy. ``--precision fp16|bf16``: the passes run under ``torch.autocast`` with the model and its
-inputs channels-last (``precision_context``); fp32 (the default) runs the model as it is. The decoding mode and
+inputs channels-last (``precision_context``; ODIN's gradients in float32); fp32 (the default) runs the model as
+it is. The decoding mode and
 the precision are part of the cache key (when not the defaults, so older caches keep their keys).
 """
 
@@ -406,13 +407,13 @@ def _forward_passes(adapter: ModelAdapter, loader, kinds: frozenset[str], inputs
                 continue
             x, y = split_batch(batch)
             x = _channels_last(x.to(adapter.device), precision)
-            with precision_context(adapter.device, precision):
-                if kinds:
+            if kinds:
+                with precision_context(adapter.device, precision):
                     out = adapter.forward(x, kinds)
-                    for k in kinds:
-                        parts[k].append(out[k].detach().float().cpu().numpy())
-                for n, d in inputs.items():
-                    scored[n].append(d.score_inputs(adapter.logits, x, adapter.input_std))
+                for k in kinds:
+                    parts[k].append(out[k].detach().float().cpu().numpy())
+            for n, d in inputs.items():  # float32 whatever the precision: see extract_outputs
+                scored[n].append(d.score_inputs(adapter.logits, x, adapter.input_std))
             if y is not None:
                 labels.append(y.cpu().numpy())
     except IsoodError as e:  # raised in a DataLoader worker: one line, not the worker's traceback
@@ -439,8 +440,9 @@ def extract_outputs(adapter: ModelAdapter, data, kinds: Iterable[str] = ("logits
     (and ``data_id``, a string naming the data; tensors are hashed when none is given) outputs are read from /
     written to the cache; only missing kinds cost a pass. ``precision`` (``options.PRECISIONS``): fp32 (the
     default) runs the model as it is; fp16 (CUDA) / bf16 under autocast, the model and the batches channels-last
-    (the model is left channels-last). The cache key holds the precision and ``data``'s decoding mode
-    (``ImageList.decode``). Returns ``(outputs, input_scores)``.
+    (the model is left channels-last); the input detectors (ODIN's forward + backward) stay in float32, since
+    autocast without loss scaling can underflow their input gradients to zero. The cache key holds the precision
+    and ``data``'s decoding mode (``ImageList.decode``). Returns ``(outputs, input_scores)``.
     """
     if not isinstance(input_detectors, Mapping):
         input_detectors = {d.name: d for d in input_detectors}

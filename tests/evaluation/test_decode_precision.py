@@ -191,6 +191,25 @@ def test_a_jpeg_the_device_refuses_is_read_the_reference_way(world, monkeypatch)
     assert float(diff.mean()) < 0.01 and not torch.equal(got["image"], want["image"])
 
 
+def test_odin_keeps_float32_in_a_bf16_run(tiny, tiny_data):
+    """ODIN perturbs the input along its loss gradient: under autocast without loss scaling that gradient can
+    underflow, so its forward + backward stay in float32 while the capture pass runs in bf16."""
+    from isood.evaluation.models import wrap_model
+    from isood.evaluation.scoring import run_detectors
+
+    backbone, fc = tiny
+    _, _, test, _ = tiny_data
+    got = {}
+    for precision in ("fp32", "bf16"):
+        adapter = wrap_model(backbone=backbone, fc=fc, input_std=(0.2, 0.2, 0.2))
+        # temperature 1: at OpenOOD's 1000 the softmax is nearly flat and hides any precision
+        got[precision] = run_detectors(adapter, "odin:temperature=1,msp", {"test": test}, precision=precision).scores
+    odin = [got[p]["odin"]["test"] for p in ("fp32", "bf16")]
+    msp = [got[p]["msp"]["test"] for p in ("fp32", "bf16")]
+    assert np.abs(odin[0] - odin[1]).max() < 1e-6  # float32 both times
+    assert np.abs(msp[0] - msp[1]).max() > 1e-5  # the capture pass did run in bf16
+
+
 def test_fp16_is_refused_on_the_cpu_before_any_work(world, tmp_path):
     from isood.errors import BadInputError
 

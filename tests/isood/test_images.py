@@ -150,6 +150,33 @@ def test_tensor_steps_equal_open_clip_transform_up_to_rounding(size, mode):
         assert float(diff.max()) <= 2 * LEVEL + 1e-6 and float(diff.mean()) <= 0.5 * LEVEL
 
 
+@pytest.mark.parametrize("mode", ["reference", "fast"])
+def test_decoders_hand_over_uint8_crops_and_finish_with_the_transforms_own_arithmetic(mode, tmp_path):
+    """open_clip's and timm's transforms split at ToTensor: the decoding side makes uint8 crops (a quarter of the
+    bytes to hand over between processes), the tail (/ 255, Normalize) runs on the batch; the reference decoder's
+    inputs are the transform's, to the bit."""
+    import timm
+
+    from isood.images import decode_image, image_decoder
+
+    model = timm.create_model("test_resnet", pretrained=False)
+    transforms = [_clip_transform(32), _clip_transform(224), _clip_transform(32, "longest"),
+                  timm.data.create_transform(**timm.data.resolve_data_config(model=model))]
+    files = []
+    for i, (w, h) in enumerate([(500, 375), (90, 120), (33, 70)]):
+        files.append(tmp_path / f"{i}.jpg")
+        _scene(w, h, seed=i).save(files[-1], quality=90)
+    for pp in transforms:
+        dec = image_decoder(pp, mode)
+        assert dec.tail is not None
+        crops = [decode_image(f, dec.preprocess, draft=dec.draft, jpeg_tensor=dec.jpeg_tensor)[0] for f in files]
+        assert all(c.dtype == torch.uint8 for c in crops)
+        for f, (t, err), crop in zip(files, dec.decode([str(f) for f in files]), crops):
+            assert err == "" and torch.equal(t, dec.tail(crop.unsqueeze(0))[0])
+            if mode == "reference":
+                assert torch.equal(t, pp(Image.open(f).convert("RGB")))
+
+
 def test_resized_size_is_torchvision_resize_of_a_pil_image():
     from torchvision import transforms as T
 
@@ -175,7 +202,8 @@ def test_draft_size_and_unknown_steps_fall_back_to_the_reference():
     dec = image_decoder(odd, FAST_DECODE)
     assert dec.preprocess is odd and dec.draft is None and not dec.jpeg_tensor and dec.mode == FAST_DECODE
     ref = image_decoder(pp, REFERENCE_DECODE)
-    assert ref.preprocess is pp and ref.draft is None and not ref.jpeg_tensor
+    assert ref.preprocess.steps == tuple(pp.transforms[:3]) and ref.draft is None and not ref.jpeg_tensor
+    assert image_decoder(odd, REFERENCE_DECODE).preprocess is odd and image_decoder(odd, REFERENCE_DECODE).tail is None
     with pytest.raises(BadInputError, match="turbo"):
         image_decoder(pp, "turbo")
 
@@ -236,7 +264,7 @@ def test_drafted_pixels_are_mapped_onto_the_full_images_geometry(tmp_path):
     f = tmp_path / "a.jpg"
     _scene(500, 333, seed=3).save(f, quality=95)
     ref = pp(Image.open(f).convert("RGB"))
-    fast, _ = decode_image(f, dec.preprocess, draft=dec.draft, jpeg_tensor=True)
+    fast = dec.tail(decode_image(f, dec.preprocess, draft=dec.draft, jpeg_tensor=True)[0].unsqueeze(0))[0]
     naive, _ = decode_image(f, pp, draft=draft_size(pp))
     fast_err, naive_err = float((fast - ref).abs().mean()), float((naive - ref).abs().mean())
     assert fast_err < naive_err / 2
