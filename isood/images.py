@@ -91,8 +91,8 @@ IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", 
 #: The default decoding: PIL full decode -> the model's own preprocess. Shift values of reference features are
 #: comparable across runs and machines.
 REFERENCE_DECODE = "reference"
-#: ``--fast-decode``: JPEG DCT scaling (PIL draft) or torchvision's JPEG decoder + open_clip's resize, crop and
-#: normalise steps on a uint8 tensor.
+#: ``--decode fast`` (alias ``--fast-decode``): JPEG DCT scaling (PIL draft) or torchvision's JPEG decoder +
+#: open_clip's resize, crop and normalise steps on a uint8 tensor.
 FAST_DECODE = "fast"
 #: ``--decode gpu``: the JPEGs decoded in one batched ``decode_jpeg`` call on the model's device (nvJPEG on CUDA),
 #: resized, cropped and normalised there; the other files by the reference path.
