@@ -178,7 +178,6 @@ def _verdict(ratio: float) -> str:
 def run(device: str = "cuda", smoke: bool = False, images: int | None = None, batch: int | None = None,
         workers: int | None = None, record_row: bool = True) -> list[str]:
     """Every measurement (module docstring); returns the SUMMARY lines."""
-    import numpy as np
     import torch
 
     from isood.devices import default_workers, resolve_device

@@ -17,7 +17,9 @@
 * ``split_preprocess``: a transform cut where its pixels turn into floats: the *head* (decode side: PIL or uint8
   tensor steps, ending in a (3, H, W) uint8 crop) and the *tail* (ToTensor's division by 255 and Normalize, on a
   uint8 batch, where the model is). Decoding processes hand over uint8 crops (a quarter of the float bytes) and
-  the tail's element-wise arithmetic is the transform's own, so tail(head(image)) equals the transform's output.
+  the tail's element-wise arithmetic is the transform's own, so on the CPU tail(head(image)) equals the
+  transform's output to the bit (on CUDA torch divides by a scalar as a product with its reciprocal, which can
+  differ in the last bit; AMP's float16 forward is far coarser).
 """
 
 from __future__ import annotations
@@ -365,8 +367,8 @@ def split_preprocess(preprocess: Callable) -> tuple[Callable, TensorPreprocess] 
     """``(PIL head, tail)`` of a transform ``tensor_preprocess`` knows whose steps after its ToTensor are only
     Normalize: the head (``PilHead``: the PIL steps, then the uint8 pixels) runs where files are decoded, the
     tail (``TensorPreprocess``: ToTensor's ``float() / 255`` and Normalize, on a (N, 3, H, W) uint8 batch)
-    where the model is: the same element-wise arithmetic as the transform, so the same floats. None for any
-    other transform (it runs whole where files are decoded)."""
+    where the model is: the same element-wise arithmetic as the transform, so the same floats on the CPU (module
+    docstring for CUDA). None for any other transform (it runs whole where files are decoded)."""
     from torchvision import transforms as T
 
     steps = tensor_preprocess(preprocess)
