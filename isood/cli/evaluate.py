@@ -10,7 +10,8 @@ from rich.table import Table
 
 from isood.cli._app import app, out_console, verify_option
 from isood.defaults import DEFAULT_DETECTORS, DEFAULT_PLOT_METRICS, NA_THRESHOLD
-from isood.evaluation.options import EvaluateOptions, check_options
+from isood.evaluation.options import DEFAULT_PRECISION, EvaluateOptions, check_options
+from isood.images import REFERENCE_DECODE
 from wordnet_tools.rules import LEAK_RULES
 
 if TYPE_CHECKING:  # the stage pulls in torch: imported when the command runs
@@ -81,7 +82,9 @@ def evaluate(
     classes: Optional[Path] = typer.Option(None, help="The model's class wnids in logit order, one per line, optionally followed by the class name (CLIP prompts) (default: sorted --id-train wnids, or ImageNet-1K order for 1000-class models)."),
     batch_size: int = typer.Option(64, help="Images per batch."),
     device: Optional[str] = typer.Option(None, help="cpu, cuda or cuda:N (default: cuda when available)."),
-    workers: int = typer.Option(0, help="DataLoader workers."),
+    workers: int = typer.Option(0, help="DataLoader workers (image-decoding processes)."),
+    decode: str = typer.Option(REFERENCE_DECODE, "--decode", help="Image decoding: reference (default: PIL + the classifier's own transform, as OpenOOD) or gpu (JPEGs decoded in one batched torchvision decode_jpeg call per batch on the --device, nvJPEG on CUDA, then resized, cropped and normalised there; other files and JPEGs the device refuses by the reference path; with --device cpu the same batched code runs on the CPU). Part of the output-cache key."),
+    precision: str = typer.Option(DEFAULT_PRECISION, "--precision", help="Forward passes in fp32 (default, OpenOOD's numbers), fp16 (CUDA only) or bf16, the last two under autocast with the model channels-last. Part of the output-cache key."),
     cache_dir: Optional[str] = typer.Option(None, help="Model-output cache (default $ISOOD_CACHE_DIR/outputs; '' for none)."),
     sanity_random_model: bool = typer.Option(False, "--sanity-random-model", help="Also run the detectors on a randomly initialised copy of the model (AUROC vs AUROC_M)."),
     na_threshold: int = typer.Option(NA_THRESHOLD, help="A cell with fewer images is N/A: one rule for every set (--splits, --syn, the leak-free images), on the images each evaluates (a manifest's stored N/A flags are not read)."),
@@ -107,8 +110,8 @@ def evaluate(
         num_classes=num_classes, classes=str(classes) if classes else None, batch_size=batch_size, device=device,
         workers=workers, cache_dir=cache_dir, sanity_random_model=sanity_random_model, na_threshold=na_threshold,
         der=der, plot_metrics=plot_metrics, seed=seed, leak_audit=str(leak_audit) if leak_audit else None,
-        leak_rules=leak_rules, verify=verify, **_benchmark_options(ood, ood_root, id_test_root, id_test_labels,
-                                                                   preprocess, table_convention),
+        leak_rules=leak_rules, verify=verify, decode=decode, precision=precision,
+        **_benchmark_options(ood, ood_root, id_test_root, id_test_labels, preprocess, table_convention),
     )
     check_options(opts)  # a bad option is refused before torch, timm or matplotlib load
     # the stage pulls in torch, timm and matplotlib: loaded only when the options are good

@@ -47,7 +47,7 @@ def extract(
     clip: str = typer.Option(..., help="CLIP encoder: MODEL:PRETRAINED (e.g. ViT-B-32:openai), local-dir:PATH or hf-hub:ORG/REPO."),
     out: Path = typer.Option(..., help="Output directory (features manifest; rerun to resume)."),
     batch_size: int = typer.Option(64, help="Images per batch."),
-    workers: Optional[int] = typer.Option(None, help="Local engine: image-decoding threads (default: min(8, CPUs - 1)). Ray engine: model actors (default: one per GPU, else per CPU)."),
+    workers: Optional[int] = typer.Option(None, help="Local engine: image-decoding processes, running ahead of the model (default: CPUs - 1, at most 32; 0: decode in the model's process); the features do not depend on it. Ray engine: model actors (default: one per GPU, else per CPU)."),
     shard_size: int = typer.Option(10_000, help="Images per features-NNNNN.npy shard (the unit of resuming)."),
     device: Optional[str] = typer.Option(None, help="cpu, cuda or cuda:N (default: cuda when available; AMP on CUDA)."),
     engine: str = typer.Option("local", help="local (this process) or ray (Ray Data actors; pip install 'isood[ray]')."),
@@ -55,13 +55,17 @@ def extract(
     num_gpus_per_worker: Optional[float] = typer.Option(None, help="GPUs per Ray actor (default: 1 when the cluster has GPUs, else 0)."),
     num_shards: int = typer.Option(1, help="Job arrays: split the feature shards over this many tasks (merge with `isood merge`)."),
     shard_index: int = typer.Option(0, help="Job arrays: this task's index, 0..num-shards-1 (e.g. $SLURM_ARRAY_TASK_ID)."),
-    fast_decode: bool = typer.Option(False, "--fast-decode", help="Faster image decoding: large JPEGs decoded at reduced size, resizing on uint8 tensors (bench/decode.py: cosine >= 0.999 to the default features; recorded in the manifest, never mixed with default shards). Default: PIL + the model's own preprocessing, comparable across runs."),
+    decode: str = typer.Option(REFERENCE_DECODE, "--decode", help="Image decoding: reference (default: PIL + the model's own preprocessing, comparable across runs); fast (large JPEGs decoded at reduced size, resizing on uint8 tensors); gpu (JPEGs decoded in one batched torchvision decode_jpeg call per batch on the model's --device, nvJPEG on CUDA, then resized, cropped and normalised there; other files (PNG, CMYK, cut short) by the reference path; with --device cpu the same batched code runs on the CPU). fast and gpu keep cosine >= 0.999 to the reference features (bench/decode.py on the CPU; bench/gpu_extract.py measures nvJPEG's); the mode is recorded in the manifest and shards of different modes never mix."),
+    fast_decode: bool = typer.Option(False, "--fast-decode", help="Deprecated: the same as --decode fast."),
     follow_symlinks: bool = typer.Option(False, "--follow-symlinks", help="Also read images whose symlinks lead outside the --images root (default: listed in the rejected table, since manifest paths promise files inside the root)."),
 ) -> None:
     """Extract L2-normalised CLIP image features into resumable shards (unreadable images are listed, not fatal)."""
+    if fast_decode and decode not in (REFERENCE_DECODE, FAST_DECODE):
+        raise BadInputError(f"--fast-decode (the same as --decode fast) contradicts --decode {decode}; pass one of "
+                            "them")
     opts = ExtractOptions(images=images, clip=clip, out=out, batch_size=batch_size, workers=workers,
                           shard_size=shard_size, device=device, num_shards=num_shards, shard_index=shard_index,
-                          decode=FAST_DECODE if fast_decode else REFERENCE_DECODE, follow_symlinks=follow_symlinks)
+                          decode=FAST_DECODE if fast_decode else decode, follow_symlinks=follow_symlinks)
     validate(opts)
     eng = build_engine(engine, ray_address=ray_address, workers=workers, num_gpus_per_worker=num_gpus_per_worker,
                        device=device)

@@ -22,8 +22,9 @@ in memory and returns pandas frames (the Python API, ``isood.evaluate``).
    before any pass (``ModelAdapter.check_outputs``).
 3. ``score_with_model``: one forward pass per batch (``scoring.run_detectors``; outputs cached on disk under
    ``--cache-dir``, default ``$ISOOD_CACHE_DIR/outputs`` ('' for none), keyed by the images' content
-   (``data_identity``) and their transform), detectors fitted on ``--id-train`` (which is also scored: DER's
-   threshold); their parameters checked against the data's sizes first (``scoring.preflight``). Every
+   (``data_identity``), their transform, the decoding mode ``--decode`` and the precision ``--precision``:
+   ``capture.ImageList``, ``capture.extract_outputs``), detectors fitted on ``--id-train`` (which is also scored:
+   DER's threshold); their parameters checked against the data's sizes first (``scoring.preflight``). Every
    unreadable image of the run is named in one error.
 4. ``assemble.evaluate_sets``: every metric per cell of every grid, level curves, Table 1 by
    ``--table-convention`` (``exact``, or ``release``: the IS-OOD release's ``analyze_metrics.py`` rule,
@@ -68,7 +69,7 @@ from wordnet_tools.rules import leak_mask, parse_rules
 
 from .assemble import (ID_TEST, ID_TRAIN, EvalSet, check_files, evaluate_with_leaks, grid_parts,
                        precomputed_rows, sanity_table, scores_table, set_metrics)
-from .capture import ImageList, default_transform, probe_input
+from .capture import ImageList, check_precision, default_transform, probe_input
 from .cells import CellEvaluation
 from .classes import (class_list, imagenet_1k, label_file, labels_for, labels_from_file, outputs_labels,
                       read_class_file, wnids_of)
@@ -416,15 +417,16 @@ def _check_model_outputs(model: ModelAdapter, detectors: Mapping[str, Detector],
 def score_with_model(adapter: ModelAdapter, detectors: Mapping[str, Detector], sets: Mapping[str, EvalSet],
                      opts: EvaluateOptions) -> DetectorScores:
     """Fit on the ID training images (when given) and score the others, one forward pass per batch, outputs
-    cached (keyed by each dataset's content and transform); each dataset through its own transform."""
+    cached (keyed by each dataset's content and transform); each dataset through its own transform, images decoded
+    as ``--decode`` says, the model run in ``--precision``."""
     fallback = adapter.transform or default_transform()
-    data = {name: ImageList(s.files, s.labels, s.transform or fallback) for name, s in sets.items()}
+    data = {name: ImageList(s.files, s.labels, s.transform or fallback, decode=opts.decode) for name, s in sets.items()}
     scores = run_detectors(
         adapter, detectors, {k: v for k, v in data.items() if k != ID_TRAIN}, id_train=data.get(ID_TRAIN),
         score_train=opts.der and ID_TRAIN in data, batch_size=opts.batch_size, device=resolve_device(opts.device),
         num_workers=opts.workers, progress=opts.progress,
         cache_dir=output_cache_dir(opts),
-        data_ids={k: f"{s.data_id}|{s.transform or fallback!r}" for k, s in sets.items()})
+        data_ids={k: f"{s.data_id}|{s.transform or fallback!r}" for k, s in sets.items()}, precision=opts.precision)
     return scores
 
 
@@ -601,6 +603,7 @@ def run_evaluate(opts: EvaluateOptions, *, adapter=None, argv: list[str] | None 
     ``opts.model`` (Python API: your own classifier)."""
     t0 = time.perf_counter()
     detectors = check_options(opts)
+    check_precision(opts.precision, resolve_device(opts.device))  # fp16 needs CUDA: refused before any work
     with manifests.writing(opts.out, EVALUATION, inputs=_inputs_of(opts)) as o:
         result = _evaluate(opts, detectors, o.work, adapter=adapter, argv=argv, t0=t0)
     return replace(result, manifest=manifests.read(o.final, kind=EVALUATION))

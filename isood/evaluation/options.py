@@ -2,7 +2,8 @@
 
 ``check_options`` refuses a bad option with one line before anything is read or loaded: required paths, counts
 below their least value, the seed (``isood.defaults.check_seed``), ``--leak-rules``, ``--plot-metrics``,
-``--detectors`` (names and parameters, through the detector registry, which loads nothing heavy) and the form of
+``--detectors`` (names and parameters, through the detector registry, which loads nothing heavy), ``--decode``
+(``isood.images.EVALUATE_DECODE_MODES``), ``--precision`` (``PRECISIONS``) and the form of
 ``--model py:MODULE:FUNCTION`` (``model_function``). The CLI calls it before it imports the stage, so a bad
 option is refused in well under a second; the stage calls it again (Python callers).
 
@@ -23,19 +24,22 @@ from typing import NamedTuple
 
 from isood.defaults import ALL_PLOT_METRICS as ALL_METRICS
 from isood.defaults import DEFAULT_DETECTORS, DEFAULT_PLOT_METRICS, DEFAULT_VERIFY, NA_THRESHOLD, OOD_GROUPS
-from isood.errors import BadInputError
 from isood.defaults import check_seed
+from isood.devices import DEFAULT_PRECISION, PRECISIONS
+from isood.errors import BadInputError
+from isood.images import EVALUATE_DECODE_MODES, REFERENCE_DECODE, check_decode_mode
 from manifests.verify import check_verify_mode
 from wordnet_tools.rules import LEAK_RULES, parse_rules
 
 from . import pytorch_ood  # noqa: F401  (registers the pytorch-ood: name space before --detectors is parsed)
 from .conventions import check_convention
-from .detectors import Detector, get_detector, parse_detectors  # re-exported by isood.evaluation (name space registered)
+from .detectors import Detector, parse_detectors  # re-exported by isood.evaluation (name space registered)
 from .metrics import METRICS
 from .preprocess import DEFAULT_PRESET, check_preset
 
 __all__ = ["EvaluateOptions", "check_options", "plot_metrics", "model_function", "OodSpec", "ood_sets",
-           "named_values", "preprocess_presets", "check_paths", "SPLITS_SET", "SYN_SET"]
+           "named_values", "preprocess_presets", "check_paths", "SPLITS_SET", "SYN_SET", "PRECISIONS",
+           "DEFAULT_PRECISION"]  # PRECISIONS, DEFAULT_PRECISION: isood.devices
 
 #: The dataset names of ``--splits`` and ``--syn``.
 SPLITS_SET, SYN_SET = "splits", "syn-is"
@@ -71,6 +75,8 @@ class EvaluateOptions:
     leak_audit: str | None = None
     leak_rules: str = ",".join(LEAK_RULES)
     verify: str = DEFAULT_VERIFY
+    decode: str = REFERENCE_DECODE
+    precision: str = DEFAULT_PRECISION
     progress: bool = True
     # -- any benchmark (issue 18): OOD sets by name, their roots, the ID test list's root and labels, the
     #    preprocessing per set, Table 1's convention
@@ -237,6 +243,9 @@ def check_options(opts: EvaluateOptions, *, need_out: bool = True) -> dict[str, 
     check_verify_mode(opts.verify)
     parse_rules(opts.leak_rules, option="--leak-rules")
     plot_metrics(opts)
+    check_decode_mode(opts.decode, EVALUATE_DECODE_MODES)
+    if opts.precision not in PRECISIONS:
+        raise BadInputError(f"--precision {opts.precision}: unknown precision; pass one of {', '.join(PRECISIONS)}")
     if opts.model is not None and opts.model.startswith("py:"):
         model_function(opts.model)
     detectors = parse_detectors(opts.detectors)

@@ -45,10 +45,11 @@ __all__ = ["ExtractOptions", "validate", "output_kind", "task_shards", "part_tab
 @dataclass(frozen=True)
 class ExtractOptions:
     """What ``isood extract`` was asked: the images (dataset root or file list), the CLIP (``--clip`` name or a
-    loaded encoder), the output directory, sizes, decoding ``workers`` per model worker, device, the job-array
-    task (``num_shards``, ``shard_index``), the decoding mode (``decode``: ``isood.images.REFERENCE_DECODE``,
-    or ``FAST_DECODE`` for ``--fast-decode``) and ``follow_symlinks`` (``--follow-symlinks``: also read files
-    whose links lead outside the image root; by default they are rejected, see ``isood.images``)."""
+    loaded encoder), the output directory, sizes, decoding ``workers`` (processes) per model worker, device, the
+    job-array task (``num_shards``, ``shard_index``), the decoding mode (``decode``: ``--decode``, one of
+    ``isood.images.DECODE_MODES``, default ``REFERENCE_DECODE``) and ``follow_symlinks``
+    (``--follow-symlinks``: also read files whose links lead outside the image root; by default they are
+    rejected, see ``isood.images``)."""
 
     images: str | os.PathLike
     clip: str | ClipEncoder
