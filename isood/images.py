@@ -99,7 +99,7 @@ FAST_DECODE = "fast"
 GPU_DECODE = "gpu"
 DECODE_MODES = (REFERENCE_DECODE, FAST_DECODE, GPU_DECODE)
 #: The modes ``isood evaluate --decode`` takes (its reference: the classifier's own transform on a PIL image).
-EVALUATE_DECODE_MODES = (REFERENCE_DECODE, GPU_DECODE)
+EVALUATE_DECODE_MODES = DECODE_MODES
 
 class Decoded(tuple):
     """One decoded image: ``(preprocessed tensor, '')`` or ``(None, error string)``, and ``sha256``: the hex

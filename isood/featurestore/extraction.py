@@ -21,6 +21,7 @@ from isood.featurestore.shards import (
     SHARD_NAME, ShardAssembler, image_batches, index_tables, key_head, remove_stale_shards, shard_bounds,
     shard_count, shard_dim, shard_files, shard_key, shard_stat_cache, stored_key, write_shard,
 )
+from isood.defaults import DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE  # re-exported; their home is isood.defaults
 from manifests.card import write_with_card
 from manifests.output import writing
 from manifests.store import Manifest, input_record, read, write_manifest
@@ -29,10 +30,6 @@ __all__ = [
     "DEFAULT_BATCH_SIZE", "DEFAULT_SHARD_SIZE", "ExtractResult", "ShardRun",
     "check_sizes", "extract_shards", "write_features_manifest", "extract_features",
 ]
-
-DEFAULT_BATCH_SIZE = 64
-DEFAULT_SHARD_SIZE = 10_000
-
 
 @dataclass
 class ExtractResult:

@@ -114,7 +114,7 @@ def test_decoding_processes_do_not_change_a_byte(mode, cli, tiny_clip_spec, tiny
 
 
 @pytest.mark.parametrize("extra, words", [
-    (["--decode", "turbo"], ["--decode turbo", "reference, fast, gpu"]),
+    (["--decode", "turbo"], ["--decode 'turbo'", "reference, fast or gpu"]),
     (["--fast-decode", "--decode", "gpu"], ["--fast-decode", "contradicts --decode gpu"]),
 ])
 def test_bad_extract_decode_option_is_one_line(extra, words, cli, tiny_clip_spec, tmp_path):
@@ -182,8 +182,8 @@ def test_gpu_decode_and_bf16_evaluate(world, cli, tmp_path):
 
 
 @pytest.mark.parametrize("extra, words", [
-    (["--decode", "fast"], ["--decode fast", "reference, gpu"]),
-    (["--precision", "fp64"], ["--precision fp64", "fp32, fp16, bf16"]),
+    (["--decode", "nearest"], ["--decode 'nearest'", "reference, fast or gpu"]),
+    (["--precision", "fp64"], ["--precision 'fp64'", "fp32, fp16 or bf16"]),
     (["--precision", "fp16"], ["--precision fp16 runs on CUDA", "bf16"]),
 ])
 def test_bad_evaluate_decode_or_precision_is_one_line_before_any_work(extra, words, world, cli, tmp_path):
@@ -191,6 +191,28 @@ def test_bad_evaluate_decode_or_precision_is_one_line_before_any_work(extra, wor
     line = cli.one_line_error(cli.invoke(_evaluate(world, out, *extra)))
     assert all(w in line for w in words), line
     assert not out.exists() and not (tmp_path / "cache").exists()
+
+
+def test_fast_decode_evaluate_matches_the_reference_inputs(world, cli, tmp_path):
+    """evaluate --decode fast (as extract --decode fast): the classifier's inputs agree with its own transform on
+    PIL images (cosine >= 0.999 per image), and the run records the mode."""
+    import timm
+    import torch
+
+    from isood.evaluation.capture import ImageList
+
+    model = timm.create_model("test_resnet", pretrained=False, num_classes=2)
+    transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))
+    files = sorted((world / "val").rglob("*.jpg"))
+    ref = ImageList(files, [0] * len(files), transform, decode="reference")
+    fast = ImageList(files, [0] * len(files), transform, decode="fast")
+    assert fast.fast is not None  # the transform's steps are known: not silently the reference path
+    a = torch.stack([ref[i][0] for i in range(len(files))]).flatten(1).double()
+    b = torch.stack([fast[i][0] for i in range(len(files))]).flatten(1).double()
+    assert float(torch.nn.functional.cosine_similarity(a, b).min()) >= 0.999
+    r = cli.invoke(_evaluate(world, tmp_path / "ev", "--decode", "fast"))
+    assert r.exit_code == 0, r.output
+    assert manifests.read(tmp_path / "ev", kind="evaluation").config["decode"] == "fast"
 
 
 def test_gpu_decode_names_a_jpeg_neither_decoder_reads(world, cli, tmp_path):

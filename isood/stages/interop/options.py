@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from isood.defaults import NA_THRESHOLD
-from isood.optspec import REQUIRED, levels_option, option, out_option, verify_option
+from isood.optspec import REQUIRED, levels_option, na_threshold_option, option, out_option, verify_option
 
 __all__ = ["ImportListsOptions", "ImportListOptions", "ExportOpenoodOptions", "NA_RULES"]
 
@@ -23,7 +23,7 @@ class ImportListsOptions:
                                  "sub-folder per subset: train/, val/) or <release>/SynIS.")
     out: str = out_option()
     levels: int = levels_option("Levels per axis of the grid the lists come from.")
-    na_threshold: int = option(NA_THRESHOLD, least=0, help="A cell with fewer images is N/A.")
+    na_threshold: int = na_threshold_option()
     na_rule: str = option("pooled", choices=NA_RULES, metavar="RULE",
                           help="pooled: a cell pools its lists across the subsets and is N/A when the pooled count is "
                                "below the threshold (the release's rule); per-subset: each subset folder decided on "
