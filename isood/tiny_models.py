@@ -59,10 +59,10 @@ TINY_SDXL_SIZE = 64
 #: The timm architecture of the tiny classifier (a ResNet with one block per stage, built into timm).
 TINY_CLASSIFIER = "test_resnet"
 #: The tiny world's ID classes (ImageNet-1K: tench, goldfish, great white shark, tiger shark) and the other classes
-#: of its test images (dog, a hypernym of 118 ImageNet-1K classes; teddy bear; garbage truck; volcano): real wnids,
-#: so the WordNet tools (``isood wordnet audit``) work on it.
+#: of its test images (ImageNet-21K: dog, a hypernym of ImageNet-1K's dog breeds, so a leak the audit finds;
+#: cantaloup, ricotta, hillside, which the ImageNet-OOD filter keeps): real wnids, so the WordNet tools work on it.
 TINY_ID_CLASSES = ("n01440764", "n01443537", "n01484850", "n01491361")
-TINY_OOD_CLASSES = ("n02084071", "n04399382", "n03417042", "n09472597")
+TINY_OOD_CLASSES = ("n02084071", "n07755929", "n07854614", "n09303528")
 #: Images per class: ID train / ID val / test images of an ID class / test images of another class.
 _TINY_COUNTS = {"train": 16, "val": 4, "test_id": 3, "test_ood": 6}
 _MARKER = f"{TMP_PREFIX}isood-tiny-models.json"
@@ -196,16 +196,18 @@ class TinyModels:
                 "--size": str(TINY_SDXL_SIZE), "--model": TINY_CLASSIFIER, "--checkpoint": str(self.classifier)}
 
     def commands(self, out: str = "out") -> list[str]:
-        """A quick run over the tiny world, one manifest per command under ``out``."""
+        """A quick run over the tiny world, one manifest per command under ``out`` (the docs' quickstart runs
+        these, with ``tiny`` for the folder; ``tests/test_docs.py`` checks they agree)."""
         f, im = self.flags, self.images
         return [
             f"isood build-splits --id {im}/train --test {im}/test --clip {f['--clip']} --levels 2 "
             f"--na-threshold 2 --triplets 500 --out {out}/splits",
             f"isood generate-syn --styles sdxl:anime,papercut --labels 1k --splits {out}/splits --pipeline "
-            f"{f['--pipeline']} --size {f['--size']} --per-cell 1 --out {out}/syn",
+            f"{f['--pipeline']} --size {f['--size']} --per-cell 5 --images-per-prompt 2 --out {out}/syn",
             f"isood evaluate --splits {out}/splits --syn {out}/syn --id-train {im}/train --id-test {im}/val "
             f"--model {f['--model']} --checkpoint {f['--checkpoint']} --out {out}/eval",
             f"isood verify {out}/eval",
+            f"isood wordnet audit {out}/splits --out {out}/audit",
         ]
 
 
@@ -224,12 +226,12 @@ def _readme(models: TinyModels, seed: int) -> str:
     lines = [f"Tiny models written by `{_WRITER}` (seed {seed}): random weights built from the real open_clip,",
              "diffusers and timm classes, to try isood offline. They run; they recognise nothing.", ""]
     lines += [f"{name:<{width}}{what}\n{'':<{width}}{flags}" for name, what, flags in rows]
-    lines += ["", "Try (each command writes one manifest under out/; add --device cpu on a GPU machine to match):"]
+    lines += ["", "Try (each command writes one manifest under out/; verify reads one; audit needs WordNet 3.0):"]
     lines += [f"  {c}" for c in models.commands()]
     return "\n".join(lines) + "\n"
 
 
-def _layout(root: Path, written: bool) -> TinyModels:
+def _layout(root: Path, written: bool = False) -> TinyModels:
     return TinyModels(root=root, clip=root / "clip", sdxl=root / "sdxl", classifier=root / "classifier.safetensors",
                       images=root / "images", written=written)
 
