@@ -37,6 +37,7 @@ from isood.images import REFERENCE_DECODE, PreparedImages, image_decoder, prepar
 from isood.devices import torch_device
 from isood.errors import one_line
 from isood.files import atomic_write_bytes
+from isood.hub_access import TINY_HINT, hub_access, hub_guard
 from isood.progress import progress_bar
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ __all__ = [
 ]
 
 LOCAL_HINT = "pass --clip local-dir:PATH (a folder with open_clip_config.json and the weights)"
+_HUB_HINT = f"pass --clip local-dir:PATH (a folder with open_clip_config.json and the weights, {TINY_HINT})"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt")
 
 
@@ -166,7 +168,8 @@ def load_clip(spec: str, device: str | None = None) -> ClipEncoder:
     """Load an open_clip encoder named ``MODEL:PRETRAINED``, ``local-dir:PATH`` or ``hf-hub:ORG/REPO``.
 
     Raises ``MissingWeightsError`` (one line, suggesting ``--clip local-dir:PATH``) when the weights cannot be had
-    (offline, not cached, folder without a checkpoint) and ``IsoodError`` for an unknown model, tag or device.
+    (offline, not cached, folder without a checkpoint) and ``IsoodError`` for an unknown model, tag or device. A Hub
+    name fails in about a second when the Hub is out of reach, naming ``HF_HUB_OFFLINE`` (``isood.hub_access``).
     """
     import open_clip
     import torch
@@ -174,8 +177,10 @@ def load_clip(spec: str, device: str | None = None) -> ClipEncoder:
     spec = str(spec).strip()
     dev = torch_device(device)
     parsed = parse_clip_spec(spec)
+    local = spec.startswith("local-dir:") or (parsed.pretrained is not None and Path(parsed.pretrained).is_file())
+    access = None if local else hub_access()  # a Hub name: fail in a second when the Hub is out of reach
     try:
-        with _quiet_libraries():
+        with _quiet_libraries(), (contextlib.nullcontext() if access is None else hub_guard(access)):
             model, _, preprocess = open_clip.create_model_and_transforms(
                 parsed.model, pretrained=parsed.pretrained, device=dev, require_pretrained=True,
                 force_quick_gelu=_quick_gelu(parsed))
@@ -183,10 +188,9 @@ def load_clip(spec: str, device: str | None = None) -> ClipEncoder:
     except (IsoodError, KeyboardInterrupt):
         raise
     except Exception as e:
-        if spec.startswith("local-dir:"):
+        if access is None:
             raise IsoodError(f"--clip {spec}: could not load the model ({one_line(e, 160)})") from None
-        raise MissingWeightsError(f"CLIP weights for {spec} could not be loaded (offline or not in the cache); "
-                                  f"download them where there is internet, or {LOCAL_HINT}") from None
+        raise MissingWeightsError(access.missing(f"--clip {spec}", _HUB_HINT, e)) from None
     model.eval()
     with torch.inference_mode():
         embed_dim = int(model.encode_text(tokenizer(["a photo."]).to(dev)).shape[-1])

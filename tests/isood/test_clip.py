@@ -148,7 +148,7 @@ def tiny_224_encoder(tmp_path_factory):
     from open_clip.model import CLIP
     from safetensors.torch import save_file
 
-    from tests.conftest import TINY_CLIP_CONFIG
+    from isood.tiny_models import TINY_CLIP_CONFIG
 
     cfg = json.loads(json.dumps(TINY_CLIP_CONFIG))
     cfg["model_cfg"]["vision_cfg"].update(image_size=224, patch_size=32)

@@ -9,7 +9,6 @@ may differ, so the last bits may differ. Images likewise: pixels within 1/255.
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import sys
 import warnings
@@ -197,15 +196,6 @@ def test_extract_ray_equals_local(local_ray, tiny_clip_spec, image_dataset_facto
 
 
 # ------------------------------------------------------------------------------------------------ generation
-def _generation_conftest():
-    """tests/generation/conftest.py's builders (its fixtures are not visible from this directory)."""
-    path = Path(__file__).resolve().parents[1] / "generation" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("_isood_generation_conftest", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def syn_setup(tmp_path_factory, tiny_encoder):
     """A tiny SDXL pipeline folder, ID features (tiny-CLIP texts), a labels file and a LAID file."""
@@ -214,10 +204,11 @@ def syn_setup(tmp_path_factory, tiny_encoder):
     from isood.clip import encode_texts
     from isood.laid import LAID
     from isood.simulate import random_orthogonal
+    from isood.tiny_models import build_tiny_sdxl
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("syn_ray")
-    _generation_conftest().build_tiny_sdxl().save_pretrained(root / "sdxl")
+    build_tiny_sdxl().save_pretrained(root / "sdxl")
     texts = [f"a photo of a {x}." for x in ("tench", "goldfish", "hen", "ostrich")]
     (root / "id").mkdir()
     np.save(root / "id" / "features.npy", encode_texts(tiny_encoder, texts))

@@ -163,14 +163,10 @@ def one_error_line(stderr: str, *, others: bool = False) -> str:
 
 
 def _tiny_sdxl(folder: Path) -> Path:
-    """The tiny SDXL pipeline of tests/generation/conftest.py, saved with save_pretrained."""
-    import importlib.util
+    """The tiny SDXL pipeline (``isood.tiny_models``), saved with save_pretrained."""
+    from isood.tiny_models import build_tiny_sdxl
 
-    spec = importlib.util.spec_from_file_location("isood_generation_fixtures",
-                                                  Path(__file__).parents[1] / "generation" / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.build_tiny_sdxl().save_pretrained(folder)
+    build_tiny_sdxl().save_pretrained(folder)
     return folder
 
 
@@ -179,12 +175,10 @@ def _timm_world(root: Path, ext: str = ".png") -> dict[str, Path]:
     over them, a test_resnet checkpoint."""
     import numpy as np
     import pandas as pd
-    import timm
-    import torch
     from PIL import Image
-    from safetensors.torch import save_file
 
     from isood.grid import cell_name, cell_table, edges_table
+    from isood.tiny_models import build_tiny_classifier
     from isood.stages.splits import write_splits
 
     rng = np.random.default_rng(0)
@@ -213,9 +207,7 @@ def _timm_world(root: Path, ext: str = ".png") -> dict[str, Path]:
     write_splits(root / "splits", images=images, cells=cell_table(images["cov_level"], images["sem_level"], 2, 2),
                  edges=edges_table([0.0, 1.0, 2.0], [0.0, 1.0, 2.0]), argv=["isood", "build-splits"],
                  config={"test_root": str(root / "test"), "n_levels": 2, "na_threshold": 2})
-    torch.manual_seed(0)
-    model = timm.create_model("test_resnet", pretrained=False, num_classes=2)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(root / "resnet.safetensors"))
+    build_tiny_classifier(root / "resnet.safetensors", num_classes=2)
     return {"train": root / "train", "val": root / "val", "splits": root / "splits", "ckpt": root / "resnet.safetensors"}
 
 
