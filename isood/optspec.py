@@ -30,7 +30,7 @@ from isood.defaults import (DEFAULT_BATCH_SIZE, DEFAULT_VERIFY, ENGINES, LEVELS_
                             NA_THRESHOLD, SEED_MAX, VERIFY_HELP, VERIFY_MODES)
 from isood.errors import BadInputError
 
-__all__ = ["OptionSpec", "option", "spec_of", "option_fields", "check", "check_value", "from_config",
+__all__ = ["OptionSpec", "option", "spec_of", "option_fields", "check", "check_value", "format_bound", "one_of", "from_config",
            "merge_values", "help_text", "REQUIRED", "verify_option", "seed_option", "out_option", "levels_option",
            "na_threshold_option", "batch_size_option", "workers_option", "device_option", "EngineFields",
            "JobArrayFields", "MAX_WORKERS"]
@@ -130,18 +130,18 @@ def _default(f: dataclasses.Field) -> Any:
 
 
 # ------------------------------------------------------------------------------------------------ checking
-def _num(x: float) -> str:
+def format_bound(x: float) -> str:
     """A bound as written: integers in full (2147483647, not 2.14748e+09), other numbers in %g."""
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def _range(least: float | None, most: float | None) -> str:
     if least is not None and most is not None:
-        return f"in [{_num(least)}, {_num(most)}]"
+        return f"in [{format_bound(least)}, {format_bound(most)}]"
     if least is not None:
-        return f">= {_num(least)}"
+        return f">= {format_bound(least)}"
     if most is not None:
-        return f"<= {_num(most)}"
+        return f"<= {format_bound(most)}"
     return ""
 
 

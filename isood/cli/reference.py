@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterator
 
-from isood.optspec import REQUIRED, option_fields
+from isood.optspec import REQUIRED, format_bound, option_fields
 
 __all__ = ["walk_commands", "reference_markdown"]
 
@@ -48,10 +48,6 @@ def _code(text: str) -> str:
     return f"`{text}`" if text else ""
 
 
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else f"{x:g}"
-
-
 def _shown(default: Any) -> str:
     if isinstance(default, (list, tuple)):
         return ",".join(map(str, default))
@@ -73,11 +69,11 @@ def _rows_from_options(cls: type, cmd: Any) -> list[tuple[str, str, str, str]]:
         if spec.choices and kind != "list":
             takes = " | ".join(spec.choices)
         elif kind in ("int", "float") and (spec.least is not None or spec.most is not None):
-            low = "" if spec.least is None else f"{_num(spec.least)} <= "
-            high = "" if spec.most is None else f" <= {_num(spec.most)}"
+            low = "" if spec.least is None else f"{format_bound(spec.least)} <= "
+            high = "" if spec.most is None else f" <= {format_bound(spec.most)}"
             takes = f"{low}{takes}{high}"
         elif kind == "list" and (spec.least is not None or spec.most is not None):
-            takes = f"{takes} ({_num(spec.least or 0)}..{'' if spec.most is None else _num(spec.most)} values)"
+            takes = f"{takes} ({format_bound(spec.least or 0)}..{'' if spec.most is None else format_bound(spec.most)} values)"
         default = f.default if f.default is not dataclasses.MISSING else REQUIRED
         shown = "**required**" if default is REQUIRED else (
             "" if default is None or default == () or (kind == "bool" and default is False) else _code(_shown(default)))

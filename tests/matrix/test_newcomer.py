@@ -10,6 +10,8 @@
 * With ``HF_HUB_OFFLINE=1`` the line says so.
 * ``isood dev tiny-models DIR`` refuses a non-empty DIR it did not write, in one line, changing nothing (guard:
   ``isood.tiny_models.write_tiny_models``).
+* A bound is said as a person types it: ``--seed`` must be in [0, 2147483647], not [0, 2.14748e+09], in the
+  one-line refusal and in ``--help`` (guard: ``isood.optspec.format_bound``).
 """
 
 from __future__ import annotations
@@ -166,3 +168,12 @@ def test_tiny_models_refuses_a_foreign_non_empty_dir_in_one_line_and_changes_not
     assert f"DIR {out} is not empty" in line and "pass a new or empty folder" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"] and (out / "notes.txt").read_text() == "my notes"
+
+
+def test_a_seed_bound_is_said_in_full_in_the_refusal_and_in_help(tmp_path, cli):
+    """Guard: isood.optspec.format_bound (the refusal said "in [0, 2.14748e+09]", which names no integer to pass)."""
+    line = cli.one_line_error(cli.invoke(["dev", "tiny-models", tmp_path / "t", "--seed", "2147483648"]))
+    assert "--seed must be an integer in [0, 2147483647], got 2147483648" in line
+    assert not (tmp_path / "t").exists()
+    shown = " ".join(cli.invoke(["dev", "tiny-models", "--help"]).output.split())
+    assert "in [0, 2147483647]" in shown
