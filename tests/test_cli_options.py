@@ -96,10 +96,11 @@ def test_help_shows_defaults_required_and_bounds(words, cls, monkeypatch):
         if not spec.cli:
             continue
         default = f.default
-        if default is REQUIRED:
+        if default is REQUIRED or spec.required:
             assert "[required" in out.split(spec.help.split(".")[0], 1)[1][:len(spec.help) + 40], f.name
         elif default not in (None, False, ()):
-            assert f"default: {default}" in out, (words, f.name)
+            shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+            assert f"default: {shown}" in out, (words, f.name)
         if kind in ("int", "float") and spec.least is not None and spec.most is not None:
             assert f"in [{_num(spec.least)}, {_num(spec.most)}]" in out, (words, f.name)
         assert "<" + "str>" not in out and "list[" not in out  # no Python types in --help

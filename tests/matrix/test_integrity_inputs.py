@@ -92,7 +92,7 @@ def test_bom_is_dropped_by_every_reader_of_a_user_text_file(tmp_path, tiny_image
     from isood.evaluation.classes import read_class_file
     from isood.images import list_images
     from isood.labels import load_labels
-    from isood.stages.splits.config import read_toml
+    from isood.stages.splits.config import read_toml  # isood.optspec.from_config of BuildConfig
     from wordnet_tools.jobs import read_list_file
     from wordnet_tools.synsets import load_synset_list
 
