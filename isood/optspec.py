@@ -296,9 +296,10 @@ def seed_option(help: str) -> Any:
     return option(0, help=help, least=0, most=SEED_MAX)
 
 
-def levels_option(help: str = "Levels per axis of the grid.") -> Any:
-    """``--levels``: one bound for every command (``isood.defaults.MAX_LEVELS``; ``isood.grid.check_levels``)."""
-    return option(N_LEVELS, help=help, least=1, most=MAX_LEVELS, why=LEVELS_NOTE)
+def levels_option(help: str = "Levels per axis of the grid.", *, flag: str | None = None) -> Any:
+    """``--levels``: one bound for every command (``isood.defaults.MAX_LEVELS``; ``isood.grid.check_levels``);
+    ``flag`` for a field named otherwise (``n_levels``)."""
+    return option(N_LEVELS, help=help, flag=flag, least=1, most=MAX_LEVELS, why=LEVELS_NOTE)
 
 
 def out_option(help: str = "Output manifest directory.", *, required: bool = True) -> Any:
