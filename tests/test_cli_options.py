@@ -54,6 +54,10 @@ def test_every_command_is_walked():
     assert {"wordnet filter", "wordnet audit", "verify", "publish", "card", "merge", "demo", "splits clean",
             "import isood-lists", "import imagenet-ood", "import openood-imglist"} <= names
     assert len(BOUNDED) >= 3
+    from isood.cli.reference import walk_commands
+
+    every = {" ".join(words) for words, _cmd in walk_commands()}
+    assert every - names == set(), "commands whose options are not described once (isood.cli.options.command)"
 
 
 @pytest.mark.parametrize("words, cls, field, spec, kind", BOUNDED)
