@@ -280,6 +280,27 @@ def test_image_lists_only_write_per_set_rows_and_no_grid(world, cli, tmp_path):
 
 
 # ================================================================================ in memory, and the CLIP models
+@pytest.mark.parametrize("options, words", [
+    ({"na_threshhold": 2}, ["unknown option 'na_threshhold'", "na_threshold"]),
+    ({"na_threshold": 0}, ["--na-threshold must be an integer >= 1, got 0"]),
+    ({"bootstrap": -1}, ["--bootstrap must be an integer >= 0, got -1"]),
+])
+def test_python_api_checks_options_like_the_cli_before_any_work(options, words, world, tmp_path, monkeypatch):
+    """Guard: isood.evaluation.job.evaluate (EvaluateOptions + isood.optspec.check): the API's keyword options
+    are the CLI's fields, refused in one line before a model is built."""
+    import isood
+    import isood.evaluation.job as job
+
+    def built(*args, **kwargs):
+        raise AssertionError("the model was built before the options were checked")
+
+    monkeypatch.setattr(job, "_compute", built)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(isood.IsoodError) as e:
+        isood.evaluate("test_resnet", id_test=world / "train", detectors="msp", **options)
+    assert all(w in str(e.value) for w in words) and "\n" not in str(e.value), str(e.value)
+
+
 def test_python_api_returns_the_cli_frames_and_writes_nothing(world, release_run, tmp_path, monkeypatch):
     import isood
 
