@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -34,7 +35,7 @@ def load_classifier(name: str, *, pretrained: bool = True, checkpoint: str | os.
 
     Offline without the weights in the local cache -> ``MissingWeightsError`` saying what to pass instead.
     """
-    extra = {} if num_classes is None else {"num_classes": int(num_classes)}
+    extra: dict[str, Any] = {} if num_classes is None else {"num_classes": int(num_classes)}
     if checkpoint is not None and not Path(checkpoint).is_file():
         raise BadInputError(f"checkpoint '{checkpoint}' does not exist: pass the path of a local weights file")
     if name.startswith(_TV_PREFIXES):
