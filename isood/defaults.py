@@ -17,7 +17,7 @@ __all__ = [
     "N_LEVELS", "MAX_LEVELS", "LEVELS_NOTE", "NA_THRESHOLD", "QUANTILE_CLIP", "OOD_LABEL", "WORDNET_EXCLUDE",
     "DEFAULT_DETECTORS", "DEFAULT_CLIP", "DEFAULT_PIPELINE", "LAID_TRIPLETS", "DEFAULT_VERIFY", "VERIFY_MODES",
     "VERIFY_HELP", "DEFAULT_PLOT_METRICS", "ALL_PLOT_METRICS", "SEED_MAX", "DEFAULT_BOOTSTRAP", "CI_LEVEL",
-    "ENV_CACHE_DIR", "ENV_WORDNET_DIR", "cache_dir", "wordnet_dir_override", "check_seed",
+    "DEFAULT_BATCH_SIZE", "DEFAULT_SHARD_SIZE", "ENGINES", "ENV_CACHE_DIR", "ENV_WORDNET_DIR", "cache_dir", "wordnet_dir_override", "check_seed",
 ]
 
 #: Bootstrap replicates behind the 95% intervals of an evaluation (per cell and Table 1; 0 switches them off).
@@ -66,6 +66,13 @@ VERIFY_MODES = ("fast", "full")
 VERIFY_HELP = ("How the manifests this command reads are checked first: fast (sizes; every table and small file "
                "hashed; larger files when their size, mtime or inode changed since they last verified) or full "
                "(every hash).")
+
+#: Images per batch of a model's forward pass (extract, build-splits, evaluate).
+DEFAULT_BATCH_SIZE = 64
+#: Images per feature shard (``features-NNNNN.npy``): the unit of resuming and of a job array's share.
+DEFAULT_SHARD_SIZE = 10_000
+#: ``--engine``: ``local`` (this process, decoding in ``--workers`` processes) or ``ray`` (Ray Data actors).
+ENGINES = ("local", "ray")
 
 #: Folder of isood's caches (text features, model outputs, WordNet staging); default ``~/.cache/isood``.
 ENV_CACHE_DIR = "ISOOD_CACHE_DIR"

@@ -26,12 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from isood.defaults import (DEFAULT_VERIFY, LEVELS_NOTE, MAX_LEVELS, N_LEVELS, SEED_MAX, VERIFY_HELP,
-                            VERIFY_MODES)
+from isood.defaults import (DEFAULT_BATCH_SIZE, DEFAULT_VERIFY, ENGINES, LEVELS_NOTE, MAX_LEVELS, N_LEVELS,
+                            NA_THRESHOLD, SEED_MAX, VERIFY_HELP, VERIFY_MODES)
 from isood.errors import BadInputError
 
-__all__ = ["OptionSpec", "option", "spec_of", "option_fields", "check", "check_value", "from_config",
-           "merge_values", "help_text", "REQUIRED", "verify_option", "seed_option", "out_option", "levels_option"]
+__all__ = ["OptionSpec", "option", "spec_of", "option_fields", "check", "check_value", "format_bound", "one_of", "from_config",
+           "merge_values", "help_text", "REQUIRED", "verify_option", "seed_option", "out_option", "levels_option",
+           "na_threshold_option", "batch_size_option", "workers_option", "device_option", "EngineFields",
+           "JobArrayFields", "MAX_WORKERS"]
 
 #: The default of an option that has none (the command refuses to run without it).
 REQUIRED: Any = dataclasses.MISSING
@@ -56,6 +58,8 @@ class OptionSpec:
     cli: bool = True                  # False: Python API only (e.g. progress)
     path_in_config: bool = False      # a path: relative values in --config are relative to the file
     why: str = ""                     # said by a refusal of an out-of-bound value
+    required: bool = False            # the command line needs it though the Python API may leave it None
+    objects: bool = False             # the Python API may pass a loaded object instead (only strings are checked)
 
     def flag_name(self, field_name: str) -> str:
         return self.flag or "--" + field_name.replace("_", "-")
@@ -64,16 +68,18 @@ class OptionSpec:
 def option(default: Any = REQUIRED, *, help: str, flag: str | None = None, kind: str | None = None,
            least: float | None = None, most: float | None = None, choices: Sequence[str] | None = None,
            metavar: str | None = None, aliases: Sequence[str] = (), argument: bool = False,
-           secondary: str | None = None, cli: bool = True, why: str = "",
-           default_factory: Callable[[], Any] | None = None) -> Any:
+           secondary: str | None = None, cli: bool = True, why: str = "", required: bool = False,
+           objects: bool = False, default_factory: Callable[[], Any] | None = None) -> Any:
     """A dataclass field described for the command line (module docstring). ``least`` / ``most`` bound numbers
-    (and the count of a list); ``choices`` the allowed strings; ``kind='path'`` marks a path."""
+    (and the count of a list); ``choices`` the allowed strings; ``kind='path'`` marks a path; ``required``: the
+    command line needs it (the Python API may leave it None); ``objects``: the Python API may pass a loaded
+    object (a model, an encoder) instead of its name, which is then not checked."""
     if kind is not None and kind not in _KINDS:
         raise ValueError(f"unknown option kind {kind!r}")
     spec = OptionSpec(help=help, flag=flag, kind=kind, least=least, most=most,
                       choices=tuple(choices) if choices is not None else None, metavar=metavar,
                       aliases=tuple(aliases), argument=argument, secondary=secondary, cli=cli,
-                      path_in_config=kind == "path", why=why)
+                      path_in_config=kind == "path", why=why, required=required, objects=objects)
     meta = {"isood": spec}
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
@@ -85,11 +91,13 @@ def spec_of(f: dataclasses.Field) -> OptionSpec | None:
 
 
 def option_fields(cls: type) -> list[tuple[dataclasses.Field, OptionSpec, str]]:
-    """``(field, spec, kind)`` of every described field of an options dataclass, in declaration order (the kind
-    from the spec, else from the annotation)."""
+    """``(field, spec, kind)`` of every described field of an options dataclass, in declaration order, the
+    fields it inherits (``EngineFields``, ``JobArrayFields``) last (the kind from the spec, else from the
+    annotation)."""
     hints = typing.get_type_hints(cls)
+    own = set(cls.__dict__.get("__annotations__", {}))
     out = []
-    for f in dataclasses.fields(cls):
+    for f in sorted(dataclasses.fields(cls), key=lambda f: f.name not in own):  # the command's own first
         spec = spec_of(f)
         if spec is not None:
             out.append((f, spec, spec.kind or _kind_of(hints.get(f.name, str))))
@@ -122,14 +130,25 @@ def _default(f: dataclasses.Field) -> Any:
 
 
 # ------------------------------------------------------------------------------------------------ checking
+def format_bound(x: float) -> str:
+    """A bound as written: integers in full (2147483647, not 2.14748e+09), other numbers in %g."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
 def _range(least: float | None, most: float | None) -> str:
     if least is not None and most is not None:
-        return f"in [{least:g}, {most:g}]"
+        return f"in [{format_bound(least)}, {format_bound(most)}]"
     if least is not None:
-        return f">= {least:g}"
+        return f">= {format_bound(least)}"
     if most is not None:
-        return f"<= {most:g}"
+        return f"<= {format_bound(most)}"
     return ""
+
+
+def one_of(choices: Iterable[str]) -> str:
+    """``a, b or c``: the values a choice option accepts, as error messages name them."""
+    names = [str(c) for c in choices]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def check_value(flag: str, spec: OptionSpec, kind: str, value: Any) -> Any:
@@ -137,6 +156,8 @@ def check_value(flag: str, spec: OptionSpec, kind: str, value: Any) -> Any:
     one-line ``BadInputError`` naming ``flag`` otherwise. None passes (an optional option not given)."""
     if value is None:
         return None
+    if spec.objects and not isinstance(value, (str, os.PathLike)):
+        return value
     bound = _range(spec.least, spec.most)
     if kind == "int":
         if isinstance(value, bool) or not hasattr(value, "__index__"):
@@ -169,7 +190,7 @@ def check_value(flag: str, spec: OptionSpec, kind: str, value: Any) -> Any:
         if not isinstance(value, str):
             raise BadInputError(f"{flag} must be a string, got {value!r}")
     if spec.choices is not None and kind != "list" and value not in spec.choices:
-        raise BadInputError(f"{flag} {value!r} is unknown; pass one of {', '.join(spec.choices)}")
+        raise BadInputError(f"{flag} {value!r}: unknown value; pass {one_of(spec.choices)}")
     return value
 
 
@@ -232,7 +253,7 @@ def help_text(spec: OptionSpec, kind: str, default: Any) -> str:
     """The help of an option with what ``--help`` must show: its default (or that it is required), its bounds
     or choices, its deprecated aliases."""
     notes = []
-    if default is REQUIRED:
+    if default is REQUIRED or spec.required:
         notes.append("required")
     elif default is not None and not (kind == "bool" and default is False) and default != ():
         shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else default
@@ -266,3 +287,57 @@ def levels_option(help: str = "Levels per axis of the grid.") -> Any:
 def out_option(help: str = "Output manifest directory.", *, required: bool = True) -> Any:
     """``--out``: the folder a command writes (``manifests.writing``)."""
     return option(REQUIRED if required else None, help=help, kind="path", metavar="DIR")
+
+
+#: The most ``--workers`` (decoding processes) any command takes.
+MAX_WORKERS = 256
+
+
+def na_threshold_option(help: str = "A cell with fewer images is N/A.") -> Any:
+    """``--na-threshold``: one bound for every command (a cell needs an image to be measured)."""
+    return option(NA_THRESHOLD, help=help, least=1, why=f"a cell needs images to be measured; IS-OOD uses "
+                                                        f"{NA_THRESHOLD}")
+
+
+def batch_size_option(help: str = "Images per batch.", default: int = DEFAULT_BATCH_SIZE) -> Any:
+    """``--batch-size``: images per forward pass."""
+    return option(default, help=help, least=1)
+
+
+def workers_option(default: int | None = None, help: str = "") -> Any:
+    """``--workers``: image-decoding processes running ahead of the model, in every command (0: decode in the
+    model's process); ``default`` None: ``isood.devices.default_workers`` (CPUs - 1, at most 32)."""
+    text = "Image-decoding processes, running ahead of the model (0: decode in the model's process" + \
+        ("; default: CPUs - 1, at most 32)" if default is None else ")") + (f"; {help}" if help else "") + "."
+    return option(default, help=text, least=0, most=MAX_WORKERS)
+
+
+def device_option(help: str = "") -> Any:
+    """``--device``: where the model runs."""
+    return option(None, metavar="DEVICE", help="cpu, cuda or cuda:N (default: cuda when available)"
+                                               + (f"; {help}" if help else "") + ".")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineFields:
+    """The engine options of the commands that run on Ray too (extract, build-splits, generate-syn)."""
+
+    engine: str = option("local", choices=ENGINES, metavar="ENGINE",
+                         help="local (this process) or ray (Ray Data actors; pip install 'isood[ray]').")
+    ray_address: str | None = option(None, metavar="ADDRESS",
+                                     help="Ray cluster to join (auto, HOST:PORT, ray://HOST:10001; default: "
+                                          "$RAY_ADDRESS, else a local one).")
+    ray_workers: int | None = option(None, least=1, metavar="N", aliases=(),
+                                     help="Ray engine: model actors (default: one per GPU, else per CPU).")
+    num_gpus_per_worker: float | None = option(None, least=0, help="GPUs per Ray actor (default: 1 when the "
+                                                                   "cluster has GPUs, else 0).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobArrayFields:
+    """A job array's task (``isood.parts``): the units split over ``num_shards`` tasks, this one ``shard_index``."""
+
+    num_shards: int = option(1, least=1, help="Job arrays: split the work over this many tasks (merge with "
+                                              "`isood merge`).")
+    shard_index: int = option(0, least=0, help="Job arrays: this task's index, 0..num-shards-1 (e.g. "
+                                               "$SLURM_ARRAY_TASK_ID).")

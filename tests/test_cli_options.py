@@ -18,6 +18,10 @@ from isood.cli.options import COMMANDS
 from isood.optspec import REQUIRED, option_fields
 
 
+def _num(x) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
 def _rows():
     for words, cls in COMMANDS:
         for f, spec, kind in option_fields(cls):
@@ -29,7 +33,8 @@ def _dummies(cls, skip: str) -> list[str]:
     """Values for the required options of ``cls`` (paths that do not exist: refused only after the check)."""
     args, positional = [], []
     for f, spec, kind in option_fields(cls):
-        if f.name == skip or f.default is not dataclasses.MISSING:
+        if f.name == skip or (f.default is not dataclasses.MISSING and f.default is not REQUIRED
+                               and not spec.required):
             continue
         value = "/nonexistent/x" if kind in ("path", "list") else "x"
         if spec.argument:
@@ -75,6 +80,8 @@ def test_a_value_outside_the_bounds_is_refused_in_one_line_before_any_work(words
 def test_a_flag_means_one_thing_across_commands():
     meaning: dict[str, set] = {}
     for words, _cls, f, spec, kind in _rows():
+        if spec.argument:  # a positional argument has no flag to share
+            continue
         key = (kind, spec.least, spec.most, spec.choices, spec.argument)
         meaning.setdefault(spec.flag_name(f.name), set()).add(key)
     mixed = {flag: keys for flag, keys in meaning.items() if len(keys) > 1}
@@ -94,5 +101,5 @@ def test_help_shows_defaults_required_and_bounds(words, cls, monkeypatch):
         elif default not in (None, False, ()):
             assert f"default: {default}" in out, (words, f.name)
         if kind in ("int", "float") and spec.least is not None and spec.most is not None:
-            assert f"in [{spec.least:g}, {spec.most:g}]" in out, (words, f.name)
+            assert f"in [{_num(spec.least)}, {_num(spec.most)}]" in out, (words, f.name)
         assert "<" + "str>" not in out and "list[" not in out  # no Python types in --help

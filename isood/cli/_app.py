@@ -24,7 +24,7 @@ from isood.defaults import DEFAULT_VERIFY, VERIFY_HELP
 from isood.errors import IsoodError, IsoodWarning
 from manifests.output import public_path
 
-__all__ = ["app", "wordnet_app", "import_app", "export_app", "splits_app", "console", "out_console", "error_exit",
+__all__ = ["app", "wordnet_app", "import_app", "export_app", "splits_app", "dev_app", "console", "out_console", "error_exit",
            "isood_warnings", "verify_option", "VERIFY_HELP"]
 
 
@@ -137,6 +137,8 @@ export_app = typer.Typer(cls=FriendlyGroup, no_args_is_help=True, context_settin
                          help="Export manifests for other tools (OpenOOD).")
 splits_app = typer.Typer(cls=FriendlyGroup, no_args_is_help=True, context_settings=_SETTINGS, rich_markup_mode=None,
                          help="Work on splits manifests: clean removes the images that leak ID semantics.")
+dev_app = typer.Typer(cls=FriendlyGroup, no_args_is_help=True, context_settings=_SETTINGS, rich_markup_mode=None,
+                      help="Tools for trying isood and developing it: tiny models that run offline.")
 def _print_version(value: bool) -> None:
     if value:
         from manifests.meta import package_version
@@ -155,3 +157,4 @@ app.add_typer(wordnet_app, name="wordnet")
 app.add_typer(import_app, name="import")
 app.add_typer(export_app, name="export")
 app.add_typer(splits_app, name="splits")
+app.add_typer(dev_app, name="dev")

@@ -4,18 +4,17 @@ imagenet-ood / openood-imglist` and `isood export openood` (``manifests``, ``iso
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from pathlib import Path
-from typing import Optional
-
 import typer
 
 import manifests
-from isood.cli._app import app, export_app, import_app, out_console, verify_option
+from isood.cli._app import app, export_app, import_app, out_console
 from isood.cli.options import command
 from isood.files import atomic_write_bytes, output_lock
 from isood.stages import interop
-from isood.stages.interop.options import ImportListOptions, ImportListsOptions
+from isood.stages.interop.options import ExportOpenoodOptions, ImportListOptions, ImportListsOptions
 from manifests import add_card, hub
 from manifests.options import CardOptions, PublishOptions, VerifyOptions
 
@@ -112,47 +111,13 @@ def import_openood_imglist(opts: ImportListOptions) -> None:
     _imported(interop.import_openood_imglist(opts.list_file, opts.out))
 
 
-@export_app.command("openood")
-def export_openood(
-    manifest_dir: Optional[Path] = typer.Argument(None, help="A splits, syn-is or image-list manifest (leave out to "
-                                                  "write ID lists only)."),
-    out: Path = typer.Option(..., help="Output folder: new, or an earlier export to add to (each benchmark under "
-                             "its --name; a re-export replaces only its own files)."),
-    name: Optional[str] = typer.Option(None, help="Benchmark name: imglist/<name>/ and benchmark_imglist/<name>/ "
-                                       "(default: an imported release's folder name, e.g. imagenet21k, else isood; "
-                                       "SynIS for the release's Syn-IS layout)."),
-    data_root: str = typer.Option("./data/", help="OpenOOD data root used in the YAML config."),
-    data_dir: Optional[str] = typer.Option(None, help="Image root of this benchmark under the data root (default: "
-                                           "<name>/, the release's root: imagenet21k/ holds imagenet21k_train/ and "
-                                           "imagenet21k_val/); the listed paths are relative to it."),
-    num_classes: int = typer.Option(1000, help="Number of ID classes (ImageNet-1K: 1000)."),
-    near_axis: Optional[str] = typer.Option(None, help="Grid cells are near-OOD when their level on this axis (sem, "
-                                            "the default, or cov) is below --near-below, far-OOD otherwise."),
-    near_below: Optional[int] = typer.Option(None, help="K: cells with level < K are near-OOD (default: the lower "
-                                             "half of the levels, 4 of 8)."),
-    group: Optional[str] = typer.Option(None, help="OpenOOD group of an image list: near (the default: semantic "
-                                        "shift only, e.g. ImageNet-OOD), far (a domain shift too) or val (the OOD val "
-                                        "split)."),
-    val_cells: Optional[str] = typer.Option(None, help="Grid cells held out as OpenOOD's OOD val split (comma-"
-                                            "separated, e.g. cov_0_sem_7,cov_7_sem_7): not registered for near/far; "
-                                            "APS-mode postprocessors tune on them."),
-    id_train: Optional[Path] = typer.Option(None, help="ID training images: a folder of wnid sub-folders, or a list "
-                                            "('path' or 'path label' per line)."),
-    id_val: Optional[Path] = typer.Option(None, help="ID validation images (APS-mode postprocessors tune on them)."),
-    id_test: Optional[Path] = typer.Option(None, help="ID test images."),
-    id_root: Optional[Path] = typer.Option(None, help="The folder the ID paths are written relative to, linked as "
-                                           "<data root>/imagenet1k (default: the parent of the ID folders)."),
-    classes: Optional[Path] = typer.Option(None, help="Class list (one wnid per line, in logit order) labelling ID "
-                                           "images by their wnid folder (default: the sorted wnids of --id-train)."),
-    verify: str = verify_option(),
-) -> None:
-    """OpenOOD v1.5 imglists (one per cell), ID lists, an OOD val split, a DATA_INFO entry and a YAML config, merged
-    with the exports already in --out; for a grid also the release's own list layout
-    (imglist/<name>/<subset>/cov_{c}_sem_{s}.txt) that its evaluation code reads."""
-    r = interop.export_openood(manifest_dir, out, name=name, data_root=data_root, data_dir=data_dir,
-                               num_classes=num_classes, verify=verify, near_axis=near_axis, near_below=near_below,
-                               group=group, val_cells=val_cells, id_train=id_train, id_val=id_val, id_test=id_test,
-                               id_root=id_root, classes=classes)
+@command(export_app, "openood", ExportOpenoodOptions, section="export-openood",
+         help="OpenOOD v1.5 imglists (one per cell), ID lists, an OOD val split, a DATA_INFO entry and a YAML config, "
+              "merged with the exports already in --out; for a grid also the release's own list layout "
+              "(imglist/<name>/<subset>/cov_{c}_sem_{s}.txt) that its evaluation code reads.")
+def export_openood(opts: ExportOpenoodOptions) -> None:
+    out = Path(opts.out)
+    r = interop.export_openood(**dataclasses.asdict(opts))
     if r.name is not None:
         na = sum(1 for g in r.groups.values() if g == "na")
         _say(f"{len(r.imglists)} imglists ({len(r.registered)} registered for OpenOOD, {na} N/A), "

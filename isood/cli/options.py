@@ -92,8 +92,8 @@ def build(cls: type, section: str, given: dict[str, Any]) -> Any:
     config = from_config(cls, config_file, section) if config_file else {}
     values = _values(cls, given)
     for f, spec, _kind in option_fields(cls):
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and \
-                values.get(f.name) is None and f.name not in config:
+        needed = spec.required or (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        if needed and values.get(f.name) is None and config.get(f.name) is None:
             raise BadInputError(f"{'argument ' + f.name.upper() if spec.argument else spec.flag_name(f.name)} is "
                                 "required")
     return merge_values(cls, values, config)

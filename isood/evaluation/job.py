@@ -22,8 +22,9 @@ in memory and returns pandas frames (the Python API, ``isood.evaluate``).
    before any pass (``ModelAdapter.check_outputs``).
 3. ``score_with_model``: one forward pass per batch (``scoring.run_detectors``; outputs cached on disk under
    ``--cache-dir``, default ``$ISOOD_CACHE_DIR/outputs`` ('' for none), keyed by the images' content
-   (``data_identity``) and their transform), detectors fitted on ``--id-train`` (which is also scored: DER's
-   threshold); their parameters checked against the data's sizes first (``scoring.preflight``). Every
+   (``data_identity``), their transform, the decoding mode ``--decode`` and the precision ``--precision``:
+   ``capture.ImageList``, ``capture.extract_outputs``), detectors fitted on ``--id-train`` (which is also scored:
+   DER's threshold); their parameters checked against the data's sizes first (``scoring.preflight``). Every
    unreadable image of the run is named in one error.
 4. ``assemble.evaluate_sets``: every metric per cell of every grid, level curves, Table 1 by
    ``--table-convention`` (``exact``, or ``release``: the IS-OOD release's ``analyze_metrics.py`` rule,
@@ -50,7 +51,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -59,7 +60,7 @@ import pandas as pd
 
 import manifests
 from isood.content import content_listing
-from isood.defaults import DEFAULT_DETECTORS, DEFAULT_VERIFY, NA_THRESHOLD, OOD_LABEL, cache_dir
+from isood.defaults import DEFAULT_DETECTORS, DEFAULT_VERIFY, OOD_LABEL, cache_dir
 from isood.devices import resolve_device
 from isood.errors import BadInputError, ManifestError
 from isood.images import ImageSource, list_images
@@ -68,7 +69,7 @@ from wordnet_tools.rules import leak_mask, parse_rules
 
 from .assemble import (ID_TEST, ID_TRAIN, EvalSet, check_files, evaluate_with_leaks, grid_parts,
                        precomputed_rows, sanity_table, scores_table, set_metrics)
-from .capture import ImageList, default_transform, probe_input
+from .capture import ImageList, check_precision, default_transform, probe_input
 from .cells import CellEvaluation
 from .classes import (class_list, imagenet_1k, label_file, labels_for, labels_from_file, outputs_labels,
                       read_class_file, wnids_of)
@@ -416,15 +417,16 @@ def _check_model_outputs(model: ModelAdapter, detectors: Mapping[str, Detector],
 def score_with_model(adapter: ModelAdapter, detectors: Mapping[str, Detector], sets: Mapping[str, EvalSet],
                      opts: EvaluateOptions) -> DetectorScores:
     """Fit on the ID training images (when given) and score the others, one forward pass per batch, outputs
-    cached (keyed by each dataset's content and transform); each dataset through its own transform."""
+    cached (keyed by each dataset's content and transform); each dataset through its own transform, images decoded
+    as ``--decode`` says, the model run in ``--precision``."""
     fallback = adapter.transform or default_transform()
-    data = {name: ImageList(s.files, s.labels, s.transform or fallback) for name, s in sets.items()}
+    data = {name: ImageList(s.files, s.labels, s.transform or fallback, decode=opts.decode) for name, s in sets.items()}
     scores = run_detectors(
         adapter, detectors, {k: v for k, v in data.items() if k != ID_TRAIN}, id_train=data.get(ID_TRAIN),
         score_train=opts.der and ID_TRAIN in data, batch_size=opts.batch_size, device=resolve_device(opts.device),
         num_workers=opts.workers, progress=opts.progress,
         cache_dir=output_cache_dir(opts),
-        data_ids={k: f"{s.data_id}|{s.transform or fallback!r}" for k, s in sets.items()})
+        data_ids={k: f"{s.data_id}|{s.transform or fallback!r}" for k, s in sets.items()}, precision=opts.precision)
     return scores
 
 
@@ -601,6 +603,7 @@ def run_evaluate(opts: EvaluateOptions, *, adapter=None, argv: list[str] | None 
     ``opts.model`` (Python API: your own classifier)."""
     t0 = time.perf_counter()
     detectors = check_options(opts)
+    check_precision(opts.precision, resolve_device(opts.device))  # fp16 needs CUDA: refused before any work
     with manifests.writing(opts.out, EVALUATION, inputs=_inputs_of(opts)) as o:
         result = _evaluate(opts, detectors, o.work, adapter=adapter, argv=argv, t0=t0)
     return replace(result, manifest=manifests.read(o.final, kind=EVALUATION))
@@ -623,6 +626,7 @@ def _evaluate(opts: EvaluateOptions, detectors: Mapping[str, Detector], out: Pat
                           detectors=detectors, inputs=c.inputs, sets=sets),
         sanity=c.sanity, random_per_cell=c.random_per_cell, metrics=plot_metrics(opts), meta=meta,
         title=f"isood evaluation: {c.model_name}", argv=argv, set_metrics=c.per_set, extra_files=extra,
+        bootstrap=opts.bootstrap, seed=opts.seed,
         summary={"model": c.model_name, "detectors": list(detectors), "datasets": evaluation.datasets,
                  "sets": [n for n, s in sets.items() if s.is_ood], "table_convention": opts.table_convention,
                  "seconds": round(time.perf_counter() - t0, 2),
@@ -674,12 +678,8 @@ def _pairs(value, what: str) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
-def evaluate(model=None, *, id_test, ood=None, splits=None, syn=None, id_train=None,
-             detectors=DEFAULT_DETECTORS, roots=None, test_root=None, id_test_root=None, id_test_labels=None,
-             classes=None, preprocess=None, table_convention: str = "exact", na_threshold: int = NA_THRESHOLD,
-             der: bool = True, batch_size: int = 64, device: str | None = None, workers: int = 0,
-             cache_dir: str | None = "", checkpoint=None, num_classes: int | None = None,
-             verify: str = DEFAULT_VERIFY, progress: bool = False) -> Evaluation:
+def evaluate(model=None, *, id_test, ood=None, roots=None, preprocess=None, detectors=DEFAULT_DETECTORS,
+             cache_dir: str | os.PathLike | None = "", progress: bool = False, **options: Any) -> Evaluation:
     """Evaluate detectors on an ID test set and OOD sets in memory: the steps of ``isood evaluate`` without
     writing anything (no manifest, no report; no output cache unless ``cache_dir`` names one). Returns an
     ``Evaluation`` of pandas frames (per cell, per set, Table 1; see its docstring for the layout)::
@@ -696,23 +696,26 @@ def evaluate(model=None, *, id_test, ood=None, splits=None, syn=None, id_train=N
     ``splits`` / ``syn-is``. ``roots``: ``{name: folder}`` a set's image root (``--ood-root``). ``detectors``: a
     ``--detectors`` spec such as ``'msp,knn:k=10'`` (every detector's parameter names and defaults:
     ``isood.evaluation.detectors.detector_parameters()``). ``preprocess``: a preset for every dataset or
-    ``{name: preset}`` (``isood.evaluation.preprocess.PRESETS``). The other arguments are the options of ``isood evaluate`` (same
-    names); errors are the same one-line ``IsoodError``\\s.
+    ``{name: preset}`` (``isood.evaluation.preprocess.PRESETS``). ``options``: any other option of ``isood evaluate``
+    by its ``EvaluateOptions`` field name (``splits``, ``syn``, ``id_train``, ``test_root``, ``id_test_root``,
+    ``id_test_labels``, ``classes``, ``table_convention``, ``na_threshold``, ``der``, ``batch_size``, ``device``,
+    ``workers``, ``checkpoint``, ``num_classes``, ``verify``, ...), with the same defaults and checks; errors are
+    the same one-line ``IsoodError``\\s. No output cache unless ``cache_dir`` names one; no progress bars unless
+    ``progress``.
     """
     adapter, model_name = (None, model) if model is None or isinstance(model, str) else (model, None)
     presets = (preprocess,) if isinstance(preprocess, str) else _pairs(preprocess, "preprocess")
+    known = {f.name for f in fields(EvaluateOptions)} - {"out", "model", "ood", "ood_root", "preprocess", "detectors",
+                                                          "id_test", "cache_dir", "progress"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise BadInputError(f"isood.evaluate: unknown option {unknown[0]!r}; pass among {', '.join(sorted(known))}")
+    paths = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in options.items()}
     opts = EvaluateOptions(
-        splits=os.fspath(splits) if splits is not None else None, syn=os.fspath(syn) if syn is not None else None,
-        id_test=os.fspath(id_test), id_train=os.fspath(id_train) if id_train is not None else None,
-        model=model_name, detectors=detectors if isinstance(detectors, str) else ",".join(detectors),
-        test_root=os.fspath(test_root) if test_root is not None else None,
-        checkpoint=os.fspath(checkpoint) if checkpoint is not None else None, num_classes=num_classes,
-        classes=os.fspath(classes) if classes is not None else None, batch_size=batch_size, device=device,
-        workers=workers, cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
-        na_threshold=na_threshold, der=der, verify=verify, progress=progress, ood=_pairs(ood, "ood"),
-        ood_root=_pairs(roots, "roots"), id_test_root=os.fspath(id_test_root) if id_test_root is not None else None,
-        id_test_labels=os.fspath(id_test_labels) if id_test_labels is not None else None, preprocess=presets,
-        table_convention=table_convention)
+        id_test=os.fspath(id_test), model=model_name,
+        detectors=detectors if isinstance(detectors, str) else ",".join(detectors),
+        cache_dir=os.fspath(cache_dir) if cache_dir is not None else None, progress=progress,
+        ood=_pairs(ood, "ood"), ood_root=_pairs(roots, "roots"), preprocess=presets, **paths)
     dets = check_options(opts, need_out=False)
     c = _compute(opts, dets, adapter=adapter)
     ev = c.evaluation

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from isood.devices import DEFAULT_PRECISION
 from isood.errors import BadInputError
 from isood.files import atomic_write_bytes
 
@@ -183,15 +184,16 @@ def run_detectors(adapter: ModelAdapter, detectors, datasets: Mapping[str, objec
                   train_labels: np.ndarray | None = None, score_train: bool = False, batch_size: int = 64,
                   device: str | torch.device = "cpu", num_workers: int = 0, progress: bool = False,
                   cache_dir: str | os.PathLike | None = None, data_ids: Mapping[str, str] | None = None,
-                  preprocess_id: str = "") -> DetectorScores:
+                  preprocess_id: str = "", precision: str = DEFAULT_PRECISION) -> DetectorScores:
     """Fit ``detectors`` on ``id_train`` and score every dataset of ``datasets`` (name -> data).
 
     ``detectors``: names, ``Detector`` instances, or a dict name -> instance. One forward pass per batch captures
     the union of what they need (plus logits, for predictions); the ID training set is passed only if a detector
     needs fitting (or ``score_train``). ``train_labels`` override the labels the training data yields (MDS needs
     real labels). ``data_ids`` (dataset name -> identity string; the training set under ``'id_train'``) enable
-    the on-disk cache in ``cache_dir``. Before any pass the detectors' hyper-parameters are checked against the
-    data's sizes (``preflight``). An unreadable image fails its dataset's pass; the
+    the on-disk cache in ``cache_dir``. ``precision``: the forward passes' (``capture.extract_outputs``; fp32 by
+    default). Before any pass the detectors' hyper-parameters are checked against the data's sizes
+    (``preflight``). An unreadable image fails its dataset's pass; the
     other datasets are still read (without the model) and one ``UnreadableImagesError`` names them all (the
     full list written beside ``cache_dir``, else in the temporary folder).
     """
@@ -203,7 +205,7 @@ def run_detectors(adapter: ModelAdapter, detectors, datasets: Mapping[str, objec
     kinds = _union(post.values()) | {"logits"}
     data_ids = dict(data_ids or {})
     common = dict(batch_size=batch_size, device=device, num_workers=num_workers, progress=progress,
-                  cache_dir=cache_dir if data_ids else None, preprocess_id=preprocess_id)
+                  cache_dir=cache_dir if data_ids else None, preprocess_id=preprocess_id, precision=precision)
     fit_needed = [d for d in post.values() if d.needs_fit]
     if (fit_needed or score_train) and id_train is None:
         names = ", ".join(d.name for d in fit_needed) or "score_train"

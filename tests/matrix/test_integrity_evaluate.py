@@ -79,9 +79,7 @@ def world(tmp_path_factory):
     """ID train (4 per class) / ID test (2 per class) folders, a 2 x 2 splits manifest (4 images per cell, its
     threshold 2), a Syn-IS manifest (3 images in each of two cells, stored N/A at its threshold 10), a tiny
     timm ResNet checkpoint."""
-    import timm
-    import torch
-    from safetensors.torch import save_file
+    from isood.tiny_models import build_tiny_classifier
 
     from isood.grid import cell_name
 
@@ -104,9 +102,7 @@ def world(tmp_path_factory):
                              "cov_level": c, "cell": cell_name(c, s)})
     _write_splits(root / "splits", root / "test", rows, n_levels=2, na_threshold=2)
     _write_syn(root / "syn", rng, colour, per_cell=3)
-    torch.manual_seed(0)
-    model = timm.create_model("test_resnet", pretrained=False, num_classes=3)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(root / "test_resnet.safetensors"))
+    build_tiny_classifier(root / "test_resnet.safetensors", num_classes=3)
     return root
 
 

@@ -7,7 +7,6 @@ the ANN report against a real exact build (S13) and `isood publish` without feat
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -207,9 +206,7 @@ def _image(path: Path, colour, rng) -> None:
 def eval_world(tmp_path_factory):
     """Image folders (train / val with 3 ID classes), a 2 x 2 splits manifest written by the splits writer, and
     a tiny timm ResNet with random weights saved as a local checkpoint."""
-    import timm
-    import torch
-    from safetensors.torch import save_file
+    from isood.tiny_models import build_tiny_classifier
 
     from isood.grid import cell_name, cell_table, edges_table
     from isood.stages.splits import write_splits
@@ -234,9 +231,7 @@ def eval_world(tmp_path_factory):
     write_splits(root / "splits", images=images, cells=cell_table(images["cov_level"], images["sem_level"], 2, 2),
                  edges=edges_table([0.0, 1.0, 2.0], [0.0, 1.0, 2.0]), argv=["test"],
                  config={"test_root": str(root / "test"), "n_levels": 2, "na_threshold": 2})
-    torch.manual_seed(0)
-    model = timm.create_model("test_resnet", pretrained=False, num_classes=3)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(root / "test_resnet.safetensors"))
+    build_tiny_classifier(root / "test_resnet.safetensors", num_classes=3)
     return root
 
 
@@ -461,24 +456,17 @@ def test_a_checker_failing_on_an_image_is_one_line(syn_inputs, tiny_clip_spec, t
     assert "\n" not in str(e.value)
 
 
-def _tiny_sdxl_module():
-    """tests/generation/conftest.py as a module: its tiny SDXL pipeline builder (one home for it)."""
-    spec = importlib.util.spec_from_file_location("_generation_conftest",
-                                                  Path(__file__).parents[1] / "generation" / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_generate_syn_terminal_shows_only_isood_lines(syn_inputs, tmp_path):
     """Guard: generation.sdxl.quiet_libraries: a real run (a subprocess, so the libraries' loggers write to the
     real stderr) prints isood's progress lines and nothing of diffusers / transformers (their accelerate
     warning, "Loading pipeline components" and "Loading weights" bars)."""
     import torch
 
+    from isood.tiny_models import build_tiny_sdxl
+
     torch.set_num_threads(1)
     pipe_dir = tmp_path / "tiny_sdxl"
-    _tiny_sdxl_module().build_tiny_sdxl().save_pretrained(pipe_dir)
+    build_tiny_sdxl().save_pretrained(pipe_dir)
     args = [str(a) for a in syn_inputs["base"]] + ["--pipeline", f"local-dir:{pipe_dir}", "--size", "64", "--out",
                                                    str(tmp_path / "syn")]
     r = subprocess.run([sys.executable, "-c", "import sys; from isood.cli import main; sys.exit(main())", *args],
