@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -63,7 +63,7 @@ class EvalSet:
     group: str = ""
     labelled: bool = True
     preset: str = ""
-    transform: object = None
+    transform: Callable | None = None
 
     @property
     def is_ood(self) -> bool:
