@@ -234,7 +234,7 @@ class TimmAdapter(ModelAdapter):
         self._hook_block3()
 
     @property
-    def provides(self) -> frozenset[str]:  # type: ignore[override]
+    def provides(self) -> frozenset[str]:  # type: ignore[override]  # a lazy property over the base's attribute
         if self._provides is None:
             kinds = {"logits", "features"}
             model: Any = self.model  # a timm model: forward_features / forward_head / get_classifier

@@ -145,7 +145,7 @@ def _check(cfg: BuildConfig) -> BuildConfig:
         if not getattr(cfg, name):
             raise BadInputError(f"--{name} is required (on the command line or in --config)")
     check_verify_mode(cfg.verify)
-    paths = {name: str(getattr(cfg, name)) for name in PATH_KEYS + ("cache_dir",) if getattr(cfg, name) is not None}
+    paths: dict[str, Any] = {name: str(getattr(cfg, name)) for name in PATH_KEYS + ("cache_dir",) if getattr(cfg, name) is not None}
     return replace(cfg, **paths)
 
 
