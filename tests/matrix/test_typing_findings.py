@@ -9,6 +9,8 @@ traceback for a user) where the house asks for a one-line error saying what to p
 | a leak mask on a set that is no grid     | ``EvalSet.images`` may be None             | ``evaluation.assemble.leak_free_set``   |
 | a streamed layout whose main is unlisted | ``ConfigLayout.main`` may be None          | ``manifests.card.write_with_card``      |
 | write() on a file staged by path         | ``StagedFile.file`` may be None            | ``manifests.stream.StagedFile.write``   |
+| an input detector scored without scores  | ``input_scores`` may be None               | ``evaluation.scoring.score_dataset``     |
+| outputs without logits fitted / scored   | ``ForwardOutputs.logits`` may be None      | ``ForwardOutputs.captured`` in ``scoring`` |
 """
 
 from __future__ import annotations
@@ -77,3 +79,31 @@ def test_write_on_a_file_staged_by_path(tmp_path):
         staged.write(b"x")
     staged.abort()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_input_detector_scored_without_its_input_scores():
+    from isood.evaluation.detectors import ODIN, ForwardOutputs
+    from isood.evaluation.scoring import DetectorScores, score_dataset
+
+    outputs = ForwardOutputs.from_arrays(logits=np.eye(3, dtype=np.float32))
+    with pytest.raises(BadInputError) as e:
+        score_dataset(DetectorScores(), "ood", {"odin": ODIN()}, outputs)
+    assert "\n" not in str(e.value) and "perturbs the input images" in str(e.value), str(e.value)
+    # given them, they are what is recorded (the guard changes nothing else)
+    result = DetectorScores()
+    score_dataset(result, "ood", {"odin": ODIN()}, outputs, {"odin": np.array([0.1, 0.2, 0.3])})
+    np.testing.assert_array_equal(result.scores["odin"]["ood"], [0.1, 0.2, 0.3])
+    np.testing.assert_array_equal(result.predictions["ood"], [0, 1, 2])
+
+
+def test_outputs_without_logits_are_a_one_line_error():
+    from isood.errors import IsoodError
+    from isood.evaluation.detectors import ForwardOutputs, parse_detectors
+    from isood.evaluation.scoring import DetectorScores, fit_detectors, score_dataset
+
+    outputs = ForwardOutputs.from_arrays(features=np.ones((4, 2), np.float32), labels=np.zeros(4, np.int64))
+    knn = parse_detectors("knn")
+    with pytest.raises(IsoodError, match="captured no logits"):
+        fit_detectors(knn, outputs)
+    with pytest.raises(IsoodError, match="captured no logits"):
+        score_dataset(DetectorScores(), "ood", knn, outputs)
