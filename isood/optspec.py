@@ -60,6 +60,7 @@ class OptionSpec:
     why: str = ""                     # said by a refusal of an out-of-bound value
     required: bool = False            # the command line needs it though the Python API may leave it None
     objects: bool = False             # the Python API may pass a loaded object instead (only strings are checked)
+    maybe_path: bool = False          # a name or a file: a relative value in --config that exists there is a path
 
     def flag_name(self, field_name: str) -> str:
         return self.flag or "--" + field_name.replace("_", "-")
@@ -69,17 +70,21 @@ def option(default: Any = REQUIRED, *, help: str, flag: str | None = None, kind:
            least: float | None = None, most: float | None = None, choices: Sequence[str] | None = None,
            metavar: str | None = None, aliases: Sequence[str] = (), argument: bool = False,
            secondary: str | None = None, cli: bool = True, why: str = "", required: bool = False,
-           objects: bool = False, default_factory: Callable[[], Any] | None = None) -> Any:
+           objects: bool = False, maybe_path: bool = False,
+           default_factory: Callable[[], Any] | None = None) -> Any:
     """A dataclass field described for the command line (module docstring). ``least`` / ``most`` bound numbers
     (and the count of a list); ``choices`` the allowed strings; ``kind='path'`` marks a path; ``required``: the
     command line needs it (the Python API may leave it None); ``objects``: the Python API may pass a loaded
-    object (a model, an encoder) instead of its name, which is then not checked."""
+    object (a model, an encoder) instead of its name, which is then not checked; ``maybe_path``: a name or a file
+    (``--labels 21k`` or ``--labels my.txt``): in ``--config``, a relative value naming a file next to it is that
+    file."""
     if kind is not None and kind not in _KINDS:
         raise ValueError(f"unknown option kind {kind!r}")
     spec = OptionSpec(help=help, flag=flag, kind=kind, least=least, most=most,
                       choices=tuple(choices) if choices is not None else None, metavar=metavar,
                       aliases=tuple(aliases), argument=argument, secondary=secondary, cli=cli,
-                      path_in_config=kind == "path", why=why, required=required, objects=objects)
+                      path_in_config=kind == "path", why=why, required=required, objects=objects,
+                      maybe_path=maybe_path)
     meta = {"isood": spec}
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
@@ -210,9 +215,21 @@ def check(opts: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------------------------ --config
-def _resolve(value: Any, kind: str, base: Path) -> Any:
-    if kind == "path" and isinstance(value, str) and value:
+#: A model spec naming a local folder (``--clip local-dir:PATH``, ``--pipeline local-dir:PATH``).
+LOCAL_DIR = "local-dir:"
+
+
+def _resolve(value: Any, spec: OptionSpec, kind: str, base: Path) -> Any:
+    """A ``--config`` value with its relative path made relative to the file's folder ``base``: a path option,
+    the PATH of a ``local-dir:PATH`` model, a ``maybe_path`` value naming a file there."""
+    if not isinstance(value, str) or not value:
+        return value
+    if kind == "path":
         return str(base / Path(value).expanduser())
+    if value.startswith(LOCAL_DIR):
+        return LOCAL_DIR + str(base / Path(value[len(LOCAL_DIR):]).expanduser())
+    if spec.maybe_path and (base / value).exists():
+        return str(base / value)
     return value
 
 
@@ -236,7 +253,7 @@ def from_config(cls: type, path: str | os.PathLike, section: str) -> dict[str, A
         if name not in known:
             raise BadInputError(f"--config {p}: unknown key {key!r} for `isood {section}`; known: "
                                 f"{', '.join(sorted(k.replace('_', '-') for k in known))}")
-        values[name] = _resolve(value, known[name][1], p.parent)
+        values[name] = _resolve(value, *known[name], p.parent)
     return values
 
 
@@ -279,9 +296,10 @@ def seed_option(help: str) -> Any:
     return option(0, help=help, least=0, most=SEED_MAX)
 
 
-def levels_option(help: str = "Levels per axis of the grid.") -> Any:
-    """``--levels``: one bound for every command (``isood.defaults.MAX_LEVELS``; ``isood.grid.check_levels``)."""
-    return option(N_LEVELS, help=help, least=1, most=MAX_LEVELS, why=LEVELS_NOTE)
+def levels_option(help: str = "Levels per axis of the grid.", *, flag: str | None = None) -> Any:
+    """``--levels``: one bound for every command (``isood.defaults.MAX_LEVELS``; ``isood.grid.check_levels``);
+    ``flag`` for a field named otherwise (``n_levels``)."""
+    return option(N_LEVELS, help=help, flag=flag, least=1, most=MAX_LEVELS, why=LEVELS_NOTE)
 
 
 def out_option(help: str = "Output manifest directory.", *, required: bool = True) -> Any:

@@ -54,6 +54,10 @@ def test_every_command_is_walked():
     assert {"wordnet filter", "wordnet audit", "verify", "publish", "card", "merge", "demo", "splits clean",
             "import isood-lists", "import imagenet-ood", "import openood-imglist"} <= names
     assert len(BOUNDED) >= 3
+    from isood.cli.reference import walk_commands
+
+    every = {" ".join(words) for words, _cmd in walk_commands()}
+    assert every - names == set(), "commands whose options are not described once (isood.cli.options.command)"
 
 
 @pytest.mark.parametrize("words, cls, field, spec, kind", BOUNDED)
@@ -96,10 +100,11 @@ def test_help_shows_defaults_required_and_bounds(words, cls, monkeypatch):
         if not spec.cli:
             continue
         default = f.default
-        if default is REQUIRED:
+        if default is REQUIRED or spec.required:
             assert "[required" in out.split(spec.help.split(".")[0], 1)[1][:len(spec.help) + 40], f.name
         elif default not in (None, False, ()):
-            assert f"default: {default}" in out, (words, f.name)
+            shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+            assert f"default: {shown}" in out, (words, f.name)
         if kind in ("int", "float") and spec.least is not None and spec.most is not None:
             assert f"in [{_num(spec.least)}, {_num(spec.most)}]" in out, (words, f.name)
         assert "<" + "str>" not in out and "list[" not in out  # no Python types in --help

@@ -4,21 +4,19 @@ output folder (pure: they run before anything is loaded or written)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from numbers import Integral
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from generation.sdxl import GeneratorSettings
-from isood.defaults import DEFAULT_PIPELINE, DEFAULT_VERIFY, LAID_TRIPLETS, N_LEVELS, NA_THRESHOLD
+from generation.sdxl import MAX_SIZE, GeneratorSettings
+from isood.defaults import DEFAULT_PIPELINE, LAID_TRIPLETS
 from isood.errors import BadInputError
-from isood.grid import check_levels
 from isood.kinds import SYN_IS, SYN_IS_PART, SYN_IS_PROMPTS
-from isood.defaults import check_seed
+from isood.optspec import (EngineFields, JobArrayFields, batch_size_option, check, device_option, levels_option,
+                           na_threshold_option, option, out_option, seed_option, verify_option)
 from isood.parts import check_shard_args
 from manifests.store import Manifest
-from manifests.verify import check_verify_mode
 
 __all__ = ["KIND", "KIND_PROMPTS", "KIND_PART", "SynOptions", "SynResult", "check_options", "output_kinds",
            "input_paths"]
@@ -27,37 +25,54 @@ KIND, KIND_PROMPTS, KIND_PART = SYN_IS, SYN_IS_PROMPTS, SYN_IS_PART
 
 
 @dataclass(frozen=True, kw_only=True)
-class SynOptions:
-    """Everything `isood generate-syn` takes (CLI flags map 1:1; the engine options build the engine the CLI
-    passes to :func:`generation.syn.run_generate_syn`)."""
+class SynOptions(EngineFields, JobArrayFields):
+    """Everything `isood generate-syn` takes, one description per option (``isood.optspec``; the engine options
+    build the engine the CLI passes to :func:`generation.syn.run_generate_syn`; a job-array task generates the
+    pipeline batches b % num_shards == shard_index)."""
 
-    out: Path
-    styles: str = "sdxl"
-    labels: str = "21k"
-    clip: str | None = None
-    laid: str | None = None
-    id_features: str | None = None
-    splits: str | None = None
-    per_cell: int = 10
-    images_per_prompt: int = 1
-    pipeline: str = DEFAULT_PIPELINE
-    size: int = 512
-    steps: int = 1
-    guidance_scale: float = 0.0
-    batch_size: int = 4
-    seed: int = 0
-    prompts_only: bool = False
-    device: str | None = None
-    n_levels: int = N_LEVELS  # without --splits (with it: the splits' levels)
-    na_threshold: int = NA_THRESHOLD
-    blocklist: str | None = None
-    default_blocklist: bool = True
-    safety_checker: str | None = None
-    laid_triplets: int = LAID_TRIPLETS
-    progress: bool = True
-    num_shards: int = 1  # job arrays: this task generates pipeline batches b % num_shards == shard_index
-    shard_index: int = 0
-    verify: str = DEFAULT_VERIFY  # how the manifests read (--splits, --id-features, --labels) are checked
+    out: str = out_option("Output Syn-IS manifest directory.")
+    styles: str = option("sdxl", metavar="STYLES",
+                         help="Styles: sdxl, sdxl:NAME,NAME, FILE.json (SDXL style file) or FILE.json:NAME,NAME.")
+    labels: str = option("21k", metavar="LABELS", maybe_path=True,
+                         help="Labels: 21k, 1k, 21k-p, 12k, a class-filter manifest, or a file of wnids/labels.")
+    clip: str | None = option(None, metavar="MODEL:PRETRAINED",
+                              help="CLIP of the image splits: MODEL:PRETRAINED or local-dir:PATH (default: the "
+                                   "--splits manifest's).")
+    laid: str | None = option(None, kind="path", metavar="FILE",
+                              help="LAID W (.safetensors); default: the --splits manifest's, else trained here.")
+    id_features: str | None = option(None, kind="path", metavar="DIR",
+                                     help="Features of the ID images (extraction output directory).")
+    splits: str | None = option(None, kind="path", metavar="DIR",
+                                help="An image-splits manifest: bin prompts with its edges (else the prompts' own).")
+    per_cell: int = option(10, least=1, help="Prompts sampled per grid cell (seeded).")
+    images_per_prompt: int = option(1, least=1, help="Images generated per prompt.")
+    pipeline: str = option(DEFAULT_PIPELINE, metavar="PIPELINE", help="diffusers pipeline: a Hub name or "
+                                                                        "local-dir:PATH.")
+    size: int = option(512, least=8, most=MAX_SIZE, help="Image height and width (a multiple of 8).")
+    steps: int = option(1, least=1, help="Denoising steps.")
+    guidance_scale: float = option(0.0, least=0.0, help="Classifier-free guidance (SDXL-Turbo: 0).")
+    batch_size: int = batch_size_option("Images per pipeline call.", default=4)
+    seed: int = seed_option("Global seed (prompt sampling, LAID training, per-image seeds).")
+    prompts_only: bool = option(False, help="Write the binned prompt manifest without generating.")
+    device: str | None = device_option()
+    n_levels: int = levels_option("Levels per axis without --splits (with it: the splits' levels).",
+                                 flag="--levels")
+    na_threshold: int = na_threshold_option()
+    blocklist: str | None = option(None, kind="path", metavar="FILE",
+                                   help="Extra prompt blocklist terms, one per line.")
+    default_blocklist: bool = option(True, secondary="--no-default-blocklist",
+                                     help="Use the built-in prompt blocklist.")
+    safety_checker: str | None = option(None, metavar="MODULE:FUNCTION",
+                                        help="Image safety checker package.module:function (image, item) -> "
+                                             "reason|None.")
+    laid_triplets: int = option(LAID_TRIPLETS, least=1, flag="--triplets",
+                                help="LAID training triplets (when LAID is trained here).")
+    progress: bool = option(True, cli=False, help="Progress bars.")
+    verify: str = verify_option()
+    # --workers counted the Ray actors here before every command's --workers meant decoding processes
+    ray_workers: int | None = option(None, least=1, metavar="N", aliases=("--workers",),
+                                     help="Ray engine: SDXL actors, one pipeline each (default: one per GPU, else "
+                                          "per CPU).")
 
     @property
     def partial(self) -> bool:
@@ -93,19 +108,15 @@ def input_paths(opts: SynOptions) -> list[str]:
             if v and Path(str(v)).exists()]
 
 
-def check_options(opts: SynOptions, *, engine: str = "local", custom_generator: bool = False) -> None:
-    """One-line errors for options that contradict each other or the engine (by name); what ``opts.out`` may
-    hold is checked by the writer (``output_kinds``)."""
+def check_options(opts: SynOptions, *, engine: str = "local", custom_generator: bool = False) -> SynOptions:
+    """The checked options: every bound (``isood.optspec.check``, one line naming the flag), then the options
+    that contradict each other or the engine (by name); what ``opts.out`` may hold is checked by the writer
+    (``output_kinds``)."""
+    opts = check(opts)
     check_shard_args(opts.num_shards, opts.shard_index)
     if custom_generator and engine != "local":
         raise BadInputError(f"a custom generator runs only with the local engine, not {engine!r}")
     if opts.partial and opts.prompts_only:
         raise BadInputError("--num-shards splits image generation; --prompts-only runs once (drop --num-shards)")
-    check_levels(opts.n_levels, "n_levels")
-    check_verify_mode(opts.verify)
-    for flag, value, least in (("--per-cell", opts.per_cell, 1), ("--images-per-prompt", opts.images_per_prompt, 1),
-                               ("na_threshold", opts.na_threshold, 0), ("laid_triplets", opts.laid_triplets, 1)):
-        if isinstance(value, bool) or not isinstance(value, Integral) or value < least:
-            raise BadInputError(f"{flag} must be an integer >= {least}, got {value!r}")
-    check_seed(opts.seed)
     opts.settings()
+    return opts

@@ -103,7 +103,7 @@ def run_generate_syn(opts: SynOptions, *, engine: BatchEngine | None = None, gen
     ``opts.safety_checker`` is imported); ``on_image(row)`` runs after each image is written (local engine);
     ``warn(message)`` reports a warning (also kept in the summary)."""
     engine = engine or LocalEngine()
-    check_options(opts, engine=engine.name, custom_generator=generator is not None)
+    opts = check_options(opts, engine=engine.name, custom_generator=generator is not None)
     if opts.safety_checker and image_checker is None and not opts.prompts_only:
         load_image_checker(opts.safety_checker)  # an unusable checker is refused before anything is loaded
     with manifests.writing(opts.out, output_kinds(opts), inputs=input_paths(opts)) as o:

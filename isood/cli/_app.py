@@ -20,7 +20,6 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from isood.defaults import DEFAULT_VERIFY, VERIFY_HELP
 from isood.errors import IsoodError, IsoodWarning
 from manifests.output import public_path
 
@@ -28,13 +27,8 @@ if TYPE_CHECKING:  # the click TyperGroup's methods take: typer (>= 0.2x) runs i
     from typer._click import Context, HelpFormatter
 
 __all__ = ["app", "wordnet_app", "import_app", "export_app", "splits_app", "dev_app", "console", "out_console", "error_exit",
-           "isood_warnings", "verify_option", "VERIFY_HELP"]
+           "isood_warnings"]
 
-
-
-def verify_option():
-    """The ``--verify`` option (one definition for every command that reads manifests)."""
-    return typer.Option(DEFAULT_VERIFY, "--verify", help=VERIFY_HELP)
 
 console = Console(stderr=True)
 out_console = Console()

@@ -116,7 +116,7 @@ def test_decode_gpu_is_recorded_never_mixed_and_rejects_what_the_reference_rejec
 
 
 @pytest.mark.parametrize("extra, words", [
-    (["--decode", "turbo"], "--decode turbo"),
+    (["--decode", "turbo"], "--decode 'turbo'"),
     (["--decode", "gpu", "--fast-decode"], "contradicts --decode gpu"),
 ])
 def test_bad_decode_options_are_one_line_before_any_work(extra, words, tiny_clip_spec, tiny_images, tmp_path):

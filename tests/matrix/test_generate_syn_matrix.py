@@ -79,8 +79,8 @@ ROWS = [  # (extra args or a function of the inputs folder returning them, subst
     pytest.param(["--num-shards", "2", "--shard-index", "5"], ["--shard-index", "5"],
                  id="shard_index_out_of_range-runtime.check_shard_args"),
     pytest.param(["--engine", "spark"], ["spark"], id="unknown_engine-cli.build_engine"),
-    pytest.param(["--engine", "ray", "--workers", "0"], ["--workers", "0"], id="ray_workers_0-engines.ray.RayOptions"),
-    pytest.param(["--engine", "ray", "--workers", "-1"], ["--workers", "-1"], id="ray_workers_neg-engines.ray.RayOptions"),
+    pytest.param(["--engine", "ray", "--ray-workers", "0"], ["--ray-workers must be an integer >= 1", "0"],
+                 id="ray_workers_0-optspec.check"),
     pytest.param(["--styles", "sdxl:anim"], ["'anim'", "anime"], id="unknown_style-styles.select_styles"),
     pytest.param(["--styles", "watercolour"], ["watercolour", "--styles"], id="unknown_spec-styles.load_styles"),
     pytest.param(["--styles", "sdxl:"], ["sdxl:", "no style"], id="no_style_names-styles.load_styles"),
@@ -122,12 +122,24 @@ def test_bad_option_is_one_line_exit_2_and_nothing_complete(extra, names, inputs
     assert not (out / "manifest.json").exists()
 
 
-@pytest.mark.parametrize("field, value", [("n_levels", 0), ("n_levels", -1), ("na_threshold", -1),
+def test_deprecated_workers_still_counts_ray_actors_with_one_warning(inputs, cli, tmp_path):
+    """generate-syn --workers (Ray actors before every command's --workers meant decoding processes) is folded
+    into --ray-workers for one release: one warning line, then the same check as --ray-workers."""
+    out = tmp_path / "out"
+    r = cli.invoke([*inputs["args"], "--engine", "ray", "--workers", "-1", "--out", out])
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert r.exit_code == 2 and len(lines) == 2, r.output
+    assert "--workers is deprecated; pass --ray-workers" in lines[0]
+    assert "--ray-workers must be an integer >= 1, got -1" in lines[1]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("field, value", [("n_levels", 0), ("n_levels", -1), ("na_threshold", 0),
                                           ("laid_triplets", 0)], ids=lambda v: str(v))
-def test_api_only_counts_are_checked_before_anything_runs(field, value, inputs, tiny_clip_spec, tmp_path,
-                                                         monkeypatch):
-    """Guard: generation.syn.options.check_options (no CLI flag: the Python API). Refused before the inputs are
-    loaded (later steps would fail too, but only after encoding every prompt)."""
+def test_api_counts_are_checked_before_anything_runs(field, value, inputs, tiny_clip_spec, tmp_path,
+                                                     monkeypatch):
+    """Guard: generation.syn.options.check_options (isood.optspec.check: the error names the field's flag).
+    Refused before the inputs are loaded (later steps would fail too, but only after encoding every prompt)."""
     import generation.syn.stage as stage
     from generation.syn import SynOptions, run_generate_syn
 
@@ -142,5 +154,6 @@ def test_api_only_counts_are_checked_before_anything_runs(field, value, inputs, 
                       prompts_only=True, progress=False, **{field: value})
     with pytest.raises(BadInputError) as e:
         run_generate_syn(opts)
-    assert field in str(e.value) and str(value) in str(e.value) and "\n" not in str(e.value)
+    flag = {"n_levels": "--levels", "na_threshold": "--na-threshold", "laid_triplets": "--triplets"}[field]
+    assert f"{flag} must be" in str(e.value) and str(value) in str(e.value) and "\n" not in str(e.value)
     assert not (tmp_path / "out").exists()

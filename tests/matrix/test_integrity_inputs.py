@@ -92,7 +92,7 @@ def test_bom_is_dropped_by_every_reader_of_a_user_text_file(tmp_path, tiny_image
     from isood.evaluation.classes import read_class_file
     from isood.images import list_images
     from isood.labels import load_labels
-    from isood.stages.splits.config import read_toml
+    from isood.stages.splits.config import read_toml  # isood.optspec.from_config of BuildConfig
     from wordnet_tools.jobs import read_list_file
     from wordnet_tools.synsets import load_synset_list
 
@@ -498,7 +498,7 @@ def test_generate_syn_levels_beyond_the_bound_is_refused(syn_inputs, nothing_loa
     from isood.errors import BadInputError
 
     root = syn_inputs["root"]
-    with pytest.raises(BadInputError, match=r"n_levels must be an integer in \[1, 32\], got 33"):
+    with pytest.raises(BadInputError, match=r"--levels must be an integer in \[1, 32\], got 33"):
         run_generate_syn(SynOptions(out=tmp_path / "o", labels=str(root / "labels.txt"), clip=tiny_clip_spec,
                                     laid=str(root / "laid.safetensors"), id_features=str(root / "id"),
                                     prompts_only=True, n_levels=33, progress=False))

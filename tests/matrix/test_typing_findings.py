@@ -4,7 +4,7 @@ traceback for a user) where the house asks for a one-line error saying what to p
 
 | row                                      | mypy's complaint                          | guard                                   |
 |------------------------------------------|-------------------------------------------|-----------------------------------------|
-| build_splits without id / test / out     | ``BuildConfig.out`` / ``.id`` may be None  | ``stages.splits.job.build_splits``, ``load.check_sources`` |
+| build_splits without id / test / out     | ``BuildConfig.out`` / ``.id`` may be None  | ``stages.splits.config.validate``       |
 | a DER metric without thresholds          | ``CellInputs.der_thresholds`` may be None  | ``evaluation.metrics._der_metric``      |
 | a leak mask on a set that is no grid     | ``EvalSet.images`` may be None             | ``evaluation.assemble.leak_free_set``   |
 | a streamed layout whose main is unlisted | ``ConfigLayout.main`` may be None          | ``manifests.card.write_with_card``      |

@@ -1,60 +1,74 @@
-"""The options of `isood build-splits`: defaults < TOML file (``--config build.toml``) < command line.
+"""The options of `isood build-splits`, one description each (``isood.optspec``): defaults < TOML file
+(``--config build.toml``) < command line.
 
 Keys of the TOML file are the long option names, with - or _ (optionally under a ``[build-splits]`` table);
-relative paths in it are relative to the TOML file.
+relative paths in it (and ``local-dir:PATH`` CLIPs, and a ``labels`` file that exists there) are relative to the
+TOML file (``isood.optspec.from_config``).
 """
 
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import asdict, dataclass, fields, replace
-from pathlib import Path
 from typing import Any, Mapping
 
 from isood.ann import BACKENDS
-from isood.defaults import DEFAULT_VERIFY, LAID_TRIPLETS, NA_THRESHOLD, N_LEVELS, QUANTILE_CLIP
+from isood.defaults import DEFAULT_SHARD_SIZE, LAID_TRIPLETS, QUANTILE_CLIP
 from isood.errors import BadInputError
 from isood.grid import check_levels
-from isood.defaults import check_seed
-from isood.textio import read_text
-from manifests.verify import check_verify_mode
+from isood.optspec import (batch_size_option, check, device_option, from_config, levels_option, merge_values,
+                           na_threshold_option, option, out_option, seed_option, verify_option, workers_option)
 
-__all__ = ["BuildConfig", "load_build_config", "parse_quantile", "read_toml", "splits_config", "PATH_KEYS"]
+__all__ = ["BuildConfig", "load_build_config", "validate", "parse_quantile", "read_toml", "splits_config",
+           "PATH_KEYS"]
 
-#: Options holding paths (resolved against the TOML file's folder when they come from it).
+#: Options holding paths (absolute in the manifest's config: explicit roots, never the working directory).
 PATH_KEYS = ("id", "test", "laid", "class_filter", "out")
-_POSITIVE = ("na_threshold", "triplets", "batch_size", "shard_size")
-_AT_LEAST = {"laid_steps": 1, "workers": 0}
+_SETS = "image folder / file list, or a feature set (isood extract output, or features.npy + index.parquet)"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BuildConfig:
-    """Options of `isood build-splits` (CLI flag = field name with - for _)."""
+    """Options of `isood build-splits`, one description each (flag = field name with - for _)."""
 
-    id: str | None = None
-    test: str | None = None
-    out: str | None = None
-    clip: str | None = None
-    laid: str | None = None
-    labels: str = "21k"
-    class_filter: str | None = None
-    exclude_id_classes: bool = False
-    levels: int = N_LEVELS
-    na_threshold: int = NA_THRESHOLD
-    clip_quantile: tuple[float, float] = QUANTILE_CLIP
-    triplets: int = LAID_TRIPLETS
-    laid_steps: int | None = None
-    seed: int = 0
-    backend: str = "auto"
-    ann_recall: float | None = None
-    batch_size: int = 64
-    workers: int | None = None
-    shard_size: int = 10_000
-    device: str | None = None
-    cache_dir: str | None = None
-    verify: str = DEFAULT_VERIFY
-    progress: bool = True
+    id: str | None = option(None, kind="path", required=True, metavar="SET", help=f"ID set: {_SETS}.")
+    test: str | None = option(None, kind="path", required=True, metavar="SET",
+                              help="Test images (same forms as --id).")
+    out: str | None = option(None, kind="path", required=True, metavar="DIR",
+                             help="Output directory (splits manifest).")
+    clip: str | None = option(None, metavar="MODEL:PRETRAINED",
+                              help="CLIP encoder (MODEL:PRETRAINED, local-dir:PATH, hf-hub:...); needed to extract "
+                                   "images or train LAID.")
+    laid: str | None = option(None, kind="path", metavar="FILE",
+                              help="A trained LAID W (.safetensors); default: train it on label x template texts.")
+    labels: str = option("21k", metavar="LABELS", maybe_path=True,
+                         help="LAID labels: 21k, 1k, 21k-p, ..., a class-filter manifest, or a file (wnids or "
+                              "labels).")
+    class_filter: str | None = option(None, kind="path", metavar="DIR",
+                                      help="Keep only test images whose wnid this class-filter manifest keeps.")
+    exclude_id_classes: bool = option(False, secondary="--keep-id-classes", help="Drop test images of ID wnids.")
+    levels: int = levels_option("Levels per axis.")
+    na_threshold: int = na_threshold_option()
+    clip_quantile: Any = option(QUANTILE_CLIP, kind="str", objects=True, metavar="LO,HI",
+                                help="Quantiles bounding the level range: LO,HI or LO (then HI = 1 - LO).")
+    triplets: int = option(LAID_TRIPLETS, least=1, help="LAID training triplets.")
+    laid_steps: int | None = option(None, least=1, help="LAID optimisation steps (default: isood.laid's).")
+    seed: int = seed_option("Seed of triplet sampling and LAID training.")
+    backend: str = option("auto", choices=BACKENDS, metavar="BACKEND",
+                          help="Nearest-neighbour backend: auto (exact; approximate IVF with --ann-recall), torch, "
+                               "faiss-flat, faiss-ivf (nprobe 32).")
+    ann_recall: float | None = option(None, least=0.0, most=1.0, metavar="RECALL",
+                                      help="Search approximately, tuned to this recall@1 (e.g. 0.99, > 0) on a "
+                                           "sample of the test images against exact search; the achieved recall "
+                                           "and level agreement go into the manifest. Default: exact.")
+    batch_size: int = batch_size_option("Images per batch when extracting.")
+    workers: int | None = workers_option(None, "when extracting")
+    shard_size: int = option(DEFAULT_SHARD_SIZE, least=1, help="Images per feature shard when extracting.")
+    device: str | None = device_option()
+    cache_dir: str | None = option(None, metavar="DIR",
+                                   help="Text-feature cache (default $ISOOD_CACHE_DIR/text-features).")
+    verify: str = verify_option()
+    progress: bool = option(True, cli=False, help="Progress bars.")
 
 
 _KNOWN = tuple(f.name for f in fields(BuildConfig))
@@ -79,33 +93,10 @@ def parse_quantile(value: Any) -> tuple[float, float]:
     return (parts[0], parts[1])
 
 
-def _resolve(key: str, value: Any, base: Path) -> Any:
-    """A TOML value with its relative paths made relative to the TOML file's folder ``base``."""
-    if key in PATH_KEYS and isinstance(value, str):
-        return str(base / Path(value).expanduser())
-    if key == "clip" and isinstance(value, str) and value.startswith("local-dir:"):
-        return "local-dir:" + str(base / Path(value[len("local-dir:"):]).expanduser())
-    if key == "labels" and isinstance(value, str) and (base / value).exists():
-        return str(base / value)
-    return value
-
-
 def read_toml(config_file: str | os.PathLike) -> dict[str, Any]:
-    """The options of a TOML file (keys with _), paths resolved against its folder; unknown keys refused."""
-    path = Path(config_file)
-    try:
-        data = tomllib.loads(read_text(path, what="--config"))
-    except tomllib.TOMLDecodeError as e:
-        raise BadInputError(f"--config {path}: invalid TOML ({' '.join(str(e).split())})") from None
-    if set(data) in ({"build-splits"}, {"build_splits"}):
-        data = next(iter(data.values()))
-    values = {}
-    for key, value in data.items():
-        k = key.replace("-", "_")
-        if k not in _KNOWN:
-            raise BadInputError(f"--config {path}: unknown key {key!r}; known: {', '.join(sorted(_KNOWN))}")
-        values[k] = _resolve(k, value, path.parent)
-    return values
+    """The options of a build-splits TOML file (``isood.optspec.from_config``: keys with _, paths resolved
+    against its folder, unknown keys refused)."""
+    return from_config(BuildConfig, config_file, "build-splits")
 
 
 def _check_ann(cfg: BuildConfig) -> None:
@@ -124,42 +115,28 @@ def _check_ann(cfg: BuildConfig) -> None:
                             "pass --backend auto or faiss-ivf, or drop --ann-recall")
 
 
-def _check(cfg: BuildConfig) -> BuildConfig:
-    """Validate the merged options (one-line errors) and normalise paths to strings."""
+def validate(cfg: BuildConfig) -> BuildConfig:
+    """The checked options (one-line errors naming the flag, ``isood.optspec.check``), the quantiles
+    normalised, paths as strings; ``--id``, ``--test`` and ``--out`` required (command line or ``--config``)."""
+    cfg = check(cfg)
     cfg = replace(cfg, clip_quantile=parse_quantile(cfg.clip_quantile))
     check_levels(cfg.levels)
-    for name in _POSITIVE:
-        v = getattr(cfg, name)
-        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "na_threshold" else 1):
-            raise BadInputError(f"--{name.replace('_', '-')} must be a positive integer, got {v!r}")
-    for name, least in _AT_LEAST.items():  # optional counts
-        v = getattr(cfg, name)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < least):
-            raise BadInputError(f"--{name.replace('_', '-')} must be an integer >= {least}, got {v!r}")
-    if cfg.seed is not None:
-        check_seed(cfg.seed)
-    if cfg.backend not in BACKENDS:
-        raise BadInputError(f"--backend {cfg.backend!r} is unknown; pass one of {', '.join(BACKENDS)}")
     _check_ann(cfg)
     for name in ("id", "test", "out"):
         if not getattr(cfg, name):
             raise BadInputError(f"--{name} is required (on the command line or in --config)")
-    check_verify_mode(cfg.verify)
-    paths: dict[str, Any] = {name: str(getattr(cfg, name)) for name in PATH_KEYS + ("cache_dir",) if getattr(cfg, name) is not None}
-    return replace(cfg, **paths)
+    return cfg
 
 
 def load_build_config(config_file: str | os.PathLike | None = None,
                       overrides: Mapping[str, Any] | None = None) -> BuildConfig:
     """Merge defaults < TOML file < ``overrides`` (the command line: option name with _ -> value, ``None`` =
-    not given). An unknown override name is a programming error (``TypeError``)."""
-    values: dict[str, Any] = read_toml(config_file) if config_file is not None else {}
-    for k, v in (overrides or {}).items():
-        if k not in _KNOWN:
-            raise TypeError(f"unknown build option {k}")
-        if v is not None:
-            values[k] = v
-    return _check(BuildConfig(**values))
+    not given), validated. An unknown override name is a programming error (``TypeError``)."""
+    unknown = set(overrides or {}) - set(_KNOWN)
+    if unknown:
+        raise TypeError(f"unknown build option {sorted(unknown)[0]}")
+    config = read_toml(config_file) if config_file is not None else {}
+    return validate(merge_values(BuildConfig, dict(overrides or {}), config))
 
 
 def splits_config(cfg: BuildConfig, *, clip_identity: str | None, id_root: str | None,

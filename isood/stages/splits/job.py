@@ -19,7 +19,7 @@ from isood.kinds import LAID_FILE, SPLITS, SplitsView
 from isood.batch_engine import BatchEngine
 from isood.progress import progress_bar
 from isood.shift import ShiftSearch, ShiftStream
-from isood.stages.splits.config import BuildConfig, splits_config
+from isood.stages.splits.config import BuildConfig, splits_config, validate
 from isood.stages.splits.load import (FeatureSet, Inputs, check_feature_sets, check_sources, extract_set,
                                       extracted_files, input_paths, load_encoder, load_inputs, load_precomputed,
                                       train_laid)
@@ -115,9 +115,10 @@ def build_splits(cfg: BuildConfig, *, warn: Warn | None = None, argv: list[str] 
                  engine: BatchEngine | None = None) -> BuildResult:
     """Run `isood build-splits` with ``cfg`` (module docstring): load -> clean/filter -> LAID -> measure -> bin ->
     write. Warnings go to ``warn`` (and into the manifest's summary); ``engine`` runs any extraction. The test
-    features are streamed (``stream``): memory grows with the test set by its index and two distances per image."""
-    if not cfg.out:
-        raise BadInputError("--out is required: pass the folder to write the splits manifest to")
+    features are streamed (``stream``): memory grows with the test set by its index and two distances per image.
+    ``cfg`` is validated first (``config.validate``: one line naming the flag, before any work)."""
+    cfg = validate(cfg)
+    assert cfg.out is not None, "validate: --out is required"
     check_sources(cfg)
     with manifests.writing(cfg.out, SPLITS, inputs=input_paths(cfg)) as o:
         result = _build(cfg, o.work, warn=warn, argv=argv, engine=engine)

@@ -72,10 +72,8 @@ class Inputs:
 
 
 def check_sources(cfg: BuildConfig) -> None:
-    """Both sources are given and exist (``--out`` is checked by the writer, ``manifests.writing``)."""
+    """Both sources exist (``--out`` is checked by the writer, ``manifests.writing``)."""
     for name in ("id", "test"):
-        if not getattr(cfg, name):
-            raise BadInputError(f"--{name} is required: pass an image folder, a file list or a feature set")
         if not Path(getattr(cfg, name)).exists():
             raise BadInputError(f"--{name} {getattr(cfg, name)} does not exist; pass an image folder, a file list or "
                                 "a feature set")
