@@ -45,7 +45,7 @@ class PromptBlocklist:
         self.terms = tuple(dict.fromkeys(t.strip().lower() for t in terms if t and t.strip()))
         if self.terms:
             alternatives = "|".join(re.escape(t) for t in sorted(self.terms, key=len, reverse=True))
-            self._regex = re.compile(rf"(?<![\w])({alternatives})(?![\w])", re.IGNORECASE)
+            self._regex: re.Pattern[str] | None = re.compile(rf"(?<![\w])({alternatives})(?![\w])", re.IGNORECASE)
         else:
             self._regex = None
 

@@ -69,7 +69,8 @@ class ClipEncoder:
     ``tokenizer`` (strings -> token ids), ``identity`` (see ``ClipSpec``), ``spec`` (what the user passed) and
     ``embed_dim``."""
 
-    model: "torch.nn.Module"
+    # open_clip's CLIP, a torch.nn.Module; Any since torch's Module type knows no encode_image / encode_text
+    model: Any
     preprocess: Callable
     tokenizer: Callable
     identity: str

@@ -29,7 +29,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence, cast
 
 from PIL import Image
 
@@ -375,7 +375,7 @@ def split_preprocess(preprocess: Callable) -> tuple[Callable, TensorPreprocess] 
     halves = steps.split() if steps is not None else None
     if halves is None:
         return None
-    transforms = list(preprocess.transforms)
+    transforms = list(cast("T.Compose", preprocess).transforms)  # tensor_preprocess knew it: a Compose
     k = next(i for i, t in enumerate(transforms) if isinstance(t, T.ToTensor))
     if not all(isinstance(t, T.Normalize) for t in transforms[k + 1:]):
         return None

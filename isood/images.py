@@ -58,7 +58,7 @@ import warnings
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple, Sequence
+from typing import IO, TYPE_CHECKING, Callable, Iterator, NamedTuple, Sequence, cast
 
 import numpy as np
 import pandas as pd
@@ -387,9 +387,9 @@ def to_rgb(im: Image.Image) -> Image.Image:
     return im if im.mode == "RGB" else im.convert("RGB")
 
 
-def read_rgb(path: str | os.PathLike) -> Image.Image:
-    """The 8-bit RGB image of a file, every pixel decoded: the size checked on the header first
-    (``check_pixels``), then converted by ``to_rgb``. Raises what PIL raises for an unreadable file."""
+def read_rgb(path: str | os.PathLike | IO[bytes]) -> Image.Image:
+    """The 8-bit RGB image of a file (or an open binary file object), every pixel decoded: the size checked on the
+    header first (``check_pixels``), then converted by ``to_rgb``. Raises what PIL raises for an unreadable file."""
     with Image.open(path) as im:
         check_pixels(im.size)
         im.load()
@@ -453,6 +453,7 @@ def _read_hashed(path: str | os.PathLike, digest: list[str]) -> bytes | None:
 def _decode(path: str | os.PathLike, preprocess: Callable, draft: tuple[int, int] | None,
             jpeg_tensor: bool, digest: list[str], given: bytes | None = None) -> "torch.Tensor":
     tensor_steps = isinstance(preprocess, TensorPreprocess)
+    data: bytes | None
     if given is not None:
         data = given
         digest[0] = sha256_bytes(given)
@@ -573,7 +574,7 @@ def device_decode(datas: Sequence["torch.Tensor"], steps: TensorPreprocess,
     ``(indices decoded, their (k, C, S, S) inputs)``; the caller takes the others the CPU way."""
     decoded = decode_jpegs(datas, device)
     done = [k for k, x in enumerate(decoded) if x is not None]
-    return done, steps.batch([decoded[k] for k in done])
+    return done, steps.batch([x for x in decoded if x is not None])
 
 
 def place_rows(n: int, pieces: Sequence[tuple[Sequence[int], "torch.Tensor | None"]],
@@ -582,14 +583,18 @@ def place_rows(n: int, pieces: Sequence[tuple[Sequence[int], "torch.Tensor | Non
     ``(positions, tensor)`` covering 0..n-1 together); a single piece covering them in order is moved as it is."""
     import torch
 
-    pieces = [(list(pos), t) for pos, t in pieces if len(pos)]
-    if not n or not pieces:
-        return None
-    if len(pieces) == 1 and pieces[0][0] == list(range(n)):
-        return pieces[0][1].to(device)
-    first = pieces[0][1]
-    out = torch.empty((n, *first.shape[1:]), dtype=first.dtype, device=device)
+    kept: list[tuple[list[int], "torch.Tensor"]] = []
     for pos, t in pieces:
+        if len(pos):
+            assert t is not None, "a piece with positions has their tensor"
+            kept.append((list(pos), t))
+    if not n or not kept:
+        return None
+    if len(kept) == 1 and kept[0][0] == list(range(n)):
+        return kept[0][1].to(device)
+    first = kept[0][1]
+    out = torch.empty((n, *first.shape[1:]), dtype=first.dtype, device=device)
+    for pos, t in kept:
         out[torch.as_tensor(pos, device=device)] = t.to(device)
     return out
 
@@ -651,7 +656,11 @@ class ImageDecoder:
         on ``device``: the JPEGs left to the device decoded there in one call and run through ``device_steps``
         (``device_decode``), a JPEG it cannot decode taken by the reference path on the CPU (its error, if any,
         the reference's), every row placed at its position, then the ``tail`` run on the batch."""
-        errors, hashes, pieces, jpegs, jpeg_at = [], [], [], [], []
+        errors: list[str] = []
+        hashes: list[str] = []
+        pieces: list[tuple[list[int], "torch.Tensor | None"]] = []
+        jpegs: list["torch.Tensor"] = []
+        jpeg_at: list[int] = []
         for part in parts:
             base = len(errors)
             errors += part.errors
@@ -661,6 +670,7 @@ class ImageDecoder:
             jpegs += part.jpegs()
             jpeg_at += [base + j for j in part.jpeg_pos]
         if jpegs:
+            assert self.device_steps is not None, "prepare leaves JPEGs to the device only in gpu mode"
             done, tensor = device_decode(jpegs, self.device_steps, device)
             pieces.append(([jpeg_at[k] for k in done], tensor))
             taken = set(done)
@@ -714,7 +724,9 @@ def image_decoder(preprocess: Callable, mode: str = REFERENCE_DECODE) -> ImageDe
     if steps is None:
         return ImageDecoder(preprocess, None, mode)
     if split is not None:
-        steps = steps.split()[0]  # the uint8 steps; the tail finishes them
+        halves = steps.split()
+        assert halves is not None, "split_preprocess found the transform's ToTensor + Normalize tail"
+        steps = halves[0]  # the uint8 steps; the tail finishes them
     if mode == GPU_DECODE:
         return ImageDecoder(head, None, mode, device_steps=steps, tail=tail)
     draft = draft_size(preprocess) if steps.resizes_first else None  # a drafted image is mapped back there
@@ -762,7 +774,7 @@ def prepared_batches(decoder: ImageDecoder, batches: Sequence[tuple[Sequence[str
     each batch is asked for). Each batch is cut into about ``workers`` chunks of at least ``MIN_CHUNK`` images,
     every chunk prepared by one process; the processes run ahead of the caller (two chunks each), so the CPU part
     of the next batches overlaps the model's work on this one. The numbers do not depend on ``workers``."""
-    from torch.utils.data import DataLoader
+    from torch.utils.data import DataLoader, Dataset
 
     workers = max(0, int(workers))
     chunks, counts = [], []
@@ -772,8 +784,9 @@ def prepared_batches(decoder: ImageDecoder, batches: Sequence[tuple[Sequence[str
         starts = range(0, len(paths), size) if paths else [0]
         chunks += [(paths[s:s + size], names[s:s + size]) for s in starts]
         counts.append(len(starts))
-    loader = DataLoader(_Chunks(decoder, chunks), batch_size=None, shuffle=False, num_workers=workers,
-                        collate_fn=_as_is)
+    # a map-style dataset (__len__ / __getitem__) is what DataLoader takes; _Chunks is one without torch at import
+    loader = DataLoader(cast("Dataset[PreparedImages]", _Chunks(decoder, chunks)), batch_size=None, shuffle=False,
+                        num_workers=workers, collate_fn=_as_is)
     it = iter(loader)
     try:
         for count in counts:

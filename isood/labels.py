@@ -20,7 +20,7 @@ import pandas as pd
 import manifests
 from isood.defaults import DEFAULT_VERIFY
 from isood.errors import BadInputError
-from isood.kinds import AUDIT, CLASS_FILTER
+from isood.kinds import AUDIT, CLASS_FILTER, ClassFilterView
 from isood.textio import read_lines
 from wordnet_tools.synsets import NAMED_LISTS, imagenet_names, load_synset_list
 from wordnet_tools.wnids import is_wnid
@@ -95,7 +95,9 @@ def labels_from_lines(lines: Iterable[str], source: str, names: Mapping[str, str
 def labels_from_manifest(root: str | Path, *, verify: str | None = DEFAULT_VERIFY) -> pd.DataFrame:
     """The kept classes of a class-filter (or audit) manifest as a (wnid, label) table, sorted by wnid; a class
     without a name in the manifest is named from timm's lemma file."""
-    wnids, own = manifests.read(root, kind=(CLASS_FILTER, AUDIT), verify=verify).kept()
+    view = manifests.read(root, kind=(CLASS_FILTER, AUDIT), verify=verify)
+    assert isinstance(view, ClassFilterView)  # both kinds' registered views are ClassFilterViews
+    wnids, own = view.kept()
     names = imagenet_names()
     rows = [(w, own.get(w) or names.get(w, "")) for w in wnids]
     missing = [w for w, label in rows if not label]

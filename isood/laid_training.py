@@ -71,8 +71,9 @@ def triplet_features(triplets: TextTriplets, distinct: Sequence[str],
     if len(distinct) != len(features):
         raise BadInputError(f"triplet_features: {len(distinct)} texts but {len(features)} feature rows")
     pos = {t: i for i, t in enumerate(distinct)}
-    return tuple(features[[pos[t] for t in part]] for part in (triplets.anchor, triplets.semantic,
-                                                               triplets.covariate))
+    anchor, semantic, covariate = (features[[pos[t] for t in part]] for part in (triplets.anchor, triplets.semantic,
+                                                                                 triplets.covariate))
+    return anchor, semantic, covariate
 
 
 def _fit_with_progress(A: np.ndarray, S: np.ndarray, C: np.ndarray, texts: list[str], *, seed: int,

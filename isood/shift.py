@@ -59,7 +59,7 @@ class Nearest(NamedTuple):
     that row's ``index`` in the reference as given (int64, -1 for a dropped query row)."""
 
     distance: np.ndarray
-    index: np.ndarray
+    index: np.ndarray  # type: ignore[assignment]  # the public field shadows tuple.index (mypy flags the shadowing)
 
 
 def _report(warn: bool | Callable[[str], None], message: str) -> None:
@@ -345,6 +345,7 @@ class ShiftStream:
 
     def _gather(self, chunks: Iterable[np.ndarray]) -> list[np.ndarray]:
         """Both halves of the sampled test rows (tuning rows, then held-out rows)."""
+        assert self.rows is not None, "measure gathers only with ann_recall (rows sampled)"
         both = np.concatenate(self.rows)
         out = [np.empty((len(both), r.shape[1]), np.float32) for r in self.reference]
         for start, block in self._blocks(chunks):
@@ -360,7 +361,9 @@ class ShiftStream:
         ``on_rows(n)`` hears of each block of ``n`` rows searched."""
         if self.n_test == 0:
             return ShiftSearch(np.empty(0, np.float32), np.empty(0, np.float32), None)
-        samples = self._gather(chunks()) if self.rows is not None else [None, None]
+        samples: list[np.ndarray | None] = [None, None]
+        if self.rows is not None:
+            samples = list(self._gather(chunks()))
         searches, refused = [], {}
         for axis, r, smp in zip(("sem", "cov"), self.reference, samples):
             try:

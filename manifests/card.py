@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,7 +95,7 @@ def card_frames(kind: str, main: str | None, tables: Mapping[str, pd.DataFrame |
     under ``root`` (never the main one: a streamed main table is not loaded). Other tables are only named."""
     names = {*tables, *(table_files or {})}
     card = card_spec(kind, dict.fromkeys(names))
-    wanted = names if card.reads is None else {main, *card.reads}
+    wanted: set[str | None] = set(names) if card.reads is None else {main, *card.reads}
     frames = {n: _frame(t) for n, t in tables.items() if n in wanted}
     for n, rel in (table_files or {}).items():
         if n in wanted and n != main and n not in frames:
@@ -140,14 +141,16 @@ def allowed_splits(allowed: Iterable[Any] | None) -> dict[str, set[str] | None] 
     return out
 
 
-Routes = dict[tuple[str, str], list[str]]
+#: ``(split_by value, config_by value)`` key -> the derived files its rows go to (a key is a ``string_keys`` tuple:
+#: two strings here).
+Routes = dict[tuple[str, ...], list[str]]
 
 
 def _config_name(card: CardSpec, value: str) -> str:
     return card.config_names.get(value, re.sub(r"\W+", "_", value).strip("_"))
 
 
-def plan_configs(card: CardSpec, main_name: str, pairs: Iterable[tuple[str, str]], *, split_col: str | None,
+def plan_configs(card: CardSpec, main_name: str, pairs: Iterable[tuple[str, ...]], *, split_col: str | None,
                  config_col: str | None, allowed: Mapping[str, set[str] | None] | None,
                  every: Iterable[Any] | None = None) -> tuple[ConfigLayout, Routes]:
     """The configs of a main table from the ``(split_by value, config_by value)`` pairs its rows have ('' for a
@@ -427,7 +430,7 @@ def dataset_card(manifest_meta: Mapping[str, Any], tables: Mapping[str, pd.DataF
 
 # ---------------------------------------------------------------------------------------------------- writing
 def write_with_card(
-    root: str | Path,
+    root: str | os.PathLike,
     *,
     kind: str,
     tables: Mapping[str, pd.DataFrame | pa.Table],
@@ -466,6 +469,9 @@ def write_with_card(
     # only the main table and the tables the kind's card reads are loaded (``card_frames``)
     side = card_frames(kind, layout.main if layout is not None else None, {}, root=root, table_files=table_files)
     if layout is not None:
+        if layout.main is None or layout.main not in table_files:
+            raise ManifestError(f"{kind}: the layout's main table {layout.main!r} is not in table_files: pass it "
+                                "there (manifests.card_stream.write_streamed)")
         n_rows = pq.read_metadata(root / table_files[layout.main]).num_rows
         existing_files += layout.written
     else:

@@ -26,6 +26,7 @@ from manifests.card import (
     CARD_FILE,
     CONFIGS_DIR,
     ConfigLayout,
+    Routes,
     add_other_tables,
     allowed_splits,
     card_frames,
@@ -61,8 +62,8 @@ class MainTableStream:
         self.columns = [c if c and c in schema.names else None for c in (card.split_by, card.config_by)]
         self.main = ParquetStream(self.root / self.rel, schema, row_group_rows=row_group_rows,
                                   plain_columns=plain_columns)
-        self.options = dict(row_group_rows=row_group_rows, buffered=False, plain_columns=plain_columns)
-        self.parts: dict[tuple[str, str], ParquetStream] = {}
+        self.row_group_rows, self.plain_columns = row_group_rows, plain_columns
+        self.parts: dict[tuple[str, ...], ParquetStream] = {}
 
     def write(self, piece: pa.Table) -> None:
         """Append rows to the main table and to the staged copy of each of their keys."""
@@ -79,10 +80,11 @@ class MainTableStream:
         for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(order)]):
             self._part(keys[int(sorted_codes[lo])]).write(piece.take(pa.array(order[lo:hi])))
 
-    def _part(self, key: tuple[str, str]) -> ParquetStream:
+    def _part(self, key: tuple[str, ...]) -> ParquetStream:
         if key not in self.parts:
             path = self.root / CONFIGS_DIR / f"part-{len(self.parts)}.parquet"
-            self.parts[key] = ParquetStream(path, self.main.schema, **self.options)
+            self.parts[key] = ParquetStream(path, self.main.schema, row_group_rows=self.row_group_rows, buffered=False,
+                                            plain_columns=self.plain_columns)
         return self.parts[key]
 
     def abort(self) -> None:
@@ -99,8 +101,8 @@ def _card_tables(root: Path, kind: str, tables: Mapping[str, pd.DataFrame | pa.T
 
 
 def _plan(kind: str, main: str, main_rel: str, columns: Sequence[str | None],
-          pairs: Iterable[tuple[str, str]], others: Mapping[str, pd.DataFrame], meta: Mapping[str, Any],
-          paths: Mapping[str, str]) -> tuple[ConfigLayout, dict[tuple[str, str], list[str]]]:
+          pairs: Iterable[tuple[str, ...]], others: Mapping[str, pd.DataFrame], meta: Mapping[str, Any],
+          paths: Mapping[str, str]) -> tuple[ConfigLayout, Routes]:
     card = card_spec(kind, {main: None, **others})
     split_col, config_col = columns
     allowed = (allowed_splits(card.allowed_configs(others, meta) if card.allowed_configs else None)
@@ -128,14 +130,15 @@ def streamed_layout(root: Path, kind: str, main: str, main_rel: str, others: Map
     return layout
 
 
-def _place_parts(stream: MainTableStream, routes: Mapping[tuple[str, str], list[str]]) -> list[str]:
+def _place_parts(stream: MainTableStream, routes: Mapping[tuple[str, ...], list[str]]) -> list[str]:
     """Rename each staged copy onto the one config file that holds exactly its rows; files gathering several
     keys (the per-split copies of `all`) are partitioned from the main table; unused copies are deleted."""
-    by_file: dict[str, list[tuple[str, str]]] = {}
+    by_file: dict[str, list[tuple[str, ...]]] = {}
     for key, rels in routes.items():
         for rel in rels:
             by_file.setdefault(rel, []).append(key)
-    placed, gathered = [], {}
+    placed: list[str] = []
+    gathered: dict[tuple[str, ...], list[Path]] = {}
     for rel, keys in sorted(by_file.items()):
         if len(keys) == 1 and keys[0] in stream.parts and not stream.parts[keys[0]].staged.done:
             stream.parts[keys[0]].commit(stream.root / rel)
@@ -187,7 +190,7 @@ def write_streamed(root: str | Path, *, kind: str, stream: MainTableStream | Non
         layout, table_files = finish_stream(stream, tables=tables, config=config, table_files=table_files)
     else:
         main = card_spec(kind, {**tables, **table_files}).main
-        if main not in table_files:
+        if main is None or main not in table_files:
             raise ManifestError(f"{kind}: write_streamed needs a stream or the main table {main!r} in table_files")
         meta = {"kind": kind, "command": {"config": dict(config)}}
         paths = {**{n: f"data/{n}.parquet" for n in tables}, **table_files}
@@ -211,7 +214,7 @@ def _card_is_current(m: Manifest, table_files: Mapping[str, str], title: str | N
     own manifest.json is its README.md."""
     listed = {r["path"] for r in m.meta["files"]}
     main = card_spec(m.kind, dict(table_files)).main
-    if CARD_FILE not in listed or main not in table_files:
+    if CARD_FILE not in listed or main is None or main not in table_files:
         return False
     meta = {"kind": m.kind, "command": {"config": dict((m.meta.get("command") or {}).get("config") or {})}}
     others = _card_tables(m.root, m.kind, {}, table_files, main)
@@ -258,7 +261,7 @@ def add_card(root: str | Path, note: str = "dataset card and per-config Parquet 
     return read(root, kind=kind)
 
 
-def _rewrite_with_card(m: Manifest, work: Path, table_files: dict[str, str], title: str, note: str) -> None:
+def _rewrite_with_card(m: Manifest, work: Path, table_files: dict[str, str], title: str | None, note: str) -> None:
     others = [
         r["path"] for r in m.meta["files"]
         if r["path"] not in set(table_files.values()) and r["path"] != CARD_FILE

@@ -107,7 +107,7 @@ class PublishResult:
 
 
 def _known_tokens(extra: str | None = None) -> list[str]:
-    found = [extra] if extra else []
+    found: list[str | None] = [extra] if extra else []
     found += [os.environ.get(name) for name in _TOKEN_ENV]
     try:
         from huggingface_hub import get_token

@@ -192,7 +192,7 @@ def expect_kind(actual: str, expected: str | Sequence[str], where: str) -> None:
     """One-line ``ManifestError`` when a manifest is not of the expected kind(s)."""
     allowed = (expected,) if isinstance(expected, str) else tuple(expected)
     if actual not in allowed:
-        writers = [(kind_spec(k).writer if kind_spec(k) else "") for k in allowed]
+        writers = [(spec.writer if (spec := kind_spec(k)) is not None else "") for k in allowed]
         hint = f" (written by {' / '.join(w for w in writers if w)})" if any(writers) else ""
         raise ManifestError(f"{where} is a {actual!r} manifest; pass a {' or '.join(repr(k) for k in allowed)} "
                             f"manifest{hint}")

@@ -294,7 +294,7 @@ def _check_path_columns(root: Path, kind: str, tables: Mapping[str, pd.DataFrame
                     continue
                 values = t[column] if isinstance(t, pa.Table) else pa.array(t[column].astype(object), pa.string(),
                                                                             from_pandas=True)
-                groups = [values]
+                groups: Iterable[Any] = [values]
             elif name in table_files:
                 pf = pq.ParquetFile(resolve_inside(root, table_files[name]))
                 if column not in pf.schema_arrow.names:

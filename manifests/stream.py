@@ -50,14 +50,21 @@ class StagedFile:
         self.done = False
 
     def write(self, data: bytes | memoryview | pa.Buffer) -> None:
+        if self.file is None:
+            raise ValueError(f"{self.path}: staged with open_file=False, so it is written by path: write to .tmp")
         with naming(self.path):
             self.file.write(data)
 
-    def commit(self, path: str | os.PathLike | None = None) -> Path:
-        """Rename the temporary onto the file's path (or onto ``path``, a destination decided later)."""
+    def close(self) -> None:
+        """Close the open file now, written in full (a writer holding many staged files keeps no descriptor per
+        file); ``commit`` or ``abort`` still decides its fate."""
         if self.file is not None:
             with naming(self.path):
                 self.file.close()
+
+    def commit(self, path: str | os.PathLike | None = None) -> Path:
+        """Rename the temporary onto the file's path (or onto ``path``, a destination decided later)."""
+        self.close()
         if path is not None:
             self.path = Path(path)
             self.path.parent.mkdir(parents=True, exist_ok=True)

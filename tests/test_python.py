@@ -21,6 +21,18 @@ def test_requires_python_is_what_the_code_needs():
     assert sys.version_info >= (3, 11)
 
 
+def test_type_checker_is_pinned_and_targets_the_oldest_python():
+    """``make test`` runs mypy (``[tool.mypy]``): pinned in the test extra (a new release may flag new things) and
+    checking the code as the oldest supported Python reads it, on the four packages."""
+    toml = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    mypy = toml["tool"]["mypy"]
+    assert mypy["python_version"] == toml["project"]["requires-python"].removeprefix(">=")
+    assert sorted(mypy["files"]) == sorted(toml["tool"]["importlinter"]["root_packages"])
+    pins = [r for r in toml["project"]["optional-dependencies"]["test"] if r.split("=")[0].strip() == "mypy"]
+    assert len(pins) == 1 and "==" in pins[0], pins
+    assert "$(PY) -m mypy" in (ROOT / "Makefile").read_text()
+
+
 def _python310() -> str | None:
     pyenv = sorted(Path.home().glob(".pyenv/versions/3.10.*/bin/python3.10"))
     for found in [shutil.which("python3.10"), *map(str, pyenv)]:

@@ -163,7 +163,7 @@ class ImageAuditor:
 
     def cells(self) -> pd.DataFrame | None:
         """The per-cell table of every piece added (None: the table has no cells)."""
-        return self.tally.cells() if self.has_cells else None
+        return self.tally.cells() if self.tally is not None and self.has_cells else None
 
     def levels(self) -> pd.DataFrame | None:
         """The per-level table of every piece added (None: the table has no levels)."""

@@ -98,7 +98,7 @@ class ClassRules:
         roots += [(up[r], r) for r in self.exclude_roots.intersection(up)]
         if roots:
             return Verdict("excluded_subtree", min(roots))
-        if self.sisters_only and self._id_parents.isdisjoint(h.parents(wnid)):
+        if self._id_parents is not None and self._id_parents.isdisjoint(h.parents(wnid)):  # sisters_only
             return Verdict("not_sister")
         return Verdict("")
 

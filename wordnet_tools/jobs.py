@@ -233,7 +233,7 @@ def _audit(source: str | os.PathLike, listed: list | None, id_classes: str, root
     config = {"list": os.path.abspath(source), "id": id_classes, "exclude": roots,
               "preset": preset if exclude is None else None}
     extra: dict = {}
-    if _is_manifest(source):
+    if listed is None:  # a manifest (``run_audit``)
         m, main, columns = open_audited_table(source, verify=verify)
         a = audit_manifest(m, main, columns, ids, h, exclude=roots, fallback_names=names, out=out,
                            where=str(source))

@@ -57,6 +57,7 @@ def load_splits(path: str, *, verify: str = DEFAULT_VERIFY) -> SplitsView:
     """The image splits (``isood build-splits``; files verified) whose edges, levels, CLIP, LAID and ID features
     Syn-IS reuses."""
     view = manifests.read(path, kind=SPLITS, verify=verify)
+    assert isinstance(view, SplitsView)  # read(kind=SPLITS) returns the kind's registered view
     sem, cov = view.axis_edges("sem"), view.axis_edges("cov")
     if len(sem) != len(cov):
         raise ManifestError(f"--splits {path}: sem and cov have different numbers of levels ({len(sem) - 1} vs "

@@ -134,6 +134,7 @@ def _run(opts: SynOptions, out: Path, *, engine: BatchEngine, generator: Callabl
                         per_cell=opts.per_cell, images_per_prompt=opts.images_per_prompt, seed=opts.seed)
     summary = _summary(inputs, plan, blocked, notes)
     rejected = [rejected_rows(blocked, "prompt")]
+    gen_config: dict[str, Any]
     if opts.prompts_only:
         images, gen_config = plan.images.assign(sha256=""), {}
     else:

@@ -70,7 +70,7 @@ def held_out_distances(report: AnnReport) -> tuple[np.ndarray, np.ndarray]:
     return np.clip(1.0 - report.check_exact, 0.0, 2.0), np.clip(1.0 - report.check_approx, 0.0, 2.0)
 
 
-def estimate_exact_edges(approx_edges: Sequence[float], exact: np.ndarray, approx: np.ndarray,
+def estimate_exact_edges(approx_edges: Sequence[float] | np.ndarray, exact: np.ndarray, approx: np.ndarray,
                          clip: Sequence[float], weight: float = 1.0) -> np.ndarray:
     """The edges an exact build would get (module docstring), from the approximate build's ``approx_edges`` and
     a sample's paired ``exact`` / ``approx`` distances; ``clip`` are the quantiles the end edges are at, and
@@ -112,7 +112,7 @@ def _differs(exact: Mapping[str, np.ndarray], approx: Mapping[str, np.ndarray], 
     return out
 
 
-def exact_agreement(reports: Mapping[str, AnnReport], approx_edges: Mapping[str, Sequence[float]], *,
+def exact_agreement(reports: Mapping[str, AnnReport], approx_edges: Mapping[str, Sequence[float] | np.ndarray], *,
                     clip: Sequence[float], confidence: float = AGREEMENT_CONFIDENCE,
                     resamples: int = AGREEMENT_RESAMPLES, seed: int = 0) -> Agreement:
     """The agreement of a build from the tuned searches ``reports`` (per axis; the same held-out images) and its

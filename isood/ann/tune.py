@@ -237,7 +237,8 @@ class TunedSearch:
         self.ex_sims, self.ex_idx = exact(np.ascontiguousarray(sample))
         plan, _ = tune_plan(index, np.ascontiguousarray(sample[:n_t]), self.ex_idx[:n_t], recall=recall,
                             threads=threads)
-        self.seconds = [t1 - t0, time.perf_counter() - t1, 0.0]
+        self.seconds = [t1 - t0, time.perf_counter() - t1, 0.0]  # build, tune, search
+        self.plan = plan
         self.ivf = IvfChunks(index, plan, threads=threads, query_chunk=query_chunk)
         self.both = np.concatenate(rows)
         self.approx_sims = np.empty(len(self.both), np.float32)
@@ -270,11 +271,13 @@ class TunedSearch:
             self.approx_sims[hit], self.approx_idx[hit] = missing[1][at], missing[2][at]
         n_t, check_rows = len(self.rows[0]), self.rows[1]
         same = self.approx_idx == self.ex_idx
+        build, tune, search = self.seconds
         report = AnnReport(
-            self.recall, self.ivf.index.nlist, self.ivf.plan, n_t, len(check_rows), float(np.mean(same[:n_t])),
+            self.recall, self.ivf.index.nlist, self.plan, n_t, len(check_rows), float(np.mean(same[:n_t])),
             float(np.mean(same[n_t:])) if len(check_rows) else float("nan"), self.ivf.n_again / self.n_query,
-            *self.seconds, self.ivf.index.nbytes, check_rows, self.ex_sims[n_t:].copy(),
-            self.approx_sims[n_t:].copy(), n_queries=self.n_query)
+            build_seconds=build, tune_seconds=tune, search_seconds=search, index_bytes=self.ivf.index.nbytes,
+            check_rows=check_rows, check_exact=self.ex_sims[n_t:].copy(), check_approx=self.approx_sims[n_t:].copy(),
+            n_queries=self.n_query)
         return [missing, (self.both, self.ex_sims, self.ex_idx)], report
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import warnings
+from typing import TYPE_CHECKING
 
-import click
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -22,6 +22,9 @@ from typer.core import TyperGroup
 
 from isood.errors import IsoodError, IsoodWarning
 from manifests.output import public_path
+
+if TYPE_CHECKING:  # the click TyperGroup's methods take: typer (>= 0.2x) runs its own copy, not the click package
+    from typer._click import Context, HelpFormatter
 
 __all__ = ["app", "wordnet_app", "import_app", "export_app", "splits_app", "dev_app", "console", "out_console", "error_exit",
            "isood_warnings"]
@@ -37,7 +40,7 @@ def warning_line(message, category, filename, lineno, file=None, line=None) -> N
                   soft_wrap=True)
 
 
-def error_exit(ctx: click.Context, error: IsoodError) -> None:
+def error_exit(ctx: Context, error: IsoodError) -> None:
     """Print an IsoodError as one line and exit 2."""
     console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
     ctx.exit(2)
@@ -76,7 +79,7 @@ class FriendlyGroup(TyperGroup):
     status 2 (no traceback); Ctrl-C into a one-line note and exit status 130; an ``IsoodWarning`` into one yellow
     line."""
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: Context):
         try:
             with isood_warnings():
                 return super().invoke(ctx)
@@ -89,16 +92,16 @@ class FriendlyGroup(TyperGroup):
                           "resume", highlight=False, soft_wrap=True)
             ctx.exit(130)
 
-    def get_command(self, ctx: click.Context, cmd_name: str):
+    def get_command(self, ctx: Context, cmd_name: str):
         """The command, its arguments shown by their metavar alone (typer adds the Python type, e.g. ``<str>``,
         which says nothing to a user: the help says what to pass)."""
         cmd = super().get_command(ctx, cmd_name)
         for param in getattr(cmd, "params", ()):
             if getattr(param, "param_type_name", "") == "argument" and getattr(param, "metavar", None):
-                param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
+                param.display_type_rich = lambda ctx: None
         return cmd
 
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_commands(self, ctx: Context, formatter: HelpFormatter) -> None:
         """The command list with each command's whole first sentence, wrapped (click cuts it to one line)."""
         rows = [(name, cmd.get_short_help_str(limit=10 * formatter.width)) for name in self.list_commands(ctx)
                 if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden]

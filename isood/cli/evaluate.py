@@ -20,18 +20,20 @@ def summary_console_table(result: EvaluateResult) -> Table:
     """A rich table of an ``isood.evaluation.job.EvaluateResult``: per detector and dataset the mean AUROC /
     FPR@95 (and AUROC_M) over measured cells and the AUROC correlation with each axis' level (Table 1)."""
     ev = result.evaluation
+    means, summary = ev.means, ev.summary
+    assert means is not None and summary is not None, "CellEvaluation.__post_init__ computes both"
     t = Table(title="isood evaluate: mean over measured cells; Table 1 correlation of AUROC with the level")
     cols = ["detector", "dataset", "AUROC", "FPR@95", "corr sem", "corr cov"]
-    with_m = "auroc_m" in ev.means.columns
+    with_m = "auroc_m" in means.columns
     if with_m:
         cols.insert(4, "AUROC_M")
     if result.sanity is not None:
         cols += ["AUROC random", "AUROC_M random"]
     for c in cols:
         t.add_column(c, justify="left" if c in ("detector", "dataset") else "right")
-    corr = ev.summary[ev.summary["metric"] == "auroc"].set_index(["detector", "dataset", "axis"])["correlation"]
+    corr = summary[summary["metric"] == "auroc"].set_index(["detector", "dataset", "axis"])["correlation"]
     san = result.sanity.set_index(["detector", "dataset"]) if result.sanity is not None else None
-    for rec in ev.means.itertuples(index=False):
+    for rec in means.itertuples(index=False):
         row = [rec.detector, rec.dataset, f"{rec.auroc:.3f}", f"{rec.fpr95:.3f}"]
         if with_m:
             row.append(f"{rec.auroc_m:.3f}")

@@ -63,7 +63,7 @@ def _publish(opts: PublishOptions) -> None:
     result = hub.publish(opts.manifest_dir, opts.repo_id, private=opts.private, tag=opts.revision,
                          dry_run=opts.dry_run, token_from_env=opts.token_from_env, echo=_say,
                          include_features=opts.include_features)
-    if opts.dry_run:
+    if isinstance(result, hub.PublishPlan):  # a dry run returns the plan
         for line in result.lines():
             _say(line)
         if opts.out is not None:

@@ -107,6 +107,7 @@ def _group_words(group: typer.Typer) -> tuple[str, ...]:
         return ()
     for info in app.registered_groups:
         if info.typer_instance is group:
+            assert info.name is not None, "_app adds every group with its name"
             return (info.name,)
     return ()
 
@@ -120,6 +121,7 @@ def command(group: typer.Typer, name: str, cls: type, *, help: str, section: str
         def cli_command(**given: Any) -> None:
             run(build(cls, section or name, given))
 
+        # typeshed gives functions no __signature__; inspect.signature (so typer) reads it
         cli_command.__signature__ = inspect.Signature(_parameters(cls, config))  # type: ignore[attr-defined]
         cli_command.__name__ = run.__name__
         cli_command.__doc__ = help

@@ -178,7 +178,8 @@ def _isood_cause(e: BaseException) -> IsoodError | None:
     exception class, is looked through)."""
     from ray.exceptions import RayError
 
-    seen, stack = set(), [e]
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [e]
     while stack:
         x = stack.pop()
         if x is None or id(x) in seen:
@@ -225,7 +226,8 @@ class BatchActor:
     ``WorkerFailure``)."""
 
     def __init__(self, worker_cls: type, args: Sequence[Any]):
-        self.worker, self.failure = None, None
+        self.worker: Any = None  # a worker_cls instance: called on each batch
+        self.failure: WorkerFailure | None = None
         try:
             self.worker = worker_cls(*args)
         except IsoodError as e:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -63,7 +63,7 @@ class EvalSet:
     group: str = ""
     labelled: bool = True
     preset: str = ""
-    transform: object = None
+    transform: Callable | None = None
 
     @property
     def is_ood(self) -> bool:
@@ -189,6 +189,8 @@ def leak_free_cells(cells: pd.DataFrame, images: pd.DataFrame) -> pd.DataFrame:
 
 def leak_free_set(s: EvalSet, leaking: np.ndarray) -> EvalSet:
     """The grid dataset ``s`` without its leaking images (``leaking``: (N,) aligned with ``s.images``)."""
+    if s.images is None:
+        raise BadInputError(f"{s.name} is not a grid dataset: a leak mask selects a grid's images")
     keep = ~np.asarray(leaking, dtype=bool)
     if keep.shape != (len(s.images),):
         raise BadInputError(f"leak mask of {s.name} has {keep.size} entries for {len(s.images)} images")
@@ -214,7 +216,8 @@ def with_leak_free(scores: DetectorScores, sets: Mapping[str, EvalSet],
         for per_ds in out.scores.values():
             per_ds[free.name] = per_ds[ds][keep]
         out.predictions[free.name] = scores.predictions[ds][keep]
-        out.labels[free.name] = None if scores.labels.get(ds) is None else scores.labels[ds][keep]
+        labels = scores.labels.get(ds)
+        out.labels[free.name] = None if labels is None else labels[keep]
     return out, sets
 
 
@@ -264,7 +267,7 @@ def scores_table(scores: DetectorScores, sets: Mapping[str, EvalSet],
     for ds, s in sets.items():
         if ds == ID_TRAIN:
             continue
-        if s.is_grid:
+        if s.images is not None:  # a grid dataset (``is_grid``)
             base = pd.DataFrame({"dataset": ds, "path": s.images["path"].astype(str).to_numpy(),
                                  "cell": cell_names(s.images["cov_level"], s.images["sem_level"])})
         else:

@@ -32,7 +32,7 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence, cast
 
 import numpy as np
 import torch
@@ -45,7 +45,7 @@ from isood.images import (EVALUATE_DECODE_MODES, FAST_DECODE, GPU_DECODE, REFERE
 from isood.files import atomic_write_bytes
 from isood.progress import track
 
-from .detectors import CAPTURE_KINDS, Detector, ForwardOutputs
+from .detectors import CAPTURE_KINDS, ODIN, Detector, ForwardOutputs
 from .models import ModelAdapter
 from .perturbation import odin_scores
 
@@ -133,7 +133,7 @@ class ImageList(torch.utils.data.Dataset):
     the batch's readable images; ``image`` then holds the others, at ``image_pos``) and ``finish`` decodes them
     on the model's device (a transform the tensor steps do not know: every file the reference way)."""
 
-    def __init__(self, files: Sequence[Path], labels: Sequence[int], transform: Callable,
+    def __init__(self, files: Sequence[Path], labels: Sequence[int] | np.ndarray, transform: Callable,
                  decode: str = REFERENCE_DECODE) -> None:
         self.files = [Path(f) for f in files]
         self.labels = np.asarray(labels, dtype=np.int64)
@@ -177,7 +177,7 @@ class ImageList(torch.utils.data.Dataset):
         labels, and the ``Unreadable`` ones (``gpu``: the JPEGs' bytes apart, see the class docstring)."""
         good = [(x, y) for x, y in items if not isinstance(x, Unreadable)]
         cpu = [(r, x) for r, (x, _) in enumerate(good) if not isinstance(x, JpegFile)]
-        batch = {"image": torch.stack([x for _, x in cpu]) if cpu else None,
+        batch: dict[str, Any] = {"image": torch.stack([x for _, x in cpu]) if cpu else None,
                  "label": torch.as_tensor([y for _, y in good], dtype=torch.int64),
                  "unreadable": [x for x, _ in items if isinstance(x, Unreadable)]}
         jpegs = [(r, x) for r, (x, _) in enumerate(good) if isinstance(x, JpegFile)]
@@ -194,6 +194,7 @@ class ImageList(torch.utils.data.Dataset):
         and named ``Unreadable`` when that fails too. Other batches as they are."""
         if "jpeg" not in batch:
             return batch
+        assert self.steps is not None, "collate leaves JPEGs to the device only with decode='gpu' (steps set)"
         datas = list(torch.split(batch["jpeg"], batch["jpeg_len"]))
         done, tensor = device_decode(datas, self.steps, device)
         pieces = [(batch["image_pos"], batch["image"]), ([batch["jpeg_pos"][k] for k in done], tensor)]
@@ -425,7 +426,8 @@ def _forward_passes(adapter: ModelAdapter, loader, kinds: frozenset[str], inputs
                 for k in kinds:
                     parts[k].append(out[k].detach().float().cpu().numpy())
             for n, d in inputs.items():  # float32 whatever the precision: see extract_outputs
-                scored[n].append(odin_scores(d, adapter.logits, x, adapter.input_std))
+                # an input detector (requires 'input') is an ODIN: odin_scores reads its eps / temperature
+                scored[n].append(odin_scores(cast(ODIN, d), adapter.logits, x, adapter.input_std))
             if y is not None:
                 labels.append(y.cpu().numpy())
     except IsoodError as e:  # raised in a DataLoader worker: one line, not the worker's traceback

@@ -277,8 +277,9 @@ class CellEvaluation:
     def curve(self, detector: str, metric: str = "auroc", axis: str = "sem", dataset: str | None = None) -> np.ndarray:
         """One level curve as an array (level order), e.g. ``result.curve('msp', 'auroc', 'sem')``."""
         ax = axis_name(axis)
-        c = self.levels[(self.levels["detector"] == detector) & (self.levels["metric"] == metric)
-                        & (self.levels["axis"] == ax)]
+        levels = self.levels
+        assert levels is not None  # filled by __post_init__
+        c = levels[(levels["detector"] == detector) & (levels["metric"] == metric) & (levels["axis"] == ax)]
         c = one_dataset(c, dataset)
         if c.empty:
             raise BadInputError(f"no curve for detector {detector!r}, metric {metric!r}: have "

@@ -14,6 +14,7 @@ none: OOD metrics need no label, accuracy and the correctness metrics are then n
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 from pathlib import Path
@@ -37,7 +38,7 @@ def imagenet_1k() -> list[str]:
     return list(load_synset_list("1k"))
 
 
-def read_class_file(path: str | Path) -> list[str]:
+def read_class_file(path: str | os.PathLike) -> list[str]:
     """The first word of every non-empty, non-comment line of a ``--classes`` file."""
     p = Path(path)
     if not p.is_file():
@@ -179,9 +180,10 @@ def labels_from_file(paths: Sequence[str], entries: Mapping[str, str], classes: 
     if missing:
         raise BadInputError(f"{what} has no label for {len(missing)} of {len(paths)} --id-test images (first: "
                             f"{missing[0]}): list every image (path, file name or stem, then its label)")
+    labels = [t for t in tokens if t is not None]  # one per path (none is missing)
     index = {w: i for i, w in enumerate(classes)} if classes is not None else None
-    out = np.empty(len(tokens), dtype=np.int64)
-    for i, t in enumerate(tokens):
+    out = np.empty(len(labels), dtype=np.int64)
+    for i, t in enumerate(labels):
         if is_wnid(t):
             if index is None:
                 raise BadInputError(f"{what} labels images by wnid ({t}) but the model's class list is unknown: "

@@ -8,6 +8,7 @@ import contextlib
 import importlib
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -38,7 +39,7 @@ def load_classifier(name: str, *, pretrained: bool = True, checkpoint: str | os.
     name fails in about a second when the Hugging Face Hub is out of reach, naming ``HF_HUB_OFFLINE``:
     ``isood.hub_access``).
     """
-    extra = {} if num_classes is None else {"num_classes": int(num_classes)}
+    extra: dict[str, Any] = {} if num_classes is None else {"num_classes": int(num_classes)}
     if checkpoint is not None and not Path(checkpoint).is_file():
         raise BadInputError(f"checkpoint '{checkpoint}' does not exist: pass the path of a local weights file")
     if name.startswith(_TV_PREFIXES):

@@ -23,7 +23,7 @@ trunks, attentional poolers) provides no ``local_logits``: ``glmcm`` is then ref
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -73,8 +73,9 @@ def _rn_supported(visual: nn.Module) -> bool:
     return isinstance(visual, ModifiedResNet)
 
 
-def _vit_global_local(visual: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(global embedding (N, D), local features (N, P, D)) of an open_clip ViT, GL-MCM's way (module docstring)."""
+def _vit_global_local(visual: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(global embedding (N, D), local features (N, P, D)) of an open_clip ViT, GL-MCM's way (module docstring).
+    ``visual``: an open_clip ``VisionTransformer`` (``_vit_supported``; its submodules are untyped)."""
     tr = visual.transformer
     h = visual._embeds(x)
     if not tr.batch_first:
@@ -98,10 +99,11 @@ def _vit_global_local(visual: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor,
     return pooled, local
 
 
-def _rn_global_local(visual: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(global embedding, local features (N, H*W, D)) of an open_clip ModifiedResNet: the attention pool's output
-    and ``c_proj(v_proj(.))`` of its input map at every position (GL-MCM's ``AttentionPool2d``)."""
-    grabbed = {}
+def _rn_global_local(visual: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(global embedding, local features (N, H*W, D)) of an open_clip ModifiedResNet (``_rn_supported``): the
+    attention pool's output and ``c_proj(v_proj(.))`` of its input map at every position (GL-MCM's
+    ``AttentionPool2d``)."""
+    grabbed: dict[str, torch.Tensor] = {}
     pool = visual.attnpool
     handle = pool.register_forward_pre_hook(lambda module, args: grabbed.__setitem__("map", args[0]))
     try:
@@ -127,6 +129,8 @@ def local_features(visual: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, to
 class ClipZeroShot(nn.Module):
     """CLIP's image tower + the class prompts' text features (a buffer): ``forward`` gives the cosine
     similarities (N, C)."""
+
+    text_features: torch.Tensor  # a registered buffer
 
     def __init__(self, visual: nn.Module, text_features: torch.Tensor) -> None:
         super().__init__()
@@ -199,7 +203,9 @@ def clip_zero_shot(spec: str, classes: Sequence[str], *, names: Mapping[str, str
         raise BadInputError(f"clip:{spec}: no classes: pass --classes FILE or --id-train")
     encoder = load_clip(spec, device=str(device) if device is not None else None)
     text = torch.from_numpy(encode_texts(encoder, class_prompts(classes, names)))
-    model = ClipZeroShot(encoder.model.visual, text).eval()
+    visual = encoder.model.visual
+    assert isinstance(visual, nn.Module)  # an open_clip model's image tower
+    model = ClipZeroShot(visual, text).eval()
     adapter = ClipZeroShotAdapter(model, name=f"clip:{spec}", input_std=_normalize_std(encoder.preprocess),
                                   transform=encoder.preprocess)
     return adapter.to(encoder.device)

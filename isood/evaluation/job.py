@@ -179,9 +179,11 @@ def load_leak_audit(opts: EvaluateOptions) -> AuditView | None:
         return None
     parse_rules(opts.leak_rules, option="--leak-rules")
     try:
-        return manifests.read(opts.leak_audit, kind=AUDIT, verify=opts.verify)
+        view = manifests.read(opts.leak_audit, kind=AUDIT, verify=opts.verify)
     except ManifestError as e:
         raise type(e)(f"--leak-audit: {e}") from None
+    assert isinstance(view, AuditView)  # read(kind=AUDIT) returns the kind's registered view
+    return view
 
 
 def leak_masks(audit: AuditView | None, sets: Mapping[str, EvalSet], rules: str) -> dict[str, np.ndarray] | None:
@@ -210,15 +212,18 @@ def precomputed_sets(opts: EvaluateOptions, test_root: str, splits):
     """The datasets from precomputed-outputs folders: ``(sets, outputs, classes or None, n_classes)`` with
     ``outputs`` the ``ForwardOutputs`` of every dataset (the ID training set under ``ID_TRAIN``), to score with
     ``scoring.score_precomputed``."""
+    assert opts.id_train is not None, "input_kind: precomputed outputs need --id-train"
     tr_out, tr_idx = load_outputs(opts.id_train)
-    n_model = tr_out.logits.shape[1]
+    n_model = tr_out.captured("logits").shape[1]  # load_outputs: an outputs folder has logits.npy
     listed = read_class_file(opts.classes) if opts.classes else None
     classes = (class_list(wnids_of(tr_idx), n_model, listed=listed, model_name="precomputed outputs")
                if "wnid" in tr_idx.columns or listed else None)
     tr_out.labels = outputs_labels(tr_idx, classes, strict=True, what="--id-train")
+    assert opts.id_test is not None, "check_options: --id-test is required"
     te_out, te_idx = load_outputs(opts.id_test)
-    if te_out.logits.shape[1] != n_model:
-        raise BadInputError(f"class-count mismatch: --id-test logits have {te_out.logits.shape[1]} classes, "
+    n_test = te_out.captured("logits").shape[1]
+    if n_test != n_model:
+        raise BadInputError(f"class-count mismatch: --id-test logits have {n_test} classes, "
                             f"--id-train {n_model}")
     te_out.labels = outputs_labels(te_idx, classes, strict=True, what="--id-test")
     t_out, t_idx = load_outputs(test_root)
@@ -347,6 +352,7 @@ def image_sets(opts: EvaluateOptions, inputs: Mapping[str, OodInput], adapter: M
         if src is None:
             continue
         if name == ID_TRAIN:
+            assert classes is not None, "model_class_list: --id-train gives the class list"
             labels, labelled = labels_for(src.table["wnid"].tolist(), classes, strict=True, what="--id-train"), True
         else:
             got = id_test_labels(opts, src, classes, n_model or (len(classes) if classes else None))
@@ -407,6 +413,7 @@ def _check_model_outputs(model: ModelAdapter, detectors: Mapping[str, Detector],
     on the run's device): a model that fails or does not return (N, classes) logits (and what the detectors
     need) is a one-line error before any pass."""
     first = sets.get(ID_TRAIN) or sets[ID_TEST]
+    assert first.files is not None, "image_sets: every set of a model run has image files"
     x = probe_input(ImageList(first.files, first.labels, first.transform or model.transform or default_transform()))
     if x is not None:
         model.to(resolve_device(device))
@@ -420,7 +427,10 @@ def score_with_model(adapter: ModelAdapter, detectors: Mapping[str, Detector], s
     cached (keyed by each dataset's content and transform); each dataset through its own transform, images decoded
     as ``--decode`` says, the model run in ``--precision``."""
     fallback = adapter.transform or default_transform()
-    data = {name: ImageList(s.files, s.labels, s.transform or fallback, decode=opts.decode) for name, s in sets.items()}
+    data = {}
+    for name, s in sets.items():
+        assert s.files is not None, "image_sets: every set of a model run has image files"
+        data[name] = ImageList(s.files, s.labels, s.transform or fallback, decode=opts.decode)
     scores = run_detectors(
         adapter, detectors, {k: v for k, v in data.items() if k != ID_TRAIN}, id_train=data.get(ID_TRAIN),
         score_train=opts.der and ID_TRAIN in data, batch_size=opts.batch_size, device=resolve_device(opts.device),
@@ -436,7 +446,7 @@ def _finish_scores(scores: DetectorScores, sets: Mapping[str, EvalSet]) -> Detec
         if not s.labelled and name in scores.labels:
             scores.labels[name] = None
         if name in scores.predictions:
-            scores.paths[name] = (s.images["path"].astype(str).tolist() if s.is_grid else
+            scores.paths[name] = (s.images["path"].astype(str).tolist() if s.images is not None else
                                   list(s.paths) if s.paths is not None else [str(f) for f in s.files or []])
     return scores
 
@@ -469,7 +479,7 @@ def run_meta(opts: EvaluateOptions, *, model_name: str, detectors: Mapping[str, 
              sets: Mapping[str, EvalSet] | None = None) -> dict[str, Any]:
     """The run details shown in the report: model, detectors, OOD sets, classes, N/A threshold, Table 1's
     convention, the preprocessing, accuracies and, with a leak audit, the leaking images per dataset."""
-    meta = {"model": model_name, "detectors": ", ".join(
+    meta: dict[str, Any] = {"model": model_name, "detectors": ", ".join(
         f"{n} ({', '.join(f'{k}={v!r}' for k, v in sorted(d.params().items()))})" if d.params() else n
         for n, d in detectors.items())}
     if opts.splits:
@@ -558,6 +568,7 @@ def _compute(opts: EvaluateOptions, detectors: Mapping[str, Detector], *, adapte
     test_root = opts.test_root or (splits.view.test_root if splits is not None and splits.kind == SPLITS else None)
     model = leaking = None
     if input_kind(opts, test_root) == "outputs":
+        assert test_root is not None and splits is not None, "input_kind: precomputed outputs evaluate --splits"
         sets, outputs, classes, n_model = precomputed_sets(opts, test_root, splits.view)
         leaking = leak_masks(audit, sets, opts.leak_rules)
         model_name = opts.model or "precomputed outputs"
@@ -566,6 +577,7 @@ def _compute(opts: EvaluateOptions, detectors: Mapping[str, Detector], *, adapte
     else:
         _check_roots(inputs)
         src_train = list_images(opts.id_train) if opts.id_train is not None else None
+        assert opts.id_test is not None, "check_options: --id-test is required"
         src_test = list_images(opts.id_test, base=opts.id_test_root)
         n_train = len(set(src_train.table["wnid"]) - {""}) if src_train is not None else None
         model = _model(opts, adapter, detectors, n_id_classes=n_train, src_train=src_train)
@@ -581,6 +593,7 @@ def _compute(opts: EvaluateOptions, detectors: Mapping[str, Detector], *, adapte
     per_set = set_metrics(scores, sets, detectors, der=opts.der)
     sanity = random_per_cell = None
     if opts.sanity_random_model:
+        assert model is not None, "input_kind: --sanity-random-model needs a model and images"
         rand = randomized_copy(model, opts.seed)
         r_scores = _finish_scores(score_with_model(rand, parse_detectors(opts.detectors), sets, opts), sets)
         random_per_cell = evaluate_with_leaks(r_scores, sets, detectors, leaking=leaking,
@@ -604,6 +617,7 @@ def run_evaluate(opts: EvaluateOptions, *, adapter=None, argv: list[str] | None 
     t0 = time.perf_counter()
     detectors = check_options(opts)
     check_precision(opts.precision, resolve_device(opts.device))  # fp16 needs CUDA: refused before any work
+    assert opts.out is not None, "check_options: --out is required"
     with manifests.writing(opts.out, EVALUATION, inputs=_inputs_of(opts)) as o:
         result = _evaluate(opts, detectors, o.work, adapter=adapter, argv=argv, t0=t0)
     return replace(result, manifest=manifests.read(o.final, kind=EVALUATION))

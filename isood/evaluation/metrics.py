@@ -396,7 +396,7 @@ def percentile_interval(replicates, level: float = 0.95, axis: int = -1) -> tupl
 
 
 # --------------------------------------------------------------------------------------- per level
-def _levels(values_per_level: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+def _levels(values_per_level: Sequence[float] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(values_per_level, dtype=np.float64).ravel()
     if x.size == 0:
         raise BadInputError("values_per_level is empty: pass one value per level (NaN for an N/A level)")
@@ -405,7 +405,7 @@ def _levels(values_per_level: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     return i[keep], x[keep]
 
 
-def level_correlation(values_per_level: Sequence[float]) -> float:
+def level_correlation(values_per_level: Sequence[float] | np.ndarray) -> float:
     """Pearson correlation between a per-level metric ``x_i`` and the level index ``i = 1..n``
     (IS-OOD; ARCHITECTURE.md).
 
@@ -419,7 +419,7 @@ def level_correlation(values_per_level: Sequence[float]) -> float:
     return float(np.corrcoef(i, x)[0, 1])
 
 
-def level_sensitivity(values_per_level: Sequence[float]) -> float:
+def level_sensitivity(values_per_level: Sequence[float] | np.ndarray) -> float:
     """``|slope|`` of the least-squares line of the per-level metric ``x_i`` on the level ``i = 1..n``
     (IS-OOD; ARCHITECTURE.md): ``|sum (i - mean i)(x_i - mean x) / sum (i - mean i)^2|``. NaN levels are skipped;
     ``nan`` with fewer than two levels."""
@@ -462,6 +462,9 @@ class Metric:
 
 def _der_metric(rate: float) -> Callable[[CellInputs], float]:
     def compute(c: CellInputs) -> float:
+        if c.der_thresholds is None:
+            raise BadInputError("DER needs the thresholds of the ID training scores: pass der_thresholds "
+                                "(isood.evaluation.cells.der_thresholds)")
         return der_at_threshold(c.id_scores, c.ood_scores, id_correct=c.id_correct, ood_correct=c.ood_correct,
                                 threshold=c.der_thresholds[rate])
     return compute

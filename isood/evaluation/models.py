@@ -234,16 +234,17 @@ class TimmAdapter(ModelAdapter):
         self._hook_block3()
 
     @property
-    def provides(self) -> frozenset[str]:  # type: ignore[override]
+    def provides(self) -> frozenset[str]:  # type: ignore[override]  # a lazy property over the base's attribute
         if self._provides is None:
             kinds = {"logits", "features"}
-            p = next(self.model.parameters(), None)
+            model: Any = self.model  # a timm model: forward_features / forward_head / get_classifier
+            p = next(model.parameters(), None)
             x = torch.zeros(1, *self._input_size, device=p.device if p is not None else "cpu")
             with torch.no_grad():
-                fmap = self.model.forward_features(x)
-                feats = self.model.forward_head(fmap, pre_logits=True)
-                logits = self.model.forward_head(fmap)
-                clf = self.model.get_classifier()
+                fmap = model.forward_features(x)
+                feats = model.forward_head(fmap, pre_logits=True)
+                logits = model.forward_head(fmap)
+                clf = model.get_classifier()
                 if isinstance(clf, nn.Linear) and feats.dim() == 2 and torch.allclose(
                         clf(feats), logits, rtol=1e-4, atol=1e-4):
                     kinds.add("fc")
@@ -331,6 +332,7 @@ class _BackboneHead(nn.Module):
         super().__init__()
         self.backbone = backbone
         self.fc = fc
+        self.pool: nn.Module | Callable
         if isinstance(pool, nn.Module):
             self.pool = pool
         else:
@@ -449,6 +451,7 @@ def randomized_copy(adapter: ModelAdapter, seed: int = 0) -> ModelAdapter:
         return HookAdapter(reset(_unhooked_copy(adapter)), fc=adapter.fc_name, pool=adapter.pool_name, **kw)
     if isinstance(adapter, ModuleAdapter):
         head = reset(copy.deepcopy(adapter.model))
+        assert isinstance(head, _BackboneHead)  # a ModuleAdapter's model
         return ModuleAdapter(head.backbone, head.fc, head.pool, **kw)
     raise BadInputError(f"--sanity-random-model: cannot re-initialise a {type(adapter).__name__}: pass a timm, "
                         "torchvision-style or backbone+fc model")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -67,8 +68,10 @@ def load_outputs(path: str | os.PathLike) -> tuple[ForwardOutputs, pd.DataFrame]
     index = pd.read_parquet(p / "index.parquet")
     if "path" not in index.columns:
         raise BadInputError(f"{p}/index.parquet has no 'path' column; write it with save_outputs")
-    loaded = {k: (np.load(p / f"{k}.npy") if (p / f"{k}.npy").is_file() else None) for k in OUTPUT_ARRAYS}
+    loaded: dict[str, Any] = {k: (np.load(p / f"{k}.npy") if (p / f"{k}.npy").is_file() else None)
+                              for k in OUTPUT_ARRAYS}  # arrays or None, keyword arguments of ForwardOutputs
     for k in _PER_ROW:
-        if loaded[k] is not None and loaded[k].shape[0] != len(index):
-            raise BadInputError(f"{p}/{k}.npy has {loaded[k].shape[0]} rows but index.parquet {len(index)}")
+        array = loaded[k]
+        if array is not None and array.shape[0] != len(index):
+            raise BadInputError(f"{p}/{k}.npy has {array.shape[0]} rows but index.parquet {len(index)}")
     return ForwardOutputs(**loaded), index

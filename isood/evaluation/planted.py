@@ -106,7 +106,9 @@ def _splits_view(splits_manifest) -> GridView:
     if isinstance(splits_manifest, GridView):
         return splits_manifest
     root = splits_manifest.root if isinstance(splits_manifest, manifests.Manifest) else Path(splits_manifest)
-    return manifests.read(root, kind=SPLITS)
+    view = manifests.read(root, kind=SPLITS)
+    assert isinstance(view, GridView)  # read(kind=SPLITS) returns the kind's registered view, a SplitsView
+    return view
 
 
 def _planted_data(world: PlantedWorld, images: pd.DataFrame, *, seed: int, id_test_fraction: float):

@@ -265,6 +265,7 @@ def compare_figure(per_cell: pd.DataFrame, *, metric: str = "auroc", dataset: st
             ax.set_ylabel("covariate level", fontsize=7)
     cax = fig.add_axes(((left + cols * panel) / width, bottom / height, 0.15 / width,
                         (nrows * panel - 0.45) / height))
+    assert img is not None  # one panel per name, and names is not empty
     fig.colorbar(img, cax=cax, label=metric_label(metric))
     ds = rows_["dataset"].iloc[0] if "dataset" in rows_.columns and len(rows_) else ""
     fig.suptitle(f"{metric_label(metric)} per cell on {ds}: detectors compared", fontsize=10,

@@ -90,6 +90,6 @@ def preset_transform(preset: str, adapter=None) -> Callable:
     return imagenet_transform(224 if preset == "release-21k" else 256)
 
 
-def describe(transforms: Mapping[str, tuple[str, Callable]]) -> dict[str, dict[str, str]]:
+def describe(transforms: Mapping[str, tuple[str, Callable | None]]) -> dict[str, dict[str, str]]:
     """``{dataset: {'preset': ..., 'transform': repr}}``: what the manifest records."""
     return {name: {"preset": preset, "transform": repr(tf)} for name, (preset, tf) in transforms.items()}

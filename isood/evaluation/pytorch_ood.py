@@ -202,7 +202,8 @@ class PytorchOODDetector(Detector):
     def __init__(self, detector: Any = None, *, cls: type | None = None, params: dict | None = None,
                  inputs: str | None = None, needs_labels: bool | None = None, chunk: int = 1024) -> None:
         self.chunk = self._param("chunk", chunk, int, lambda v: v >= 1, ">= 1")
-        self.detector, self.cls, self.kwargs = detector, cls or type(detector), dict(params or {})
+        self.cls: type[Any] = cls or type(detector)
+        self.detector, self.kwargs = detector, dict(params or {})
         kind = inputs or _representation(self.cls)
         if kind not in ("logits", "features", "feature_maps"):
             raise BadInputError(f"pytorch-ood's {self.cls.__name__} does not score logits, features or feature "
@@ -247,7 +248,7 @@ class PytorchOODDetector(Detector):
                 raise DetectorParamError(f"{self.name}: {key}={k} but only {n_train} ID training images: pass "
                                          f"{self.name}:{key}=N with N <= {n_train}, or more ID training images")
         d = self._given("d", feature_dim) if name == "ViM" and feature_dim is not None else None
-        if isinstance(d, int) and not 0 < d < feature_dim:
+        if feature_dim is not None and isinstance(d, int) and not 0 < d < feature_dim:
             raise DetectorParamError(f"{self.name}: d={d} must be below the feature dimension {feature_dim} of this "
                                      f"model: pass {self.name}:d=N with N < {feature_dim}")
 
@@ -285,7 +286,7 @@ class PytorchOODDetector(Detector):
             elif p.name == "head":
                 args[p.name] = _head(self.kind, outputs)
             elif (self.cls.__name__, p.name) in _DEFAULTS:
-                args[p.name] = _DEFAULTS[self.cls.__name__, p.name](outputs.features.shape[1])
+                args[p.name] = _DEFAULTS[self.cls.__name__, p.name](outputs.captured("features").shape[1])
         try:
             with _library_messages(self.name, self._told):
                 return self.cls(**args)
@@ -328,8 +329,8 @@ class PytorchOODDetector(Detector):
         if y is None and self.needs_labels:
             raise DetectorInputError(f"detector '{self.name}' needs the real class labels of the ID training "
                                      "images: pass labels")
-        y = torch.zeros(len(outputs), dtype=torch.long) if y is None else torch.as_tensor(np.asarray(y)).long()
-        self._call("fit", self._inputs(outputs), y)
+        target = torch.zeros(len(outputs), dtype=torch.long) if y is None else torch.as_tensor(np.asarray(y)).long()
+        self._call("fit", self._inputs(outputs), target)
 
     def _score(self, outputs: ForwardOutputs) -> np.ndarray:
         import torch

@@ -108,6 +108,7 @@ def table1_paper(result: CellEvaluation, intervals: pd.DataFrame | None = None,
     ``{"detector", (metric, axis, "corr" | "sens"): (value, low, high)}``, axes semantic then covariate, the
     interval NaN without ``intervals`` (``levels.table1_intervals``)."""
     s = result.summary
+    assert s is not None  # filled by CellEvaluation.__post_init__
     metrics = [m for m in table1_metrics(result, metrics) if m in set(s["metric"])]
     ci = intervals.set_index(["detector", "dataset", "metric", "axis"]) if intervals is not None and len(intervals) \
         else None
@@ -202,7 +203,9 @@ def table1_frame(result: CellEvaluation, metrics: Sequence[str] | None = None) -
     """Table 1 laid out wide: one row per detector and dataset, columns ``<metric> corr/sens <axis>`` (default
     FPR@95 and AUROC; under the release's convention its FPR@95, OpenOOD's ``fpr95_openood``)."""
     metrics = table1_metrics(result, metrics)
-    s = result.summary[result.summary["metric"].isin(metrics)]
+    summary = result.summary
+    assert summary is not None  # filled by CellEvaluation.__post_init__
+    s = summary[summary["metric"].isin(metrics)]
     rows = []
     for (det, ds), g in s.groupby(["detector", "dataset"], sort=False):
         row = {"detector": det, "dataset": ds}

@@ -27,7 +27,7 @@ from isood.devices import DEFAULT_PRECISION
 from isood.errors import BadInputError
 from isood.files import atomic_write_bytes
 
-from .capture import UnreadableImagesError, extract_outputs, scan_unreadable
+from .capture import Unreadable, UnreadableImagesError, extract_outputs, scan_unreadable
 from .detectors import CAPTURE_KINDS, Detector, ForwardOutputs, parse_detectors
 from .models import ModelAdapter
 
@@ -148,7 +148,7 @@ def _unreadable_list(found, cache_dir) -> str:
 
 
 def _check_train_labels(train: ForwardOutputs, source: str) -> None:
-    n_classes = train.logits.shape[1]
+    n_classes = train.captured("logits").shape[1]
     y = train.labels
     if y is not None and len(y) != len(train):
         raise BadInputError(f"{len(y)} training labels for {len(train)} training images")
@@ -169,10 +169,16 @@ def score_dataset(result: DetectorScores, name: str, detectors: Mapping[str, Det
                   input_scores: Mapping[str, np.ndarray] | None = None) -> None:
     """Predictions, labels and every detector's scores of one dataset into ``result`` (input detectors such as
     ODIN take theirs from ``input_scores``)."""
-    result.predictions[name] = outputs.logits.argmax(axis=1)
+    result.predictions[name] = outputs.captured("logits").argmax(axis=1)
     result.labels[name] = outputs.labels
     for det, d in detectors.items():
-        s = input_scores[det] if "input" in d.requires else d.score(outputs)
+        if "input" not in d.requires:
+            s = d.score(outputs)
+        elif input_scores is not None and det in input_scores:
+            s = input_scores[det]
+        else:
+            raise BadInputError(f"detector '{det}' perturbs the input images: its scores come from the forward "
+                                "pass (run_detectors); pass them as input_scores")
         result.scores.setdefault(det, {})[name] = np.asarray(s, dtype=np.float64)
 
 
@@ -213,7 +219,8 @@ def run_detectors(adapter: ModelAdapter, detectors, datasets: Mapping[str, objec
     w, _ = adapter.fc_params()
     preflight(dets, n_train=_size(id_train) if id_train is not None else None,
               feature_dim=int(w.shape[1]) if w is not None else None)
-    result, unreadable = DetectorScores(), []
+    result = DetectorScores()
+    unreadable: list[Unreadable] = []
 
     def extract(data, kinds_, **kw):
         if unreadable:  # the run fails: only read the rest, to name every unreadable image at once

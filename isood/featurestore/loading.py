@@ -110,6 +110,7 @@ class FeatureReader:
             out = np.array(mapped[start:stop], dtype=np.float32)
             del mapped
             return out
+        assert self.row is not None, "a sharded reader has both shard and row"
         out = np.empty((stop - start, self.dim), np.float32)
         sh, rw = self.shard[start:stop], self.row[start:stop]
         for s in np.unique(sh):
@@ -128,7 +129,8 @@ class FeatureReader:
 
 
 def _open_manifest(p: Path, verify: str | None) -> FeatureReader:
-    view: FeaturesView = read(p, kind=FEATURES, verify=verify)
+    view = read(p, kind=FEATURES, verify=verify)
+    assert isinstance(view, FeaturesView)  # read(kind=FEATURES) returns the kind's registered view
     index = view.index
     if not len(index):
         return FeatureReader(clean_index(index, p), int(view.embed_dim or 0), {}, np.empty(0, np.int64),

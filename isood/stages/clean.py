@@ -79,7 +79,9 @@ class CleanOptions:
 def load_inputs(splits: str | os.PathLike, audit: str | os.PathLike, *,
                 verify: str = DEFAULT_VERIFY) -> tuple[SplitsView, AuditView]:
     """The typed views of the splits manifest and of the audit (kinds and schemas checked, files verified)."""
-    return manifests.read(splits, kind=SPLITS, verify=verify), manifests.read(audit, kind=AUDIT, verify=verify)
+    view, aud = manifests.read(splits, kind=SPLITS, verify=verify), manifests.read(audit, kind=AUDIT, verify=verify)
+    assert isinstance(view, SplitsView) and isinstance(aud, AuditView)  # read(kind=...) returns the kind's view
+    return view, aud
 
 
 def _arrow(images: pa.Table | pd.DataFrame) -> pa.Table:
@@ -226,7 +228,7 @@ def _stage_lists(view: SplitsView, out: Path, removed: pa.Array) -> list[StagedF
         for (rel, _), text in zip(batch, filter_lists([t for _, t in batch], removed)):
             copies.append(StagedFile(out / rel))
             copies[-1].write(text.encode())
-            copies[-1].file.close()
+            copies[-1].close()
         batch.clear()
 
     try:
@@ -250,7 +252,9 @@ def clean_splits(splits: str | os.PathLike, audit: str | os.PathLike, *, out: st
     with manifests.writing(out, SPLITS, inputs=[splits, audit]) as o:
         view, aud = load_inputs(splits, audit, verify=verify)
         kept, n_removed, by_rule, summary = _clean(view, aud, o.work, rules, argv=argv)
-    return CleanResult(manifests.read(o.final, kind=SPLITS), kept, n_removed, by_rule, summary["cells_na_before"],
+    cleaned = manifests.read(o.final, kind=SPLITS)
+    assert isinstance(cleaned, SplitsView)  # read(kind=...) returns the kind's registered view
+    return CleanResult(cleaned, kept, n_removed, by_rule, summary["cells_na_before"],
                        summary["cells_na"])
 
 

@@ -176,8 +176,8 @@ def differing_inputs(board: pd.DataFrame) -> list[str]:
                              "its rows compare different settings")
     for ds, g in board.groupby("dataset", sort=True):
         for col, what in (("benchmark_sha256", "benchmark manifests"), ("id_test_sha256", "ID test sets")):
-            seen = {v for v in g[col] if v}
-            if len(seen) > 1:
+            distinct = {v for v in g[col] if v}
+            if len(distinct) > 1:
                 runs = ", ".join(f"{r} ({v[:12]})" for r, v in dict(zip(g["run"], g[col])).items() if v)
                 notes.append(f"dataset {ds!r} was evaluated on different {what} in different runs: {runs}; the "
                              "ranks compare different data")

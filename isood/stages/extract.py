@@ -18,7 +18,7 @@ import os
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence, cast
 
 import numpy as np
 import pandas as pd
@@ -39,7 +39,7 @@ from isood.optspec import (REQUIRED, EngineFields, JobArrayFields, batch_size_op
 from isood.parts import check_shard_args, part_info, selected_units
 from manifests.output import writing
 from manifests.card import write_with_card
-from manifests.store import Manifest, read
+from manifests.store import Manifest, ManifestView, read
 
 __all__ = ["ExtractOptions", "validate", "output_kind", "task_shards", "part_table", "write_part", "run_extract",
            "merged_config", "merge_parts"]
@@ -179,7 +179,7 @@ def merge_parts(parts: Sequence[Manifest], out: str | os.PathLike, config: Mappi
     """Combine the ``features-part`` manifests of one job array (checked by ``manifests.parts.read_parts``) into
     the ``features`` manifest a single run writes in ``out``: shard files hard-linked (copied across file
     systems), the index built as a single run builds it."""
-    views = [read(m.root, kind=FEATURES_PART) for m in parts]
+    views = [cast(ManifestView, read(m.root, kind=FEATURES_PART)) for m in parts]  # read(kind=...): a view
     n_shards = int(config["part"]["units"])
     merged = merged_config(config, [v.field("embed_dim") for v in views])
     with writing(out, FEATURES, inputs=[m.root for m in parts]) as o:

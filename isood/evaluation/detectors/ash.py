@@ -63,7 +63,7 @@ class ASH(Detector):
         self.chunk = self._param("chunk", chunk, int, lambda v: v >= 1, ">= 1")
 
     def _score(self, outputs: ForwardOutputs) -> np.ndarray:
-        feats = outputs.features
+        feats = outputs.captured("features")
         return np.concatenate([
             energy(outputs.head(ash_shape(feats[i:i + self.chunk], self.percentile, self.variant)))
             for i in range(0, len(outputs), self.chunk)])

@@ -35,7 +35,7 @@ from __future__ import annotations
 import abc
 import inspect
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Callable, ClassVar, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -99,7 +99,7 @@ class ForwardOutputs:
                  "fc_bias": 1, "labels": 1}
         given = {"logits": logits, "features": features, "feature_maps": feature_maps, "block3": block3,
                  "local_logits": local_logits, "fc_weight": fc_weight, "fc_bias": fc_bias, "labels": labels}
-        arrays = {k: None if v is None else as_array(v, k, ndim=ranks[k]) for k, v in given.items()}
+        arrays: dict[str, Any] = {k: None if v is None else as_array(v, k, ndim=ranks[k]) for k, v in given.items()}
         sizes = {k: arrays[k].shape[0] for k in _PER_IMAGE if arrays[k] is not None}
         if len(set(sizes.values())) > 1:
             raise BadInputError(f"per-image arrays disagree on the number of images ({sizes}): pass one row each")
@@ -127,8 +127,9 @@ class ForwardOutputs:
 
     def subset(self, index) -> "ForwardOutputs":
         """Rows ``index`` (slice, integer or boolean array) of every per-image array; fc, pool, tail are shared."""
-        return replace(self, **{k: (getattr(self, k)[index] if getattr(self, k) is not None else None)
-                                for k in _PER_IMAGE})
+        rows: dict[str, Any] = {k: (getattr(self, k)[index] if getattr(self, k) is not None else None)
+                                for k in _PER_IMAGE}
+        return replace(self, **rows)
 
     @staticmethod
     def concatenate(parts: Iterable["ForwardOutputs"]) -> "ForwardOutputs":
@@ -136,7 +137,7 @@ class ForwardOutputs:
         parts = list(parts)
         if not parts:
             raise BadInputError("nothing to concatenate: pass at least one ForwardOutputs")
-        out = {}
+        out: dict[str, Any] = {}
         for f in fields(ForwardOutputs):
             vals = [getattr(p, f.name) for p in parts]
             if f.name in _PER_IMAGE:
@@ -144,6 +145,16 @@ class ForwardOutputs:
             else:
                 out[f.name] = vals[0]
         return ForwardOutputs(**out)
+
+    def captured(self, kind: str) -> np.ndarray:
+        """The array of a captured kind (``'logits'``, ``'features'``, ...): what a detector's ``_score`` reads
+        once ``check`` found it; a one-line ``DetectorInputError`` when the forward pass did not capture it."""
+        if kind not in _PER_IMAGE:
+            raise BadInputError(f"unknown captured kind {kind!r}: pass one of {', '.join(_PER_IMAGE)}")
+        value = getattr(self, kind)
+        if value is None:
+            raise DetectorInputError(f"the forward pass captured no {kind}: capture them (a model exposing them)")
+        return value
 
     def fc(self) -> tuple[np.ndarray, np.ndarray]:
         """``(W, b)`` of the final linear layer (a missing bias is zeros)."""
@@ -195,10 +206,11 @@ class Detector(abc.ABC):
     """Base class of every detector (see the module docstring). Class attributes: ``name`` (set by
     ``@register_detector``), ``requires``, ``needs_fit``, ``needs_labels``."""
 
-    name: ClassVar[str] = ""
-    requires: ClassVar[frozenset[str]] = frozenset()
-    needs_fit: ClassVar[bool] = False
-    needs_labels: ClassVar[bool] = False
+    # class attributes, which an instance may override (RankFeat's ``requires``, a pytorch-ood adapter's all four)
+    name: str = ""
+    requires: frozenset[str] = frozenset()
+    needs_fit: bool = False
+    needs_labels: bool = False
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

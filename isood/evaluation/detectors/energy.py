@@ -16,4 +16,4 @@ class Energy(TemperatureDetector):
     requires = frozenset({"logits"})
 
     def _score(self, outputs: ForwardOutputs) -> np.ndarray:
-        return energy(outputs.logits, self.temperature)
+        return energy(outputs.captured("logits"), self.temperature)

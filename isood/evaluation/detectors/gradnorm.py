@@ -26,7 +26,7 @@ class GradNorm(TemperatureDetector):
     requires = frozenset({"features", "logits"})
 
     def _score(self, outputs: ForwardOutputs) -> np.ndarray:
-        p = softmax(outputs.logits, self.temperature)
+        p = softmax(outputs.captured("logits"), self.temperature)
         c = p.shape[1]
         h1 = np.abs(np.asarray(outputs.features, np.float64)).sum(axis=1)
         return h1 * np.abs(p - 1.0 / c).sum(axis=1) / self.temperature

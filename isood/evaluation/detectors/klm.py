@@ -22,14 +22,14 @@ class KLMatching(Detector):
     needs_fit = True
 
     def _fit(self, outputs: ForwardOutputs, labels: np.ndarray | None) -> None:
-        p = softmax(outputs.logits)
+        p = softmax(outputs.captured("logits"))
         pred = p.argmax(axis=1)
         self.classes_ = np.unique(pred)
         self.templates_ = np.stack([p[pred == c].mean(axis=0) for c in self.classes_])
         self.log_templates_ = np.log(np.maximum(self.templates_, _TINY))
 
     def _score(self, outputs: ForwardOutputs) -> np.ndarray:
-        p = softmax(outputs.logits)
+        p = softmax(outputs.captured("logits"))
         if p.shape[1] != self.templates_.shape[1]:
             raise DetectorInputError(
                 f"klm: fitted on {self.templates_.shape[1]} classes, got logits with {p.shape[1]}: same model please")

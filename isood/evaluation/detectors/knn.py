@@ -44,11 +44,11 @@ class KNN(Detector):
     def _fit(self, outputs: ForwardOutputs, labels: np.ndarray | None) -> None:
         import faiss
 
-        bank = _normalise(outputs.features)
+        bank = _normalise(outputs.captured("features"))
         self.preflight(n_train=bank.shape[0])
         self.index_ = faiss.IndexFlatL2(bank.shape[1])
         self.index_.add(bank)
 
     def _score(self, outputs: ForwardOutputs) -> np.ndarray:
-        dist2, _ = self.index_.search(_normalise(outputs.features), self.k)
+        dist2, _ = self.index_.search(_normalise(outputs.captured("features")), self.k)
         return -np.sqrt(np.maximum(dist2[:, -1].astype(np.float64), 0.0))

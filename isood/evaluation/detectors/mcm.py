@@ -40,7 +40,7 @@ class MCM(TemperatureDetector):
     requires = frozenset({"logits"})
 
     def _score(self, outputs: ForwardOutputs) -> np.ndarray:
-        return softmax(outputs.logits, self.temperature).max(axis=1)
+        return softmax(outputs.captured("logits"), self.temperature).max(axis=1)
 
 
 @register_detector("glmcm", aliases=("gl-mcm",))
@@ -60,5 +60,5 @@ class GLMCM(TemperatureDetector):
         return ""
 
     def _score(self, outputs: ForwardOutputs) -> np.ndarray:
-        glob = softmax(outputs.logits, self.temperature).max(axis=1)
-        return glob + self.lambda_local * local_max_softmax(outputs.local_logits, self.temperature)
+        glob = softmax(outputs.captured("logits"), self.temperature).max(axis=1)
+        return glob + self.lambda_local * local_max_softmax(outputs.captured("local_logits"), self.temperature)

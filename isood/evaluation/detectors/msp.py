@@ -15,4 +15,4 @@ class MSP(TemperatureDetector):
     requires = frozenset({"logits"})
 
     def _score(self, outputs: ForwardOutputs) -> np.ndarray:
-        return softmax(outputs.logits, self.temperature).max(axis=1)
+        return softmax(outputs.captured("logits"), self.temperature).max(axis=1)

@@ -56,10 +56,11 @@ class RankFeat(Detector):
     def _score(self, outputs: ForwardOutputs) -> np.ndarray:
         scores = []
         for i in range(0, len(outputs), self.chunk):
-            fm = remove_rank1(outputs.feature_maps[i:i + self.chunk])
+            fm = remove_rank1(outputs.captured("feature_maps")[i:i + self.chunk])
             logits = outputs.head(np.asarray(outputs.pool(fm), dtype=np.float64))
             if self.blocks == "3+4":
-                b3 = remove_rank1(outputs.block3[i:i + self.chunk])
+                assert outputs.tail is not None, "score() checked the 'tail' the fusion requires"
+                b3 = remove_rank1(outputs.captured("block3")[i:i + self.chunk])
                 logits = (logits + np.asarray(outputs.tail(b3), dtype=np.float64)) / 2.0
             scores.append(energy(logits, self.temperature))
         return np.concatenate(scores)

@@ -17,7 +17,7 @@ the adapter of pytorch-ood's ViM (``isood.evaluation.pytorch_ood``, layer 3, reg
 from __future__ import annotations
 
 import inspect
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar, overload
 
 from isood.errors import BadInputError, DetectorParamError, IsoodError
 
@@ -27,6 +27,7 @@ __all__ = ["UnknownDetectorError", "register_detector", "register_namespace", "g
            "available_detectors", "parse_detectors", "detector_parameters"]
 
 _REGISTRY: dict[str, type[Detector]] = {}
+_D = TypeVar("_D", bound=type[Detector])
 _ALIASES: dict[str, str] = {}
 _NAMESPACES: dict[str, Callable[[str, dict], Detector]] = {}
 
@@ -44,13 +45,22 @@ def _same_class(a: type | None, b: type) -> bool:
     return a is not None and (a is b or (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__))
 
 
+@overload
+def register_detector(name: str, cls: None = None, *, aliases: tuple[str, ...] = (),
+                      overwrite: bool = False) -> Callable[[_D], _D]: ...
+
+
+@overload
+def register_detector(name: str, cls: _D, *, aliases: tuple[str, ...] = (), overwrite: bool = False) -> _D: ...
+
+
 def register_detector(name: str, cls: type[Detector] | None = None, *, aliases: tuple[str, ...] = (),
-                      overwrite: bool = False) -> Callable[[type[Detector]], type[Detector]] | type[Detector]:
+                      overwrite: bool = False) -> Callable[[_D], _D] | type[Detector]:
     """Register ``cls`` under ``name`` (and ``aliases``) and set ``cls.name``; usable as a decorator
     ``@register_detector('x')``. The class must subclass ``Detector`` and declare ``requires`` within
     ``KINDS`` (logits, features, feature_maps, block3, local_logits, fc, tail, input)."""
 
-    def add(c: type[Detector]) -> type[Detector]:
+    def add(c: _D) -> _D:
         if not (isinstance(c, type) and issubclass(c, Detector)):
             raise BadInputError(f"register_detector('{name}') expects a Detector subclass, got {c!r}")
         bad = set(c.requires) - set(KINDS)

@@ -111,10 +111,11 @@ def id_labels(sources: Mapping[str, IdSource], *, num_classes: int,
         if missing.any():
             no_wnid = [i for i in np.flatnonzero(missing) if not src.wnids[i]]
             if no_wnid:
-                i = no_wnid[0]
+                i = int(no_wnid[0])
                 where = f"{src.source}:{src.lines[i]}" if src.lines else f"{src.source} ({src.paths[i]})"
                 raise BadInputError(f"--id-{split} {where}: no class label and no wnid in the path; pass an OpenOOD "
                                     "imglist ('path label') or class folders")
+            assert order is not None  # set above: this split has images without a label (``need``)
             labels[missing] = labels_for([src.wnids[i] for i in np.flatnonzero(missing)], order, strict=True,
                                          what=f"--id-{split} {src.source}")
         bad = np.flatnonzero((labels < 0) | (labels >= num_classes))

@@ -22,7 +22,7 @@ from isood.defaults import DEFAULT_VERIFY, NA_THRESHOLD, OOD_LABEL
 from isood.errors import BadInputError
 from isood.files import TMP_PREFIX, atomic_write_bytes, output_lock
 from isood.grid import cell_name, parse_cell_name
-from isood.kinds import GRID_KINDS, IMAGE_LIST, SPLITS, SYN_IS, SplitsView
+from isood.kinds import GRID_KINDS, IMAGE_LIST, SPLITS, SYN_IS, GridView, SplitsView
 from isood.stages.interop.id_lists import IdSource, id_list_paths, load_id_lists
 from isood.stages.interop.lines import has_bytes, has_odd_bytes, string_bytes, write_lines
 from isood.stages.interop.openood_info import (ID_NAME, RELEASE_GRIDS, GroupRule, assign_groups, benchmark_record,
@@ -129,7 +129,9 @@ class _LineFiles:
     """Text files filled line by line, each staged (``manifests.stream.StagedFile``) and committed together."""
 
     def __init__(self, out: Path) -> None:
-        self.out, self.files, self.rows = out, {}, {}
+        self.out = out
+        self.files: dict[str, StagedFile] = {}
+        self.rows: dict[str, int] = {}
 
     def write(self, rel: str, lines: pa.Array) -> None:
         if rel not in self.files:
@@ -197,7 +199,7 @@ def cell_keys(batch: pa.Table, column: str | None, n_levels: int) -> tuple[np.nd
     return codes, keys
 
 
-def _stream_grid(m: Manifest, files: _LineFiles, *, base: str, release_base: str, val_list: str | None = None,
+def _stream_grid(m: GridView, files: _LineFiles, *, base: str, release_base: str, val_list: str | None = None,
                  val_cells: Sequence[str] = (), flat_subset: str = "") -> _Stream:
     """One pass over a grid manifest's images: every row with a cell goes to its OpenOOD imglist (per source
     and cell; ``val_list`` for the held-out ``val_cells``) and its release-format list (per subset and cell;
@@ -221,7 +223,7 @@ def _stream_grid(m: Manifest, files: _LineFiles, *, base: str, release_base: str
         codes, keys = cell_keys(batch, src_col, n_levels)
         for code, n in zip(*np.unique(codes, return_counts=True)):
             st.counts[keys[int(code)]] = st.counts.get(keys[int(code)], 0) + int(n)
-        _write_grouped(files, codes, {k: val_list if cell_name(c, sem) in held else
+        _write_grouped(files, codes, {k: val_list if val_list is not None and cell_name(c, sem) in held else
                                       "/".join(x for x in (base, s, f"test_{cell_name(c, sem)}.txt") if x)
                                       for k, (s, c, sem) in keys.items()}, openood)
         if sub_col != src_col:
@@ -270,7 +272,7 @@ class _Exported:
     stream: _Stream
 
 
-def _export_grid(m: Manifest, files: _LineFiles, *, name: str, data_dir: str, rule: GroupRule,
+def _export_grid(m: GridView, files: _LineFiles, *, name: str, data_dir: str, rule: GroupRule,
                  val_cells: Sequence[str]) -> _Exported:
     base, release_base = f"{BENCHMARK_DIR}/{name}", f"{RELEASE_DIR}/{name}"
     cells = m.cells
@@ -393,6 +395,14 @@ def _manifest_record(m: Manifest) -> dict:
             "content_sha256": m.content_sha256}
 
 
+def _grid_view(m: Manifest | None) -> GridView | None:
+    """``m`` when it is a grid (a splits or syn-is manifest, ``GRID_KINDS``), else None."""
+    if m is None or m.kind not in GRID_KINDS:
+        return None
+    assert isinstance(m, GridView)  # read(kind=...) returns the kind's registered view
+    return m
+
+
 def _read_manifest(manifest_dir, out: Path, verify: str) -> Manifest:
     m = read(manifest_dir, kind=EXPORT_KINDS, verify=verify)
     if is_inside(os.path.abspath(out), os.path.abspath(m.root)):
@@ -417,7 +427,8 @@ def export_openood(manifest_dir: str | os.PathLike | None, out: str | os.PathLik
         raise BadInputError("nothing to export: pass a manifest, or ID lists (--id-train / --id-val / --id-test)")
     out = Path(out)
     m = _read_manifest(manifest_dir, out, verify) if manifest_dir is not None else None
-    grid = m is not None and m.kind in GRID_KINDS
+    grid_m = _grid_view(m)
+    grid = grid_m is not None
     if grid and group is not None:
         raise BadInputError(f"--group {group} is for an image list; a grid's cells are grouped by --near-axis and "
                             "--near-below (held out with --val-cells)")
@@ -425,11 +436,11 @@ def export_openood(manifest_dir: str | os.PathLike | None, out: str | os.PathLik
         raise BadInputError("--near-axis / --near-below group a grid's cells; an image list joins --group near, "
                             "far or val")
     rule = GroupRule(axis=near_axis or "sem", below=near_below, group=group or "near").check(
-        m.n_levels if grid else None)
+        grid_m.n_levels if grid_m is not None else None)
     name = name or (_default_name(m) if m is not None else None)
     if name is not None and not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name):
         raise BadInputError(f"--name {name!r}: use letters, digits, '_', '-' or '.'")
-    held = _held_out(val_cells, m.n_levels) if m is not None and m.kind in GRID_KINDS else []
+    held = _held_out(val_cells, grid_m.n_levels) if grid_m is not None else []
     if m is not None and m.kind not in GRID_KINDS and val_cells:
         raise BadInputError("--val-cells needs a grid (splits or syn-is manifest); to use an image list as the OOD "
                             "val split, export it with --group val")
@@ -459,10 +470,12 @@ def _export(m: Manifest | None, out: Path, *, name: str | None, data_root: str, 
     id_info = {}
     try:
         if m is not None:
+            assert name is not None  # export_openood names every manifest's export
             groups[name] = files = _LineFiles(out)
-            export = _export_grid if m.kind in GRID_KINDS else _export_list
-            exported = export(m, files, name=name, data_dir=data_dir if data_dir is not None else f"{name}/",
-                              rule=rule, val_cells=held)
+            grid_m, data = _grid_view(m), data_dir if data_dir is not None else f"{name}/"
+            exported = (_export_grid(grid_m, files, name=name, data_dir=data, rule=rule, val_cells=held)
+                        if grid_m is not None else
+                        _export_list(m, files, name=name, data_dir=data, rule=rule, val_cells=held))
         for split, table in tables.items():
             groups[f"@id:{split}"] = files = _LineFiles(out)
             release_rel, openood_rel = id_list_paths(split)
@@ -472,7 +485,8 @@ def _export(m: Manifest | None, out: Path, *, name: str | None, data_root: str, 
             id_info[split] = {"n": table.num_rows, "source": sources[split].source, "root": sources[split].root,
                               "data_dir": f"{ID_NAME}/", "imglist_path": openood_rel, "release_path": release_rel}
         record = None
-        if exported is not None:
+        if m is not None and exported is not None:
+            assert name is not None  # as above
             release_n = sum(1 for rel in groups[name].files if rel.startswith(RELEASE_DIR + "/"))
             record = benchmark_record(exported.datasets, kind=m.kind, manifest=_manifest_record(m),
                                       n_levels=exported.n_levels, rule=rule, val=exported.val,
@@ -499,6 +513,7 @@ def _result(out: Path, name: str | None, exported: _Exported | None, groups: Map
     r = ExportResult(out=out, name=name, ready=info["ready"])
     r.id_lists = {k.split(":", 1)[1]: info["id"][k.split(":", 1)[1]]["n"] for k in groups if k.startswith("@id:")}
     if exported is not None:
+        assert name is not None  # an exported manifest is named
         ds = exported.datasets
         r.imglists = {d["dataset"]: d["imglist_path"] for d in ds if d["imglist_path"]}
         r.registered = [d["dataset"] for d in ds if d["group"] in ("near", "far")]

@@ -249,14 +249,14 @@ def release_cells(counts: Mapping[tuple[str, int, int], int], subsets: Sequence[
     cell_table`` order), its count `n`, `na` (n < na_threshold), `missing` (a subset has no list for it) and
     `missing_in` (those subsets, comma-separated). Pooled: one row per cell, n summed over the subsets;
     per-subset: one row per subset and cell, with `source` and `subset`."""
-    missing = {s: set(map(tuple, cells)) for s, cells in (missing or {}).items()}
+    absent = {s: set(map(tuple, cells)) for s, cells in (missing or {}).items()}
     grid = cell_table(np.zeros(0, np.int64), np.zeros(0, np.int64), n_levels, na_threshold)
     cells = list(zip(grid["cov_level"].tolist(), grid["sem_level"].tolist()))
     groups = [list(subsets)] if na_rule == "pooled" else [[s] for s in subsets]
     parts = []
     for group in groups:
         n = np.array([sum(counts.get((s, c, sem), 0) for s in group) for c, sem in cells], dtype=np.int64)
-        miss = [",".join(s for s in group if (c, sem) in missing.get(s, ())) for c, sem in cells]
+        miss = [",".join(s for s in group if (c, sem) in absent.get(s, ())) for c, sem in cells]
         part = grid.assign(n=n, na=is_na(n, na_threshold), missing=[bool(m) for m in miss], missing_in=miss)
         if na_rule != "pooled":
             part = part.assign(source=group[0], subset=group[0])
@@ -294,7 +294,7 @@ def _stream_lists(rel: ReleaseLists, out: Path, *, per_subset: bool, row_group_r
                 stream.write(release_rows(part, cl, wnids=wnids, per_subset=per_subset))
                 write_lines(copies[-1], paths)
                 repeats.add(cl, paths)
-            copies[-1].file.close()
+            copies[-1].close()
             counts[(cl.subset, cl.cov, cl.sem)] = parsed.num_rows
         repeats.check()
     except BaseException:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -63,6 +63,7 @@ def _extract_missing(cfg: BuildConfig, sets: dict[str, FeatureSet], encoder: Cli
     folder ``out`` (``features-id/``, ``features-test/``), check."""
     sources = {name: list_images(getattr(cfg, name)) for name in ("id", "test") if name not in sets}
     for name, images in sources.items():
+        assert encoder is not None, "a set to extract needs the CLIP (load_inputs: need_clip)"
         sets[name] = extract_set(name, getattr(cfg, name), encoder, out / f"features-{name}", cfg, note=note,
                                  argv=argv, engine=engine, images=images)
     check_feature_sets(sets, clip=cfg.clip, clip_dim=encoder.embed_dim if encoder is not None else None)
@@ -117,10 +118,13 @@ def build_splits(cfg: BuildConfig, *, warn: Warn | None = None, argv: list[str] 
     features are streamed (``stream``): memory grows with the test set by its index and two distances per image.
     ``cfg`` is validated first (``config.validate``: one line naming the flag, before any work)."""
     cfg = validate(cfg)
+    assert cfg.out is not None, "validate: --out is required"
     check_sources(cfg)
     with manifests.writing(cfg.out, SPLITS, inputs=input_paths(cfg)) as o:
         result = _build(cfg, o.work, warn=warn, argv=argv, engine=engine)
-    return replace(result, manifest=manifests.read(o.final, kind=SPLITS))
+    view = manifests.read(o.final, kind=SPLITS)
+    assert isinstance(view, SplitsView)  # read(kind=...) returns the kind's registered view
+    return replace(result, manifest=view)
 
 
 def _build(cfg: BuildConfig, out: Path, *, warn: Warn | None, argv: list[str] | None,
@@ -148,7 +152,7 @@ def _build(cfg: BuildConfig, out: Path, *, warn: Warn | None, argv: list[str] | 
                       clip=cfg.clip_quantile)
     ann = ann_summary(found.ann, grid.edges, clip=cfg.clip_quantile, seed=cfg.seed, warn=note)
     ids, test_set = sets["id"], sets["test"]
-    summary = {
+    summary: dict[str, Any] = {
         "test_images": int(len(grid.images)), "id_images": int(n_id), "dropped": int(len(dropped)),
         "cells": int(len(grid.cells)), "cells_na": int(grid.cells["na"].sum()),
         "laid_orthogonality_error": laid.orthogonality_error, "laid_fit_seconds": fit_seconds, "warnings": notes,

@@ -15,7 +15,7 @@ from isood.errors import BadInputError
 from isood.featurestore import extract_features, is_feature_dir
 from isood.featurestore.loading import FeatureReader, open_features
 from isood.images import ImageSource, list_images
-from isood.kinds import CLASS_FILTER, FEATURES
+from isood.kinds import CLASS_FILTER, FEATURES, ClassFilterView, FeaturesView
 from isood.labels import Labels, load_labels
 from isood.laid import LAID
 from isood.laid_training import train_laid_from_labels
@@ -98,6 +98,7 @@ def load_inputs(cfg: BuildConfig) -> Inputs:
         records.append(manifests.input_record("laid", cfg.laid))
     if cfg.class_filter:
         view = manifests.read(cfg.class_filter, kind=CLASS_FILTER, verify=cfg.verify)
+        assert isinstance(view, ClassFilterView)  # read(kind=...) returns the kind's registered view
         kept = view.kept()[0]
         records.append(manifests.input_record("class_filter", cfg.class_filter, sha256=view.content_sha256))
     labels = None
@@ -117,6 +118,7 @@ def load_precomputed(name: str, path: str, *, verify: str | None = None) -> Feat
     identity = root = rejected = None
     if p.is_dir() and (p / manifests.MANIFEST_FILE).is_file():
         view = manifests.read(p, kind=FEATURES)
+        assert isinstance(view, FeaturesView)  # read(kind=...) returns the kind's registered view
         identity, root, rejected = view.clip_identity, view.image_root, view.rejected
         record = manifests.input_record("features", p, sha256=view.content_sha256)
     else:
@@ -156,6 +158,7 @@ def load_encoder(cfg: BuildConfig, inputs: Inputs) -> ClipEncoder | None:
     """The CLIP, when images are to be extracted or LAID trained (its dimension checked against --laid)."""
     if not inputs.need_clip:
         return None
+    assert cfg.clip, "load_inputs refuses a build that needs a CLIP without --clip"
     encoder = load_clip(cfg.clip, cfg.device)
     if inputs.laid is not None and inputs.laid.dim != encoder.embed_dim:
         d = inputs.laid.dim
@@ -176,6 +179,7 @@ def extract_set(name: str, source: str, encoder: ClipEncoder, sub: Path, cfg: Bu
     if result.n_rejected:
         note(f"--{name}: {result.n_rejected} unreadable image(s) skipped (see data/dropped.parquet)")
     view = manifests.read(sub, kind=FEATURES)
+    assert isinstance(view, FeaturesView)  # read(kind=...) returns the kind's registered view
     record = manifests.input_record(f"{name}_images", source, sha256=images.listing_sha256)
     return FeatureSet(name, reader, str(source), encoder.identity, str(images.root), str(sub),
                       rejected=view.rejected, input=record)
@@ -196,6 +200,8 @@ def train_laid(cfg: BuildConfig, inputs: Inputs, encoder: ClipEncoder | None, *,
     """The given LAID, or one trained on ``inputs.labels`` with ``encoder``; its dimension must be ``dim``."""
     laid, fit_seconds = inputs.laid, None
     if laid is None:
+        # without --laid, load_inputs loaded the labels and asked for a CLIP (load_encoder)
+        assert encoder is not None and inputs.labels is not None
         laid, fit_seconds = train_laid_from_labels(
             encoder, inputs.labels.texts, labels_from=inputs.labels.description, triplets=cfg.triplets,
             seed=cfg.seed, steps=cfg.laid_steps, cache_dir=cfg.cache_dir, progress=cfg.progress)

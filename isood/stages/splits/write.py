@@ -41,8 +41,8 @@ def write_splits(out: str | os.PathLike, *, images: pd.DataFrame, cells: pd.Data
     if dropped is not None:
         tables["dropped"] = dropped
     all_files = {**cell_lists(images, cells), **dict(files or {})}
-    args = dict(kind=SPLITS, config=config, inputs=inputs, files=all_files, existing_files=existing_files,
-                summary=summary, note=note, argv=argv)
+    args: dict[str, Any] = dict(kind=SPLITS, config=config, inputs=inputs, files=all_files,
+                                existing_files=existing_files, summary=summary, note=note, argv=argv)
     with manifests.writing(out, SPLITS) as o:
         if card:
             manifests.atomic_write_bytes(o.work / IMAGES_FILE, manifests.parquet_bytes(images))
@@ -50,4 +50,6 @@ def write_splits(out: str | os.PathLike, *, images: pd.DataFrame, cells: pd.Data
                            table_files={"images": IMAGES_FILE}, **args)
         else:
             manifests.write_manifest(o.work, tables=tables, **args)
-    return manifests.read(o.final, kind=SPLITS)
+    view = manifests.read(o.final, kind=SPLITS)
+    assert isinstance(view, SplitsView)  # read(kind=SPLITS) returns the kind's registered view
+    return view
