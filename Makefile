@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
-# WordNet 3.0: Debian's wordnet-base when root, else nltk's data (see README).
+# WordNet 3.0: Debian's wordnet-base when root, else nltk's data (see docs/install.md).
 wordnet:
 	@if [ -d /usr/share/wordnet ] || [ -n "$$ISOOD_WORDNET_DIR" ] || $(PY) -c "import nltk; nltk.data.find('corpora/wordnet')" >/dev/null 2>&1; then \
 	  :; \
@@ -46,9 +46,11 @@ chromium:
 demo: setup
 	$(VENV)/bin/isood demo --out demo-out
 
-# The import-linter contract (pyproject [tool.importlinter]) first: a back-import fails the build.
+# The import-linter contracts (pyproject [tool.importlinter]) first: a back-import fails the build. Then the docs
+# site (mkdocs.yml; offline, about 5 s): a broken link, page or docstring reference fails it. Then the tests.
 test: setup
 	$(VENV)/bin/lint-imports
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	$(PY) -m pytest
 
 # Every bench script prints one SUMMARY line and appends to bench/RESULTS.md (< 10 min here; --full on a GPU box).
@@ -56,4 +58,4 @@ bench: setup
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) demo-out .pytest_cache
+	rm -rf $(VENV) demo-out .pytest_cache site

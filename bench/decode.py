@@ -15,9 +15,12 @@ model's input tensor:
 * ``tv-decode``  (b) ``torchvision.io.decode_jpeg`` -> open_clip's resize/crop/normalise steps on the uint8
                  tensor (torch's SIMD antialiased bicubic; ``isood.image_tensors.tensor_preprocess``);
 * ``tensor``     PIL full decode -> the same tensor steps (isolates the resize);
-* ``fast``       ``isood extract --fast-decode`` (``isood.images.FAST_DECODE``): the tensor steps; JPEGs with
+* ``fast``       ``isood extract --decode fast`` (``isood.images.FAST_DECODE``): the tensor steps; JPEGs with
                  both sides >= 2D drafted to >= D and mapped exactly onto the full image's geometry, other
-                 JPEGs decoded by torchvision, other formats by PIL.
+                 JPEGs decoded by torchvision, other formats by PIL;
+* ``gpu``        ``isood extract --decode gpu`` (``isood.images.GPU_DECODE``) with the model on the CPU: the
+                 JPEGs decoded by torchvision's decode_jpeg on CPU tensors (libjpeg; nvJPEG on a GPU, which
+                 ``bench/gpu_extract.py`` measures), then the tensor steps; one image per call here.
 
 For each path it reports the cosine between the features of its tensors and those of the reference tensors,
 min and mean over the images, on two tiny open_clip models with seeded random weights: the test fixture's
@@ -52,7 +55,7 @@ MODELS = {  # name -> open_clip vision config (32 px: tests/conftest.py's tiny m
     "tiny-32px": {"image_size": 32, "layers": 2, "width": 64, "head_width": 32, "patch_size": 8},
     "tiny-224px": {"image_size": 224, "layers": 2, "width": 64, "head_width": 32, "patch_size": 32},
 }
-PATHS = ("reference", "draft", "tv-decode", "tensor", "fast")
+PATHS = ("reference", "draft", "tv-decode", "tensor", "fast", "gpu")
 THRESHOLD = 0.999
 
 
@@ -141,9 +144,10 @@ def tiny_clip(vision: dict):
 def path_functions(pp) -> dict:
     """path name -> f(file) -> input tensor (3, S, S)."""
     from isood.image_tensors import draft_size, read_jpeg_tensor, tensor_preprocess
-    from isood.images import FAST_DECODE, decode_image, image_decoder
+    from isood.images import FAST_DECODE, GPU_DECODE, decode_image, image_decoder
 
-    steps, draft, fast = tensor_preprocess(pp), draft_size(pp), image_decoder(pp, FAST_DECODE)
+    steps, draft = tensor_preprocess(pp), draft_size(pp)
+    fast, gpu = image_decoder(pp, FAST_DECODE), image_decoder(pp, GPU_DECODE)
 
     def checked(item):
         tensor, error = item
@@ -156,7 +160,8 @@ def path_functions(pp) -> dict:
         "draft": lambda f: checked(decode_image(f, pp, draft=draft)),
         "tv-decode": lambda f: steps(read_jpeg_tensor(f)),
         "tensor": lambda f: checked(decode_image(f, steps)),
-        "fast": lambda f: checked(decode_image(f, fast.preprocess, draft=fast.draft, jpeg_tensor=fast.jpeg_tensor)),
+        "fast": lambda f: checked(fast.decode([str(f)])[0]),
+        "gpu": lambda f: checked(gpu.decode([str(f)])[0]),
     }
 
 
@@ -278,8 +283,11 @@ def main(argv=None) -> int:
     text += (f" | fastest with cos >= {THRESHOLD} on every image: "
              + ", ".join(f"{n} {b} ({r['rate'][b] / r['rate']['reference']:.2f}x)"
                          for (n, r), b in zip(res.items(), best.values()))
-             + "; --fast-decode: " + ", ".join(f"{n} {r['rate']['fast'] / r['rate']['reference']:.2f}x"
-                                                for n, r in res.items()))
+             + "; --decode fast: " + ", ".join(f"{n} {r['rate']['fast'] / r['rate']['reference']:.2f}x"
+                                                 for n, r in res.items())
+             + "; --decode gpu on CPU tensors: " + ", ".join(
+                 f"{n} {r['rate']['gpu'] / r['rate']['reference']:.2f}x, cos min {r['cos']['gpu']['min']:.5f}"
+                 for n, r in res.items()))
     print(sizes, flush=True)
     summary("decode", text)
     if not a.no_record:

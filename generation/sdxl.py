@@ -37,6 +37,7 @@ from isood.errors import BadInputError, IsoodError, MissingWeightsError
 from isood.batch_engine import BatchEngine, LocalEngine
 from isood.devices import explicit_device, resolve_device
 from isood.errors import one_line
+from isood.hub_access import TINY_HINT, hub_access, hub_guard
 from isood.progress import progress_bar
 
 __all__ = [
@@ -46,6 +47,9 @@ __all__ = [
 ]
 
 LOCAL_PREFIX = "local-dir:"
+#: What to pass instead of a Hub name that cannot be loaded.
+PIPELINE_HINT = ("pass --pipeline local-dir:PATH (a folder written by save_pretrained or a downloaded snapshot of "
+                 f"{DEFAULT_PIPELINE}, {TINY_HINT})")
 #: The largest --size: 8x SDXL-Turbo's 512 and 4x SDXL's 1024 (a 4096 x 4096 image already needs ~10 GB of
 #: VAE activations; 100000 would ask for tens of GB before the first step).
 MAX_SIZE = 4096
@@ -124,29 +128,31 @@ def quiet_libraries() -> Iterator[None]:
 
 def load_pipeline(spec: str = DEFAULT_PIPELINE, device: str | None = None):
     """A diffusers text-to-image pipeline on ``device`` (fp16 on CUDA). Missing/offline weights ->
-    :class:`MissingWeightsError` in one line naming ``--pipeline local-dir:PATH``."""
+    :class:`MissingWeightsError` in one line naming ``--pipeline local-dir:PATH`` (a Hub name fails in about a
+    second when the Hub is out of reach, naming ``HF_HUB_OFFLINE``: ``isood.hub_access``)."""
     import torch
     from diffusers import AutoPipelineForText2Image
 
     device = resolve_device(device)
     cuda = device.startswith("cuda")
+    access = None
     if spec.startswith(LOCAL_PREFIX):
         source, kwargs = _local_kwargs(spec, cuda)
     else:
         source, kwargs = spec, ({"variant": "fp16"} if cuda else {})
+        access = hub_access()  # a Hub name: fail in a second when the Hub is out of reach
     try:
-        with quiet_libraries():  # e.g. newer diffusers rename torch_dtype to dtype; older ones only know torch_dtype
+        # e.g. newer diffusers rename torch_dtype to dtype; older ones only know torch_dtype
+        with quiet_libraries(), (contextlib.nullcontext() if access is None else hub_guard(access)):
             pipe = AutoPipelineForText2Image.from_pretrained(source, torch_dtype=dtype_for(device), **kwargs)
     except (MemoryError, torch.OutOfMemoryError):
         raise
     except Exception as e:  # hub / cache / offline errors come in many types
         reason = one_line((str(e).strip().splitlines() or [type(e).__name__])[0])
-        if spec.startswith(LOCAL_PREFIX):
+        if access is None:
             raise MissingWeightsError(f"cannot load the pipeline in {source} ({reason}); pass --pipeline "
                                       "local-dir:PATH to a complete diffusers folder") from None
-        raise MissingWeightsError(f"cannot load SDXL pipeline {spec!r} (offline or not in the local Hugging Face "
-                                  f"cache: {reason}); download it where there is internet and pass --pipeline "
-                                  "local-dir:PATH") from None
+        raise MissingWeightsError(access.missing(f"--pipeline {spec}", PIPELINE_HINT, e)) from None
     pipe = pipe.to(device)
     pipe.set_progress_bar_config(disable=True)
     return pipe
@@ -202,11 +208,15 @@ def expected_fingerprint(settings: GeneratorSettings, device: str) -> dict[str, 
     spec = settings.pipeline
     local = spec.startswith(LOCAL_PREFIX)
     source = str(Path(spec[len(LOCAL_PREFIX):]).expanduser()) if local else spec
+    access = None if local else hub_access()
     try:
-        config = DiffusionPipeline.load_config(source, local_files_only=local or None)
+        with contextlib.nullcontext() if access is None else hub_guard(access):
+            config = DiffusionPipeline.load_config(source, local_files_only=local or None)
     except Exception as e:
-        raise MissingWeightsError(f"cannot read the pipeline config of {spec!r} ({one_line(e, 160)}); "
-                                  "pass --pipeline local-dir:PATH to a diffusers folder") from None
+        if access is None:
+            raise MissingWeightsError(f"cannot read the pipeline config of {spec!r} ({one_line(e, 160)}); "
+                                      "pass --pipeline local-dir:PATH to a diffusers folder") from None
+        raise MissingWeightsError(access.missing(f"--pipeline {spec}", PIPELINE_HINT, e)) from None
     name = config.get("_class_name", "unknown")
     try:  # AutoPipelineForText2Image loads the text-to-image class of the family
         from diffusers.pipelines.auto_pipeline import AUTO_TEXT2IMAGE_PIPELINES_MAPPING, _get_task_class

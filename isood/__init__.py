@@ -7,6 +7,8 @@ The main entry points are re-exported here lazily (importing ``isood`` loads not
     d_sem, d_cov = isood.shift_distances(test_features, id_features, laid)
     levels, edges = isood.assign_levels(d_sem)
     result = isood.evaluate_scores(id_scores, ood_scores, images, cells=cells)
+    ev = isood.evaluate(model, id_test="val/", ood={"near:ssb": "imports/ssb"}, roots={"ssb": "/data"})
+    ev.per_set, ev.per_cell, ev.table1                  # pandas frames, nothing written
     splits = isood.read("out/splits", kind="splits")   # a typed view (isood.kinds.SplitsView)
 
 The layers (README, "Development"): foundations (``isood.errors``, ``defaults``, ``arrays``, ``files``,
@@ -41,6 +43,7 @@ _EXPORTS = {
     "cell_table": "isood.grid",
     "make_planted_world": "isood.simulate",
     "evaluate_scores": "isood.evaluation.cells",
+    "evaluate": "isood.evaluation.job",
     "write_evaluation": "isood.evaluation.write",
     "get_detector": "isood.evaluation.detectors",
     "register_detector": "isood.evaluation.detectors",

@@ -21,7 +21,10 @@ class BatchEngine(Protocol):
     model) and then called on batches: ``worker(batch) -> result``, both ``dict[str, numpy array]`` with one
     row per item. ``map`` yields the results, locally in input order, on a cluster as they complete; each
     input batch is passed to exactly one worker call, unsplit, so batch composition (and hence numerics) is
-    the same on every engine. Stages receive an engine from the CLI and never import a cluster backend.
+    the same on every engine. A worker may also offer ``stream(batches)``: the results of the batches in input
+    order, the same as its calls (the local engine uses it, so that the worker can prepare the next batches
+    while one runs, e.g. decode images in other processes). Stages receive an engine from the CLI and never
+    import a cluster backend.
     """
 
     name: str
@@ -36,17 +39,20 @@ class BatchEngine(Protocol):
 
 @dataclass
 class LocalEngine:
-    """The in-process engine: one worker built here, called on each batch in order."""
+    """The in-process engine: one worker built here, run on the batches in order (its ``stream`` when it has
+    one, else a call per batch)."""
 
     name: str = "local"
 
     def map(self, worker: type, args: Sequence[Any], batches: Iterable[Mapping[str, Any]], *, total: int,
             description: str, progress: bool) -> Iterator[dict[str, Any]]:
         instance = worker(*args)
+        batches = list(batches)
+        stream = getattr(instance, "stream", None)
+        results = stream(batches) if stream is not None else (instance(batch) for batch in batches)
         with progress_bar(progress) as bar:
             task = bar.add_task(description, total=total)
-            for batch in batches:
-                out = instance(batch)
+            for batch, out in zip(batches, results):
                 bar.advance(task, batch_rows(batch))
                 yield out
 

@@ -11,7 +11,8 @@ Encoders are named as open_clip names them:
 * ``hf-hub:ORG/REPO`` -- an open_clip model on the Hugging Face Hub.
 
 ``ClipEncodeWorker`` is the worker class every ``isood.batch_engine.BatchEngine`` runs for extraction (one model per
-process or Ray actor): the local and the Ray engine decode, preprocess and encode a batch with the same code.
+process or Ray actor): the local and the Ray engine decode, preprocess and encode a batch with the same code (the
+local engine through ``ClipEncodeWorker.stream``: the images decoded by other processes, ahead of the model).
 """
 
 from __future__ import annotations
@@ -26,16 +27,17 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from isood.content import file_sha256, folder_fingerprint
 from isood.errors import BadInputError, IsoodError, MissingWeightsError
-from isood.images import REFERENCE_DECODE, collate, image_decoder
+from isood.images import REFERENCE_DECODE, PreparedImages, image_decoder, prepared_batches
 from isood.devices import torch_device
 from isood.errors import one_line
 from isood.files import atomic_write_bytes
+from isood.hub_access import TINY_HINT, hub_access, hub_guard
 from isood.progress import progress_bar
 
 if TYPE_CHECKING:
@@ -47,6 +49,7 @@ __all__ = [
 ]
 
 LOCAL_HINT = "pass --clip local-dir:PATH (a folder with open_clip_config.json and the weights)"
+_HUB_HINT = f"pass --clip local-dir:PATH (a folder with open_clip_config.json and the weights, {TINY_HINT})"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt")
 
 
@@ -165,7 +168,8 @@ def load_clip(spec: str, device: str | None = None) -> ClipEncoder:
     """Load an open_clip encoder named ``MODEL:PRETRAINED``, ``local-dir:PATH`` or ``hf-hub:ORG/REPO``.
 
     Raises ``MissingWeightsError`` (one line, suggesting ``--clip local-dir:PATH``) when the weights cannot be had
-    (offline, not cached, folder without a checkpoint) and ``IsoodError`` for an unknown model, tag or device.
+    (offline, not cached, folder without a checkpoint) and ``IsoodError`` for an unknown model, tag or device. A Hub
+    name fails in about a second when the Hub is out of reach, naming ``HF_HUB_OFFLINE`` (``isood.hub_access``).
     """
     import open_clip
     import torch
@@ -173,8 +177,10 @@ def load_clip(spec: str, device: str | None = None) -> ClipEncoder:
     spec = str(spec).strip()
     dev = torch_device(device)
     parsed = parse_clip_spec(spec)
+    local = spec.startswith("local-dir:") or (parsed.pretrained is not None and Path(parsed.pretrained).is_file())
+    access = None if local else hub_access()  # a Hub name: fail in a second when the Hub is out of reach
     try:
-        with _quiet_libraries():
+        with _quiet_libraries(), (contextlib.nullcontext() if access is None else hub_guard(access)):
             model, _, preprocess = open_clip.create_model_and_transforms(
                 parsed.model, pretrained=parsed.pretrained, device=dev, require_pretrained=True,
                 force_quick_gelu=_quick_gelu(parsed))
@@ -182,10 +188,9 @@ def load_clip(spec: str, device: str | None = None) -> ClipEncoder:
     except (IsoodError, KeyboardInterrupt):
         raise
     except Exception as e:
-        if spec.startswith("local-dir:"):
+        if access is None:
             raise IsoodError(f"--clip {spec}: could not load the model ({one_line(e, 160)})") from None
-        raise MissingWeightsError(f"CLIP weights for {spec} could not be loaded (offline or not in the cache); "
-                                  f"download them where there is internet, or {LOCAL_HINT}") from None
+        raise MissingWeightsError(access.missing(f"--clip {spec}", _HUB_HINT, e)) from None
     model.eval()
     with torch.inference_mode():
         embed_dim = int(model.encode_text(tokenizer(["a photo."]).to(dev)).shape[-1])
@@ -276,41 +281,70 @@ def encode_image_batch(encoder: ClipEncoder, batch: "torch.Tensor | None") -> np
 class ClipEncodeWorker:
     """The extraction worker of a ``BatchEngine``: one CLIP encoder per process or actor.
 
-    ``ClipEncodeWorker(clip, device, decode_threads, decode)``: ``clip`` a ``--clip`` name (loaded here, on
+    ``ClipEncodeWorker(clip, device, decode_workers, decode)``: ``clip`` a ``--clip`` name (loaded here, on
     ``device``) or an already loaded ``ClipEncoder`` (used as is); ``decode`` the decoding mode
-    (``isood.images.REFERENCE_DECODE`` or ``FAST_DECODE``, see ``isood.images.image_decoder``). A call takes a
-    batch ``{'path': files, 'name': relative paths (for error messages), 'i': row ids (echoed)}`` (and
-    optionally ``'refused'``: per file '' or why the listing refused it; such a file is not opened) and returns
-    ``{'i', 'feature' (n, D) float32, zeros where unreadable, 'ok' (n,) bool, 'error' (n,) str ('' when ok),
-    'sha256' (n,) str (the content hash of the bytes decoded, '' when none were read: what shard keys use)}``:
-    images decoded by ``decode_threads`` threads, the readable ones encoded in ONE forward pass (so the batch
-    composition fixes the numerics).
+    (``isood.images.DECODE_MODES``, see ``isood.images.image_decoder``); ``decode_workers`` the image-decoding
+    processes of ``stream`` (the local engine; 0: decode in this process) and the decoding threads of a call
+    (a Ray actor). A call takes a batch ``{'path': files, 'name': relative paths (for error messages), 'i': row
+    ids (echoed)}`` (and optionally ``'refused'``: per file '' or why the listing refused it; such a file is not
+    opened) and returns ``{'i', 'feature' (n, D) float32, zeros where unreadable, 'ok' (n,) bool, 'error' (n,)
+    str ('' when ok), 'sha256' (n,) str (the content hash of the bytes decoded, '' when none were read: what
+    shard keys use)}``: the readable images encoded in ONE forward pass (so the batch composition fixes the
+    numerics). ``stream(batches)`` gives the same results for a sequence of batches, in order.
     """
 
-    def __init__(self, clip: str | ClipEncoder, device: str | None = None, decode_threads: int = 1,
+    def __init__(self, clip: str | ClipEncoder, device: str | None = None, decode_workers: int = 1,
                  decode: str = REFERENCE_DECODE):
         self.encoder = clip if isinstance(clip, ClipEncoder) else load_clip(clip, device)
         self.decoder = image_decoder(self.encoder.preprocess, decode)
-        threads = int(decode_threads)
-        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="isood-decode") if threads > 1 else None
+        self.workers = int(decode_workers)
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def pool(self) -> ThreadPoolExecutor | None:
+        """The decoding threads of a call (made on first use; None for one thread)."""
+        if self._pool is None and self.workers > 1:
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="isood-decode")
+        return self._pool
+
+    @staticmethod
+    def _files(batch: Mapping[str, Any]) -> tuple[list[str], list[str], list[str], list[int]]:
+        """(paths, names, why each is refused ('' when read), positions of the files to read) of a batch."""
+        paths = [str(p) for p in batch["path"]]
+        names = [str(x) for x in batch["name"]] if "name" in batch else paths
+        refused = [str(r) for r in batch.get("refused", ())] or [""] * len(paths)
+        return paths, names, refused, [j for j in range(len(paths)) if not refused[j]]
 
     def __call__(self, batch: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        paths = [str(p) for p in batch["path"]]
+        paths, names, _, read = self._files(batch)
+        part = self.decoder.prepare([paths[j] for j in read], [names[j] for j in read], self.pool)
+        return self._encode(batch, [part])
+
+    def stream(self, batches: Sequence[Mapping[str, Any]]) -> Iterator[dict[str, np.ndarray]]:
+        """The result of each batch, in order (what ``isood.batch_engine.LocalEngine`` runs): the CPU part of
+        decoding done by ``decode_workers`` processes, ahead of the model (``isood.images.prepared_batches``),
+        each batch encoded in one forward pass here; the same numbers as calling the worker on each batch."""
+        files = []
+        for batch in batches:
+            paths, names, _, read = self._files(batch)
+            files.append(([paths[j] for j in read], [names[j] for j in read]))
+        for batch, parts in zip(batches, prepared_batches(self.decoder, files, self.workers)):
+            yield self._encode(batch, parts)
+
+    def _encode(self, batch: Mapping[str, Any], parts: Sequence[PreparedImages]) -> dict[str, np.ndarray]:
+        """The result of ``batch`` from its prepared files (in order: the files it does not refuse)."""
+        paths, names, refused, read = self._files(batch)
         n = len(paths)
-        names = [str(x) for x in batch["name"]] if "name" in batch else paths
-        refused = [str(r) for r in batch.get("refused", ())] or [""] * n
-        read = [j for j in range(n) if not refused[j]]
-        decoded = iter(self.decoder.decode([paths[j] for j in read], [names[j] for j in read], self.pool))
-        items = [next(decoded) if not refused[j] else (None, refused[j]) for j in range(n)]
-        ok_pos, tensor, bad = collate(items)
-        hashes = np.array([getattr(item, "sha256", "") for item in items], dtype=object)
+        got = self.decoder.finish(parts, [names[j] for j in read], self.encoder.device)
         feats = np.zeros((n, self.encoder.embed_dim), np.float32)
         ok = np.zeros(n, dtype=bool)
-        errors = np.array([""] * n, dtype=object)
-        if ok_pos:
-            feats[ok_pos] = encode_image_batch(self.encoder, tensor)
-            ok[ok_pos] = True
-        for j, err in bad:
-            errors[j] = err
+        errors = np.array(refused, dtype=object) if n else np.array([], dtype=object)
+        hashes = np.array([""] * n, dtype=object)
+        for local, j in enumerate(read):
+            errors[j], hashes[j] = got.errors[local], got.hashes[local]
+        if got.ok:
+            at = [read[p] for p in got.ok]
+            feats[at] = encode_image_batch(self.encoder, got.tensor)
+            ok[at] = True
         ids = np.asarray(batch["i"], dtype=np.int64) if "i" in batch else np.arange(n, dtype=np.int64)
         return {"i": ids, "feature": feats, "ok": ok, "error": errors, "sha256": hashes}

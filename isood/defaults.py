@@ -14,12 +14,16 @@ from typing import Any
 from isood.errors import BadInputError
 
 __all__ = [
-    "N_LEVELS", "MAX_LEVELS", "NA_THRESHOLD", "QUANTILE_CLIP", "OOD_LABEL", "WORDNET_EXCLUDE", "DEFAULT_DETECTORS",
-    "DEFAULT_CLIP", "DEFAULT_PIPELINE", "LAID_TRIPLETS", "DEFAULT_VERIFY", "DEFAULT_PLOT_METRICS", "ALL_PLOT_METRICS",
-    "SEED_MAX",
-    "ENV_CACHE_DIR", "ENV_WORDNET_DIR", "cache_dir", "wordnet_dir_override", "check_seed",
+    "N_LEVELS", "MAX_LEVELS", "LEVELS_NOTE", "NA_THRESHOLD", "QUANTILE_CLIP", "OOD_LABEL", "WORDNET_EXCLUDE",
+    "DEFAULT_DETECTORS", "DEFAULT_CLIP", "DEFAULT_PIPELINE", "LAID_TRIPLETS", "DEFAULT_VERIFY", "VERIFY_MODES",
+    "VERIFY_HELP", "DEFAULT_PLOT_METRICS", "ALL_PLOT_METRICS", "SEED_MAX", "DEFAULT_BOOTSTRAP", "CI_LEVEL",
+    "DEFAULT_BATCH_SIZE", "DEFAULT_SHARD_SIZE", "ENGINES", "ENV_CACHE_DIR", "ENV_WORDNET_DIR", "cache_dir", "wordnet_dir_override", "check_seed",
 ]
 
+#: Bootstrap replicates behind the 95% intervals of an evaluation (per cell and Table 1; 0 switches them off).
+DEFAULT_BOOTSTRAP = 1000
+#: The coverage of those intervals (percentile bootstrap).
+CI_LEVEL = 0.95
 #: Shift levels per axis of the IS-OOD grid (cells ``cov_{c}_sem_{s}``, 0-based).
 N_LEVELS = 8
 #: The most levels per axis a command takes: 32 x 32 = 1024 cells (IS-OOD uses 8 x 8); finer grids leave most
@@ -27,10 +31,15 @@ N_LEVELS = 8
 MAX_LEVELS = 32
 #: A cell with fewer images than this is N/A (IS-OOD).
 NA_THRESHOLD = 10
+#: Why level counts are bounded (said by every refusal of one).
+LEVELS_NOTE = (f"IS-OOD uses {N_LEVELS}; {MAX_LEVELS} per axis is already {MAX_LEVELS * MAX_LEVELS} cells of at least "
+               f"{NA_THRESHOLD} images each, and one list file per cell")
 #: Quantiles of the shift values that bound the level range (outliers fold into the end levels).
 QUANTILE_CLIP = (0.01, 0.99)
 #: OpenOOD's label of an OOD image in an imglist.
 OOD_LABEL = -1
+#: OpenOOD's groups of OOD sets and the name of each group's mean row (``Evaluator.eval_ood``).
+OOD_GROUPS = {"near": "nearood", "far": "farood"}
 #: WordNet subtrees the ImageNet-OOD class filter drops by default (the paper's rule: organisms are excluded).
 WORDNET_EXCLUDE = ("organism.n.01",)
 #: Detectors `isood evaluate` scores when --detectors is not given.
@@ -52,6 +61,18 @@ LAID_TRIPLETS = 10_000
 #: How a stage checks the manifests it reads (``--verify``): ``fast`` (sizes, every table and small file hashed,
 #: large files hashed when their size / mtime / inode changed since they last verified) or ``full`` (every hash).
 DEFAULT_VERIFY = "fast"
+VERIFY_MODES = ("fast", "full")
+#: The help of every command's ``--verify`` (``isood.optspec.verify_option``).
+VERIFY_HELP = ("How the manifests this command reads are checked first: fast (sizes; every table and small file "
+               "hashed; larger files when their size, mtime or inode changed since they last verified) or full "
+               "(every hash).")
+
+#: Images per batch of a model's forward pass (extract, build-splits, evaluate).
+DEFAULT_BATCH_SIZE = 64
+#: Images per feature shard (``features-NNNNN.npy``): the unit of resuming and of a job array's share.
+DEFAULT_SHARD_SIZE = 10_000
+#: ``--engine``: ``local`` (this process, decoding in ``--workers`` processes) or ``ray`` (Ray Data actors).
+ENGINES = ("local", "ray")
 
 #: Folder of isood's caches (text features, model outputs, WordNet staging); default ``~/.cache/isood``.
 ENV_CACHE_DIR = "ISOOD_CACHE_DIR"

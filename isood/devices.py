@@ -10,7 +10,13 @@ import os
 
 from isood.errors import BadInputError
 
-__all__ = ["explicit_device", "resolve_device", "torch_device", "default_workers", "thread_limit"]
+__all__ = ["explicit_device", "resolve_device", "torch_device", "default_workers", "thread_limit", "PRECISIONS",
+           "DEFAULT_PRECISION"]
+
+#: ``--precision`` of a model's forward passes: float32 (the default: OpenOOD's numbers), or under autocast to
+#: float16 (CUDA only) or bfloat16, the model and its inputs channels-last (``isood.evaluation.capture``).
+PRECISIONS = ("fp32", "fp16", "bf16")
+DEFAULT_PRECISION = "fp32"
 
 
 def explicit_device(device: str | None) -> str | None:
@@ -48,9 +54,14 @@ def torch_device(device: str | None):
     return torch.device(resolve_device(device))
 
 
+#: The most decoding processes ``default_workers`` picks (each holds a few batches of images in memory).
+MAX_DEFAULT_WORKERS = 32
+
+
 def default_workers() -> int:
-    """Local decoding workers: min(8, CPUs - 1), at least 0."""
-    return max(0, min(8, (os.cpu_count() or 1) - 1))
+    """Local image-decoding processes: every CPU but the one that runs the model, at most
+    ``MAX_DEFAULT_WORKERS``, at least 0."""
+    return max(0, min(MAX_DEFAULT_WORKERS, (os.cpu_count() or 1) - 1))
 
 
 @contextlib.contextmanager

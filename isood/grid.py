@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from isood.defaults import MAX_LEVELS, NA_THRESHOLD, N_LEVELS, QUANTILE_CLIP
+from isood.defaults import LEVELS_NOTE, MAX_LEVELS, NA_THRESHOLD, N_LEVELS, QUANTILE_CLIP
 from isood.errors import BadInputError
 
 __all__ = ["check_levels", "assign_levels", "level_edges", "bin_with_edges", "cell_name", "cell_names", "is_na",
@@ -34,9 +34,7 @@ def check_levels(n_levels: Any, option: str = "--levels") -> int:
     """``n_levels`` when it is an integer from 1 to ``MAX_LEVELS`` (the commands' bound), else a one-line
     ``BadInputError`` naming ``option``; checked before any work (an import writes a list per cell)."""
     if isinstance(n_levels, bool) or not isinstance(n_levels, (int, np.integer)) or not 1 <= n_levels <= MAX_LEVELS:
-        raise BadInputError(f"{option} must be an integer from 1 to {MAX_LEVELS}, got {n_levels!r} (IS-OOD uses "
-                            f"{N_LEVELS}; {MAX_LEVELS} per axis is already {MAX_LEVELS * MAX_LEVELS} cells of at least "
-                            f"{NA_THRESHOLD} images each, and one list file per cell)")
+        raise BadInputError(f"{option} must be an integer in [1, {MAX_LEVELS}], got {n_levels!r} ({LEVELS_NOTE})")
     return int(n_levels)
 
 

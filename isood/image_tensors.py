@@ -10,6 +10,16 @@
   by the decoded size instead shifts the crop by up to a pixel: ``bench/decode.py``'s naive ``draft`` path).
 * ``jpeg_header`` / ``tensor_decodes`` / ``decode_jpeg_bytes``: the JPEGs that are not drafted go straight
   into a tensor with torchvision's ``decode_jpeg``, their size read from the header without PIL.
+* ``device_decodes`` / ``decode_jpegs`` / ``TensorPreprocess.batch``: ``isood extract --decode gpu`` (and
+  ``isood evaluate --decode gpu``): the JPEGs torchvision can take decoded in ONE ``decode_jpeg`` call per batch
+  on the model's device (nvJPEG on CUDA, libjpeg on the CPU), then resized, cropped and normalised there by the
+  same tensor steps, images of one size together.
+* ``split_preprocess``: a transform cut where its pixels turn into floats: the *head* (decode side: PIL or uint8
+  tensor steps, ending in a (3, H, W) uint8 crop) and the *tail* (ToTensor's division by 255 and Normalize, on a
+  uint8 batch, where the model is). Decoding processes hand over uint8 crops (a quarter of the float bytes) and
+  the tail's element-wise arithmetic is the transform's own, so on the CPU tail(head(image)) equals the
+  transform's output to the bit (on CUDA torch divides by a scalar as a product with its reciprocal, which can
+  differ in the last bit; AMP's float16 forward is far coarser).
 """
 
 from __future__ import annotations
@@ -27,7 +37,8 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["DRAFT_MARGIN", "Drafted", "draft_size", "pil_to_uint8", "read_jpeg_tensor", "decode_jpeg_bytes",
-           "JpegHeader", "jpeg_header", "tensor_decodes", "resized_size", "TensorPreprocess", "tensor_preprocess"]
+           "JpegHeader", "jpeg_header", "tensor_decodes", "device_decodes", "decode_jpegs", "resized_size",
+           "TensorPreprocess", "tensor_preprocess", "PilHead", "split_preprocess"]
 
 #: ``fast`` drafts a JPEG to at least this times the model's input size (see ``draft_size``).
 DRAFT_MARGIN = 2.0
@@ -110,6 +121,38 @@ def tensor_decodes(header: JpegHeader | None, draft: tuple[int, int] | None) -> 
     return draft is None or min(w // draft[0], h // draft[1]) < 2
 
 
+def device_decodes(data: bytes) -> bool:
+    """Whether ``--decode gpu`` hands a file's bytes to torchvision's ``decode_jpeg`` on the model's device: a
+    JPEG ``tensor_decodes`` takes (8-bit baseline / extended / progressive Huffman, grayscale or YCbCr, not a
+    decompression bomb; CMYK, 12-bit, arithmetic-coded and lossless JPEGs are not) whose data ends with the
+    end-of-image marker. A file cut short (or with bytes after its image) is left to PIL, which refuses a
+    truncated file as the reference does, where nvJPEG may decode what is there."""
+    return data[-2:] == b"\xff\xd9" and tensor_decodes(jpeg_header(data), None)
+
+
+def decode_jpegs(datas: Sequence["torch.Tensor"], device) -> list["torch.Tensor | None"]:
+    """JPEG files (1-D uint8 CPU tensors of their bytes) as (3, H, W) uint8 RGB tensors on ``device``, in order:
+    ONE torchvision ``decode_jpeg`` call for all of them (nvJPEG's batched decoder on CUDA). That call returns
+    nothing when one image fails, so then each image is decoded alone; None where an image cannot be decoded
+    on ``device`` (the caller decodes it on the CPU, under the bad-image policy)."""
+    import torchvision.io as tio
+
+    if not datas:
+        return []
+    rgb = tio.ImageReadMode.RGB
+    try:
+        return list(tio.decode_jpeg(list(datas), mode=rgb, device=device))
+    except Exception:  # one bad image fails the batch: find it
+        pass
+    out: list = []
+    for d in datas:
+        try:
+            out.append(tio.decode_jpeg(d, mode=rgb, device=device))
+        except Exception:
+            out.append(None)
+    return out
+
+
 def draft_size(preprocess: Callable) -> tuple[int, int] | None:
     """(D, D), D = ceil(DRAFT_MARGIN * S) with S the largest size any step of ``preprocess`` (a torchvision
     ``Compose``) resizes or crops to: a JPEG drafted to at least D x D is still downscaled by >= 2x by the
@@ -150,22 +193,25 @@ def resized_size(source: tuple[int, int], size: int | Sequence[int], max_size: i
 
 
 def _interpolate_uint8(x: "torch.Tensor", mode: str, *, size=None, scale=None) -> "torch.Tensor":
-    """Antialiased resize of a (C, H, W) uint8 image to ``size`` (h, w), or by ``scale`` (sy, sx) used as given
-    (``recompute_scale_factor=False``), on torch's uint8 kernel where it has one (bicubic; bilinear with
-    AVX2/ARM), else in float rounded back, as torchvision's resize does."""
+    """Antialiased resize of a (C, H, W) or (N, C, H, W) uint8 image to ``size`` (h, w), or by ``scale`` (sy, sx)
+    used as given (``recompute_scale_factor=False``), on torch's CPU uint8 kernel where it has one (bicubic;
+    bilinear with AVX2/ARM), else (another device, or no such kernel) in float rounded back to uint8, as
+    torchvision's resize does."""
     import torch
     from torch.nn.functional import interpolate
 
-    c, h, w = x.shape
-    x4 = x.unsqueeze(0)
-    if x4.is_contiguous(memory_format=torch.channels_last):  # keep channels-last (torchvision's trick)
+    batched = x.dim() == 4
+    x4 = x if batched else x.unsqueeze(0)
+    if not batched and x4.is_contiguous(memory_format=torch.channels_last):  # keep channels-last (torchvision's trick)
+        c, h, w = x.shape
         x4 = x4.as_strided((1, c, h, w), (x.numel(),) + tuple(x4.stride()[1:]))
-    native = mode == "bicubic" or torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+    native = x.device.type == "cpu" and (
+        mode == "bicubic" or torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"))
     y = interpolate(x4 if native else x4.float(), size=size, scale_factor=scale, mode=mode, antialias=True,
                     align_corners=False, recompute_scale_factor=False if scale is not None else None)
     if not native:
         y = y.clamp_(0, 255).round_().to(torch.uint8)
-    return y[0]
+    return y if batched else y[0]
 
 
 def _resize_to(x: "torch.Tensor", target: tuple[int, int], interpolation, drafted: Drafted | None) -> "torch.Tensor":
@@ -180,7 +226,7 @@ def _resize_to(x: "torch.Tensor", target: tuple[int, int], interpolation, drafte
     y = _interpolate_uint8(x, mode, scale=scale)
     if y.shape[-2] < target[0] or y.shape[-1] < target[1]:  # rounding left it short: map the pixels as they are
         return _interpolate_uint8(x, mode, size=list(target))
-    return y[:, : target[0], : target[1]]
+    return y[..., : target[0], : target[1]]
 
 
 class _ResizeStep:
@@ -238,14 +284,27 @@ class TensorPreprocess:
 
     steps: tuple
 
+    def split(self) -> tuple["TensorPreprocess", "TensorPreprocess"] | None:
+        """``(head, tail)``: the uint8 steps before the conversion to float, and the conversion and the steps
+        after it when they are all element-wise (Normalize); None when a step after it is not (a crop of the
+        float image: the head's outputs would not share one size)."""
+        from torchvision import transforms as T
+
+        i = self.steps.index(_unit_float)
+        tail = self.steps[i:]
+        if not all(s is _unit_float or isinstance(s, T.Normalize) for s in tail):
+            return None
+        return TensorPreprocess(self.steps[:i]), TensorPreprocess(tail)
+
     @property
     def resizes_first(self) -> bool:
         """Whether the first step resizes (where a drafted image is mapped back onto the full one)."""
         return bool(self.steps) and isinstance(self.steps[0], _ResizeStep)
 
     def __call__(self, image: "Image.Image | torch.Tensor", drafted: Drafted | None = None) -> "torch.Tensor":
-        """An RGB PIL image (or a (3, H, W) uint8 tensor) -> the model's float input; ``drafted``: the image
-        was DCT-scaled from ``drafted.source`` (the first resize maps it onto the full image's output size)."""
+        """An RGB PIL image (or a (3, H, W) uint8 tensor, or (N, 3, H, W) of N images of one size) -> the
+        model's float input; ``drafted``: the image was DCT-scaled from ``drafted.source`` (the first resize
+        maps it onto the full image's output size)."""
         x = image if not isinstance(image, Image.Image) else pil_to_uint8(image)
         for step in self.steps:
             if isinstance(step, _ResizeStep):
@@ -253,6 +312,25 @@ class TensorPreprocess:
             else:
                 x = step(x)
         return x.contiguous()
+
+    def batch(self, images: Sequence["torch.Tensor"]) -> "torch.Tensor | None":
+        """(3, H, W) uint8 tensors of any sizes, on one device -> their (N, 3, S, S) float inputs there, in
+        order (None for none): the images of one size run through the steps together, one resize call each
+        (per-image arithmetic: the same values as one image at a time)."""
+        import torch
+
+        if not images:
+            return None
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, x in enumerate(images):
+            groups.setdefault(tuple(x.shape), []).append(i)
+        out = None
+        for members in groups.values():
+            y = self(torch.stack([images[i] for i in members]))
+            if out is None:
+                out = y.new_empty((len(images), *y.shape[1:]))
+            out[torch.as_tensor(members, device=y.device)] = y
+        return out
 
 
 def tensor_preprocess(preprocess: Callable) -> TensorPreprocess | None:
@@ -270,3 +348,35 @@ def tensor_preprocess(preprocess: Callable) -> TensorPreprocess | None:
     if _unit_float not in steps or sum(isinstance(s, _ResizeStep) for s in steps) > 1:
         return None
     return TensorPreprocess(tuple(steps))
+
+
+@dataclass(frozen=True)
+class PilHead:
+    """The steps of a transform before its ToTensor, run on an RGB PIL image, ending in the (3, H, W) uint8
+    tensor ToTensor makes its floats from (``split_preprocess``)."""
+
+    steps: tuple
+
+    def __call__(self, image: Image.Image) -> "torch.Tensor":
+        for step in self.steps:
+            image = step(image)
+        return pil_to_uint8(image)
+
+
+def split_preprocess(preprocess: Callable) -> tuple[Callable, TensorPreprocess] | None:
+    """``(PIL head, tail)`` of a transform ``tensor_preprocess`` knows whose steps after its ToTensor are only
+    Normalize: the head (``PilHead``: the PIL steps, then the uint8 pixels) runs where files are decoded, the
+    tail (``TensorPreprocess``: ToTensor's ``float() / 255`` and Normalize, on a (N, 3, H, W) uint8 batch)
+    where the model is: the same element-wise arithmetic as the transform, so the same floats on the CPU (module
+    docstring for CUDA). None for any other transform (it runs whole where files are decoded)."""
+    from torchvision import transforms as T
+
+    steps = tensor_preprocess(preprocess)
+    halves = steps.split() if steps is not None else None
+    if halves is None:
+        return None
+    transforms = list(preprocess.transforms)
+    k = next(i for i, t in enumerate(transforms) if isinstance(t, T.ToTensor))
+    if not all(isinstance(t, T.Normalize) for t in transforms[k + 1:]):
+        return None
+    return PilHead(tuple(transforms[:k])), halves[1]

@@ -27,25 +27,38 @@
   black; NaN or infinite pixels refused). The decoder reads each file's bytes once and hashes them on the way
   (``Decoded.sha256``): the content keys of feature shards come for free.
 * Decoding modes (``image_decoder``): ``reference`` (the default) decodes every pixel with PIL and runs the
-  model's own preprocessing (open_clip's transform); ``fast`` (``isood extract --fast-decode``) runs the same
-  transform steps on a uint8 tensor (torch's SIMD antialiased resize instead of PIL's), decodes a JPEG whose
-  sides are both >= 4x the model's input DCT-scaled (PIL ``Image.draft``: 1/2, 1/4 or 1/8 of each side, never
-  below 2x the input, mapped exactly onto the full image's geometry) and other JPEGs with torchvision's
-  ``decode_jpeg``; other formats (PNG, ...) are decoded in full by PIL in both modes (``isood.image_tensors``).
-  The mode is recorded in the features manifest and in every shard key, so the two never mix;
+  model's own preprocessing (open_clip's transform); ``fast`` (``isood extract --decode fast``, alias
+  ``--fast-decode``) runs the same transform steps on a uint8 tensor (torch's SIMD antialiased resize instead of
+  PIL's), decodes a JPEG whose sides are both >= 4x the model's input DCT-scaled (PIL ``Image.draft``: 1/2, 1/4
+  or 1/8 of each side, never below 2x the input, mapped exactly onto the full image's geometry) and other JPEGs
+  with torchvision's ``decode_jpeg``; other formats (PNG, ...) are decoded in full by PIL in both modes
+  (``isood.image_tensors``). ``gpu`` (``--decode gpu``) reads the files on the CPU and decodes the JPEGs
+  torchvision can take (``isood.image_tensors.device_decodes``) in ONE ``decode_jpeg`` call per batch on the
+  model's device (nvJPEG on CUDA; on a CPU-only machine the same batched code runs on CPU tensors), then resizes,
+  crops and normalises them there with the same tensor steps; every other file (PNG, CMYK, 12-bit, cut short,
+  one the device decoder refuses) takes the reference path, so the bad-image policy, and the errors, are the
+  reference's. The mode is recorded in the features manifest and in every shard key, so modes never mix;
   ``bench/decode.py`` measures the speed and the cosine to the reference features.
+* Decoding ahead, in processes (``ImageDecoder.prepare`` / ``finish``, ``prepared_batches``): the CPU part of a
+  batch (reading, hashing and, but for the device's JPEGs, decoding up to the uint8 crop) runs in worker
+  processes of a torch ``DataLoader`` while the model encodes the batch before; each batch is cut into chunks,
+  every chunk prepared by one worker, and the chunks put back together in order, so a batch's tensor, hence its
+  features, is the same whatever the number of workers. The device part (``finish``: the device's JPEGs, then
+  ToTensor's scaling and Normalize on the whole uint8 batch, ``isood.image_tensors.split_preprocess``) runs where
+  the model is, with the transform's own arithmetic.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import math
 import os
 import warnings
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -53,9 +66,9 @@ from PIL import Image
 
 from isood.content import FileStat, stat_files
 from isood.errors import BadInputError
-from isood.image_tensors import (Drafted, TensorPreprocess, decode_jpeg_bytes, draft_size, jpeg_header,
-                                 tensor_decodes, tensor_preprocess)
-from isood.errors import one_line
+from isood.errors import IsoodError, one_line
+from isood.image_tensors import (Drafted, TensorPreprocess, decode_jpeg_bytes, decode_jpegs, device_decodes,
+                                 draft_size, jpeg_header, split_preprocess, tensor_decodes, tensor_preprocess)
 from isood.files import sha256_bytes, sha256_file
 from isood.textio import read_lines
 from manifests.paths import is_inside
@@ -66,9 +79,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "IMAGE_EXTENSIONS", "ImageSource", "list_images", "image_rows", "listing_sha256", "decode_image",
-    "decode_images", "Decoded", "collate", "REFERENCE_DECODE", "FAST_DECODE", "DECODE_MODES", "ImageDecoder",
-    "image_decoder", "check_decode_mode", "OutsideRootError", "AliasError", "outside_root", "utf8_text",
-    "check_pixels", "to_rgb", "read_rgb",
+    "decode_images", "Decoded", "collate", "REFERENCE_DECODE", "FAST_DECODE", "GPU_DECODE", "DECODE_MODES",
+    "EVALUATE_DECODE_MODES", "ImageDecoder", "image_decoder", "check_decode_mode", "PreparedImages",
+    "DecodedBatch", "JpegBytes", "device_decode", "place_rows", "prepared_batches", "OutsideRootError",
+    "AliasError", "outside_root", "utf8_text", "check_pixels", "to_rgb", "read_rgb",
 ]
 
 #: File extensions (lower case) the folder lister takes for images.
@@ -77,10 +91,15 @@ IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", 
 #: The default decoding: PIL full decode -> the model's own preprocess. Shift values of reference features are
 #: comparable across runs and machines.
 REFERENCE_DECODE = "reference"
-#: ``--fast-decode``: JPEG DCT scaling (PIL draft) or torchvision's JPEG decoder + open_clip's resize, crop and
-#: normalise steps on a uint8 tensor.
+#: ``--decode fast`` (alias ``--fast-decode``): JPEG DCT scaling (PIL draft) or torchvision's JPEG decoder +
+#: open_clip's resize, crop and normalise steps on a uint8 tensor.
 FAST_DECODE = "fast"
-DECODE_MODES = (REFERENCE_DECODE, FAST_DECODE)
+#: ``--decode gpu``: the JPEGs decoded in one batched ``decode_jpeg`` call on the model's device (nvJPEG on CUDA),
+#: resized, cropped and normalised there; the other files by the reference path.
+GPU_DECODE = "gpu"
+DECODE_MODES = (REFERENCE_DECODE, FAST_DECODE, GPU_DECODE)
+#: The modes ``isood evaluate --decode`` takes (its reference: the classifier's own transform on a PIL image).
+EVALUATE_DECODE_MODES = DECODE_MODES
 
 class Decoded(tuple):
     """One decoded image: ``(preprocessed tensor, '')`` or ``(None, error string)``, and ``sha256``: the hex
@@ -279,10 +298,13 @@ def _read_list(src: Path) -> list[str]:
     return read_lines(src, what="image list")
 
 
-def list_images(src: str | os.PathLike, *, follow_symlinks: bool = False) -> ImageSource:
+def list_images(src: str | os.PathLike, *, follow_symlinks: bool = False,
+                base: str | os.PathLike | None = None) -> ImageSource:
     """The images of a dataset root or a file list (module docstring); one-line errors when it does not exist
     or holds no images. ``follow_symlinks``: read files whose links lead outside the root too (module
-    docstring); by default they are listed as ``refused``."""
+    docstring); by default they are listed as ``refused``. ``base``: the folder a file list's relative entries
+    are relative to (default: the list's folder; e.g. the IS-OOD release's ``test_imagenet.txt`` lists
+    ``./val/...`` relative to the ImageNet-1K root)."""
     src = Path(os.path.abspath(Path(src).expanduser()))
     reasons: dict[str, str] = {}
     if src.is_dir():
@@ -291,7 +313,7 @@ def list_images(src: str | os.PathLike, *, follow_symlinks: bool = False) -> Ima
         files = [root / r for r in rels]
     elif src.is_file():
         kind = "list"
-        root, rels, files = _list_paths(_read_list(src), src.parent)
+        root, rels, files = _list_paths(_read_list(src), Path(os.path.abspath(base)) if base else src.parent)
     else:
         raise BadInputError(f"image source {src} does not exist; pass a dataset root with wnid subfolders or a "
                             "file list")
@@ -375,11 +397,13 @@ def read_rgb(path: str | os.PathLike) -> Image.Image:
 
 
 def decode_image(path: str | os.PathLike, preprocess: Callable, name: str | None = None, *,
-                 draft: tuple[int, int] | None = None, jpeg_tensor: bool = False) -> Decoded:
+                 draft: tuple[int, int] | None = None, jpeg_tensor: bool = False,
+                 data: bytes | None = None) -> Decoded:
     """One image file as ``Decoded(preprocess(RGB image), '')``, or ``Decoded(None, '<ExceptionType>: <message>')``
     when it cannot be read; the message names the image by ``name`` (its relative path), not by its absolute
     path. ``.sha256``: the hash of the file's bytes, computed from the bytes the decoder reads anyway (a file is
-    read once; one larger than ``_READ_WHOLE`` is hashed as it streams and decoded from disk).
+    read once; one larger than ``_READ_WHOLE`` is hashed as it streams and decoded from disk). ``data``: the
+    file's bytes when they were read already (decoded and hashed, the file not read again).
 
     ``draft`` (w, h): a JPEG is decoded DCT-scaled by the largest of 1/2, 1/4, 1/8 that keeps it at least
     ``draft`` in both sides (PIL ``Image.draft``); other formats ignore it. A ``TensorPreprocess`` is called
@@ -391,7 +415,7 @@ def decode_image(path: str | os.PathLike, preprocess: Callable, name: str | None
     """
     digest = [""]
     try:
-        return Decoded(_decode(path, preprocess, draft, jpeg_tensor, digest), "", digest[0])
+        return Decoded(_decode(path, preprocess, draft, jpeg_tensor, digest, data), "", digest[0])
     except Exception as e:  # unreadable, truncated, not an image: reported, never fatal
         msg = one_line(e, 300).replace(str(path), str(name if name is not None else path))
         return Decoded(None, utf8_text(f"{type(e).__name__}: {msg}"), digest[0])
@@ -427,9 +451,13 @@ def _read_hashed(path: str | os.PathLike, digest: list[str]) -> bytes | None:
 
 
 def _decode(path: str | os.PathLike, preprocess: Callable, draft: tuple[int, int] | None,
-            jpeg_tensor: bool, digest: list[str]) -> "torch.Tensor":
+            jpeg_tensor: bool, digest: list[str], given: bytes | None = None) -> "torch.Tensor":
     tensor_steps = isinstance(preprocess, TensorPreprocess)
-    data = _read_hashed(path, digest)
+    if given is not None:
+        data = given
+        digest[0] = sha256_bytes(given)
+    else:
+        data = _read_hashed(path, digest)
     if data is not None and jpeg_tensor and tensor_steps:
         if tensor_decodes(jpeg_header(data), draft):
             try:
@@ -448,19 +476,10 @@ def _decode(path: str | os.PathLike, preprocess: Callable, draft: tuple[int, int
     return preprocess(rgb)
 
 
-def decode_images(paths: Sequence[str], preprocess: Callable, names: Sequence[str] | None = None,
-                  pool: Executor | None = None, *, draft: tuple[int, int] | None = None,
-                  jpeg_tensor: bool = False) -> list[Decoded]:
-    """``decode_image`` of each path, in order, on ``pool``'s threads when given (PIL and torch release the
-    GIL). PIL's decompression-bomb warning is silenced meanwhile: ``check_pixels`` refuses those images itself
-    (set here, in the calling thread, because ``warnings.catch_warnings`` is not thread-safe; the worker threads
-    see the filter)."""
-    names = [str(n) for n in (names if names is not None else paths)]
-    jobs = list(zip([str(p) for p in paths], names))
-
-    def one(job: tuple[str, str]) -> Decoded:
-        return decode_image(job[0], preprocess, job[1], draft=draft, jpeg_tensor=jpeg_tensor)
-
+def _each(jobs: Sequence, one: Callable, pool: Executor | None) -> list:
+    """``one(job)`` of each job, in order, on ``pool``'s threads when given, PIL's decompression-bomb warning
+    silenced meanwhile (``check_pixels`` refuses those images itself; set here, in the calling thread, because
+    ``warnings.catch_warnings`` is not thread-safe; the worker threads see the filter)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         if pool is None or len(jobs) < 2:
@@ -468,27 +487,207 @@ def decode_images(paths: Sequence[str], preprocess: Callable, names: Sequence[st
         return list(pool.map(one, jobs))
 
 
+def decode_images(paths: Sequence[str], preprocess: Callable, names: Sequence[str] | None = None,
+                  pool: Executor | None = None, *, draft: tuple[int, int] | None = None,
+                  jpeg_tensor: bool = False) -> list[Decoded]:
+    """``decode_image`` of each path, in order, on ``pool``'s threads when given (PIL and torch release the
+    GIL), PIL's decompression-bomb warning silenced (``check_pixels`` refuses those images)."""
+    names = [str(n) for n in (names if names is not None else paths)]
+    jobs = list(zip([str(p) for p in paths], names))
+
+    def one(job: tuple[str, str]) -> Decoded:
+        return decode_image(job[0], preprocess, job[1], draft=draft, jpeg_tensor=jpeg_tensor)
+
+    return _each(jobs, one, pool)
+
+
+class JpegBytes(NamedTuple):
+    """A JPEG file's bytes left to the device decoder (``--decode gpu``) and their SHA-256."""
+
+    data: bytes
+    sha256: str = ""
+
+
+@dataclass
+class PreparedImages:
+    """The CPU part of decoding a run of images (``ImageDecoder.prepare``; what a decoding process hands back):
+    per position its ``errors`` ('' when readable so far) and content ``hashes``; ``cpu`` (k, C, H, W) float:
+    the images decoded on the CPU, at positions ``cpu_pos``; ``jpeg``: the bytes of the JPEGs left to the device
+    decoder (``--decode gpu``), concatenated (one tensor: one transfer), at positions ``jpeg_pos``, of lengths
+    ``jpeg_len``."""
+
+    errors: list[str]
+    hashes: list[str]
+    cpu_pos: list[int] = field(default_factory=list)
+    cpu: "torch.Tensor | None" = None
+    jpeg_pos: list[int] = field(default_factory=list)
+    jpeg_len: list[int] = field(default_factory=list)
+    jpeg: "torch.Tensor | None" = None
+
+    def __len__(self) -> int:
+        return len(self.errors)
+
+    @classmethod
+    def of(cls, items: Sequence["Decoded | JpegBytes"]) -> "PreparedImages":
+        """Per-image results (``Decoded``, or ``JpegBytes`` for the device) as one ``PreparedImages``."""
+        import torch
+
+        out = cls([""] * len(items), [getattr(it, "sha256", "") for it in items])
+        tensors, datas = [], []
+        for j, it in enumerate(items):
+            if isinstance(it, JpegBytes):
+                out.jpeg_pos.append(j)
+                out.jpeg_len.append(len(it.data))
+                datas.append(it.data)
+            elif it[0] is None:
+                out.errors[j] = it[1]
+            else:
+                out.cpu_pos.append(j)
+                tensors.append(it[0])
+        out.cpu = torch.stack(tensors) if tensors else None
+        out.jpeg = torch.frombuffer(bytearray(b"".join(datas)), dtype=torch.uint8) if datas else None
+        return out
+
+    def jpegs(self) -> list["torch.Tensor"]:
+        """The JPEG files left to the device, one 1-D uint8 tensor each (views of ``jpeg``)."""
+        import torch
+
+        return list(torch.split(self.jpeg, self.jpeg_len)) if self.jpeg is not None else []
+
+
+class DecodedBatch(NamedTuple):
+    """A batch decoded to the model's input (``ImageDecoder.finish``): ``ok`` (positions of the readable
+    images, ascending), ``tensor`` (their inputs stacked, on the model's device; None when there is none),
+    ``errors`` and ``hashes`` (per position; '' when readable / when nothing was read)."""
+
+    ok: list[int]
+    tensor: "torch.Tensor | None"
+    errors: list[str]
+    hashes: list[str]
+
+
+def device_decode(datas: Sequence["torch.Tensor"], steps: TensorPreprocess,
+                  device) -> tuple[list[int], "torch.Tensor | None"]:
+    """JPEG files (1-D uint8 CPU tensors of their bytes) decoded on ``device`` in one batched call
+    (``isood.image_tensors.decode_jpegs``: nvJPEG on CUDA) and run through ``steps`` there:
+    ``(indices decoded, their (k, C, S, S) inputs)``; the caller takes the others the CPU way."""
+    decoded = decode_jpegs(datas, device)
+    done = [k for k, x in enumerate(decoded) if x is not None]
+    return done, steps.batch([decoded[k] for k in done])
+
+
+def place_rows(n: int, pieces: Sequence[tuple[Sequence[int], "torch.Tensor | None"]],
+               device) -> "torch.Tensor | None":
+    """An (n, ...) tensor on ``device`` whose rows ``positions`` are each piece's rows (``pieces``:
+    ``(positions, tensor)`` covering 0..n-1 together); a single piece covering them in order is moved as it is."""
+    import torch
+
+    pieces = [(list(pos), t) for pos, t in pieces if len(pos)]
+    if not n or not pieces:
+        return None
+    if len(pieces) == 1 and pieces[0][0] == list(range(n)):
+        return pieces[0][1].to(device)
+    first = pieces[0][1]
+    out = torch.empty((n, *first.shape[1:]), dtype=first.dtype, device=device)
+    for pos, t in pieces:
+        out[torch.as_tensor(pos, device=device)] = t.to(device)
+    return out
+
+
 @dataclass(frozen=True)
 class ImageDecoder:
-    """How a worker turns image files into model inputs: ``preprocess`` (RGB PIL image -> float tensor),
-    ``draft`` and ``jpeg_tensor`` (see ``decode_image``; None / False: every pixel decoded by PIL) and the
-    decoding ``mode`` it implements."""
+    """How a worker turns image files into model inputs: ``preprocess`` (RGB PIL image -> its model input, or
+    with a ``tail``, the uint8 crop the tail takes), ``draft`` and ``jpeg_tensor`` (see ``decode_image``; None /
+    False: every pixel decoded by PIL), the decoding ``mode`` it implements, for ``gpu`` ``device_steps`` (the
+    tensor steps run on the model's device after the batched ``decode_jpeg``; None: every file takes
+    ``preprocess`` on the CPU) and ``tail`` (run on the whole batch where the model is; None: nothing left).
+
+    ``prepare`` (the CPU part: read, hash, decode what the CPU decodes) and ``finish`` (the device part, where
+    the model is) split ``decode`` so that the first can run in other processes, ahead of the model."""
 
     preprocess: Callable
     draft: tuple[int, int] | None = None
     mode: str = REFERENCE_DECODE
     jpeg_tensor: bool = False
+    device_steps: TensorPreprocess | None = None
+    tail: TensorPreprocess | None = None
 
     def decode(self, paths: Sequence[str], names: Sequence[str] | None = None,
                pool: Executor | None = None) -> list[Decoded]:
-        """``decode_images`` with this decoder's preprocess, draft and JPEG decoder."""
-        return decode_images(paths, self.preprocess, names, pool, draft=self.draft, jpeg_tensor=self.jpeg_tensor)
+        """Each file as a ``Decoded`` (its model input on the CPU, or its error), in order: ``prepare`` +
+        ``finish`` on the CPU."""
+        names = [str(n) for n in (names if names is not None else paths)]
+        got = self.finish([self.prepare(paths, names, pool)], names, "cpu")
+        rows = dict(zip(got.ok, got.tensor)) if got.tensor is not None else {}
+        return [Decoded(rows.get(j), got.errors[j], got.hashes[j]) for j in range(len(names))]
+
+    def prepare(self, paths: Sequence[str], names: Sequence[str] | None = None,
+                pool: Executor | None = None) -> PreparedImages:
+        """The CPU part of decoding ``paths`` (on ``pool``'s threads when given): every file read and hashed;
+        the JPEGs the device decodes (``gpu``: ``device_decodes``) kept as bytes, every other file decoded to
+        its model input (``decode_image``) or rejected with its error."""
+        names = [str(n) for n in (names if names is not None else paths)]
+        jobs = list(zip([str(p) for p in paths], names))
+        if self.device_steps is None:
+            return PreparedImages.of(_each(jobs, lambda job: decode_image(
+                job[0], self.preprocess, job[1], draft=self.draft, jpeg_tensor=self.jpeg_tensor), pool))
+        return PreparedImages.of(_each(jobs, self._read_one, pool))
+
+    def _read_one(self, job: tuple[str, str]) -> "Decoded | JpegBytes":
+        path, name = job
+        digest = [""]
+        try:
+            data = _read_hashed(path, digest)
+        except Exception:  # missing, unreadable: the reference words the error
+            return decode_image(path, self.preprocess, name)
+        if data is not None and device_decodes(data):
+            return JpegBytes(data, digest[0])
+        if data is None:  # too large to hold: decoded from disk, as the reference does
+            return decode_image(path, self.preprocess, name)
+        return decode_image(path, self.preprocess, name, data=data)
+
+    def finish(self, parts: Sequence[PreparedImages], names: Sequence[str], device) -> DecodedBatch:
+        """The batch of ``parts`` (prepared in order; ``names``: the relative paths of all their positions)
+        on ``device``: the JPEGs left to the device decoded there in one call and run through ``device_steps``
+        (``device_decode``), a JPEG it cannot decode taken by the reference path on the CPU (its error, if any,
+        the reference's), every row placed at its position, then the ``tail`` run on the batch."""
+        errors, hashes, pieces, jpegs, jpeg_at = [], [], [], [], []
+        for part in parts:
+            base = len(errors)
+            errors += part.errors
+            hashes += part.hashes
+            if part.cpu is not None:
+                pieces.append(([base + j for j in part.cpu_pos], part.cpu))
+            jpegs += part.jpegs()
+            jpeg_at += [base + j for j in part.jpeg_pos]
+        if jpegs:
+            done, tensor = device_decode(jpegs, self.device_steps, device)
+            pieces.append(([jpeg_at[k] for k in done], tensor))
+            taken = set(done)
+            again = []
+            for k in (k for k in range(len(jpegs)) if k not in taken):
+                p = jpeg_at[k]
+                item = decode_image(names[p], self.preprocess, names[p], data=jpegs[k].numpy().tobytes())
+                if item[0] is None:
+                    errors[p] = item[1]
+                else:
+                    again.append((p, item[0]))
+            if again:
+                import torch
+
+                pieces.append(([p for p, _ in again], torch.stack([t for _, t in again])))
+        ok = [p for p in range(len(errors)) if not errors[p]]
+        rank = {p: r for r, p in enumerate(ok)}
+        tensor = place_rows(len(ok), [([rank[p] for p in pos], t) for pos, t in pieces], device)
+        if tensor is not None and self.tail is not None:
+            tensor = self.tail(tensor)
+        return DecodedBatch(ok, tensor, errors, hashes)
 
 
-def check_decode_mode(mode: str) -> str:
-    """``mode`` if it is one of ``DECODE_MODES``, else a one-line error."""
-    if mode not in DECODE_MODES:
-        raise BadInputError(f"unknown decode mode {mode!r}; pass one of {', '.join(DECODE_MODES)}")
+def check_decode_mode(mode: str, modes: Sequence[str] = DECODE_MODES) -> str:
+    """``mode`` if it is one of ``modes`` (default ``DECODE_MODES``), else a one-line error naming ``--decode``."""
+    if mode not in modes:
+        raise BadInputError(f"--decode {mode}: unknown decode mode {mode!r}; pass one of {', '.join(modes)}")
     return mode
 
 
@@ -498,15 +697,28 @@ def image_decoder(preprocess: Callable, mode: str = REFERENCE_DECODE) -> ImageDe
     ``reference``: full decode, ``preprocess`` as is. ``fast``: the transform's steps on a uint8 tensor
     (``tensor_preprocess``); JPEGs at least ``draft_size`` x 2 drafted by PIL, other JPEGs decoded by
     torchvision straight into a tensor, other formats by PIL; a transform with a step the tensor version does
-    not know is run as the reference runs it (full decode, PIL).
+    not know is run as the reference runs it (full decode, PIL). ``gpu``: the JPEGs the device decoder takes
+    decoded on the model's device and run through the tensor steps there, every other file by the reference
+    path (a transform the tensor steps do not know: every file by the reference path).
+
+    Where the transform ends in ToTensor + Normalize (``isood.image_tensors.split_preprocess``; open_clip's and
+    timm's do), the decoding side stops at the uint8 crop and the ``tail`` (the division by 255 and Normalize,
+    the transform's own arithmetic) runs on the batch where the model is.
     """
-    if check_decode_mode(mode) == REFERENCE_DECODE:
-        return ImageDecoder(preprocess)
+    check_decode_mode(mode)
+    split = split_preprocess(preprocess)
+    head, tail = split if split is not None else (preprocess, None)
+    if mode == REFERENCE_DECODE:
+        return ImageDecoder(head, tail=tail)
     steps = tensor_preprocess(preprocess)
     if steps is None:
         return ImageDecoder(preprocess, None, mode)
+    if split is not None:
+        steps = steps.split()[0]  # the uint8 steps; the tail finishes them
+    if mode == GPU_DECODE:
+        return ImageDecoder(head, None, mode, device_steps=steps, tail=tail)
     draft = draft_size(preprocess) if steps.resizes_first else None  # a drafted image is mapped back there
-    return ImageDecoder(steps, draft, mode, jpeg_tensor=True)
+    return ImageDecoder(steps, draft, mode, jpeg_tensor=True, tail=tail)
 
 
 def collate(items: Sequence[Decoded]) -> tuple[list[int], "torch.Tensor | None", list[tuple[int, str]]]:
@@ -518,3 +730,59 @@ def collate(items: Sequence[Decoded]) -> tuple[list[int], "torch.Tensor | None",
     bad = [(j, err) for j, (t, err) in enumerate(items) if t is None]
     batch = torch.stack([items[j][0] for j in ok]) if ok else None
     return ok, batch, bad
+
+
+# ------------------------------------------------------------------------------------------------ processes
+class _Chunks:
+    """The chunks of ``prepared_batches`` as a map-style dataset: item k = ``decoder.prepare`` of chunk k."""
+
+    def __init__(self, decoder: ImageDecoder, chunks: Sequence[tuple[list[str], list[str]]]) -> None:
+        self.decoder, self.chunks = decoder, list(chunks)
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def __getitem__(self, k: int) -> PreparedImages:
+        paths, names = self.chunks[k]
+        return self.decoder.prepare(paths, names)
+
+
+def _as_is(item):
+    return item
+
+
+#: Least images per chunk a decoding process prepares at a time (fewer: the hand-over costs more than it saves).
+MIN_CHUNK = 8
+
+
+def prepared_batches(decoder: ImageDecoder, batches: Sequence[tuple[Sequence[str], Sequence[str]]],
+                     workers: int) -> Iterator[list[PreparedImages]]:
+    """``decoder.prepare`` of each batch ``(paths, names)``, in order, as a list of chunks (together: the batch's
+    positions in order), prepared by ``workers`` processes of a torch ``DataLoader`` (0: in this process, when
+    each batch is asked for). Each batch is cut into about ``workers`` chunks of at least ``MIN_CHUNK`` images,
+    every chunk prepared by one process; the processes run ahead of the caller (two chunks each), so the CPU part
+    of the next batches overlaps the model's work on this one. The numbers do not depend on ``workers``."""
+    from torch.utils.data import DataLoader
+
+    workers = max(0, int(workers))
+    chunks, counts = [], []
+    for paths, names in batches:
+        paths, names = [str(p) for p in paths], [str(n) for n in names]
+        size = max(MIN_CHUNK, math.ceil(len(paths) / workers)) if workers else max(1, len(paths))
+        starts = range(0, len(paths), size) if paths else [0]
+        chunks += [(paths[s:s + size], names[s:s + size]) for s in starts]
+        counts.append(len(starts))
+    loader = DataLoader(_Chunks(decoder, chunks), batch_size=None, shuffle=False, num_workers=workers,
+                        collate_fn=_as_is)
+    it = iter(loader)
+    try:
+        for count in counts:
+            try:
+                yield [next(it) for _ in range(count)]
+            except RuntimeError as e:  # a decoding process died (killed, out of memory)
+                if "DataLoader worker" not in str(e):
+                    raise
+                raise IsoodError(f"an image-decoding process stopped ({one_line(e, 160)}); rerun to resume, with "
+                                 "fewer --workers if memory ran out") from None
+    finally:
+        del it

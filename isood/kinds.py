@@ -243,6 +243,34 @@ class EvaluationView(ManifestView):
     def cell_metrics(self) -> pd.DataFrame:
         return self.frame("cell_metrics")
 
+    @property
+    def model(self) -> str:
+        """The model evaluated ('' for a run that does not record it)."""
+        return str((self.meta.get("summary") or {}).get("model") or self.config.get("model_name")
+                   or self.config.get("model") or "")
+
+    @property
+    def detector_params(self) -> dict[str, dict[str, Any]]:
+        """Each detector's hyper-parameters as the run used them (``Detector.params()``; {} for older runs)."""
+        params = self.config.get("detector_params") or {}
+        return {str(n): dict(p) for n, p in params.items() if isinstance(p, Mapping)}
+
+    @property
+    def input_hashes(self) -> dict[str, str]:
+        """Each recorded input's content hash by input name (``<dataset>_manifest``, ``id_test``, ...)."""
+        return {str(i.get("name")): str(i.get("sha256", "")) for i in self.meta.get("inputs", [])
+                if isinstance(i, Mapping)}
+
+    def optional(self, name: str) -> pd.DataFrame | None:
+        """A table the run may lack (``table1_intervals``, ``scores``, ...), or None."""
+        return self.frame(name) if name in self.tables else None
+
+    @property
+    def set_metrics(self) -> pd.DataFrame | None:
+        """One row per detector and OOD set, with OpenOOD's ``nearood`` / ``farood`` means (None for evaluations
+        written before per-set rows existed)."""
+        return self.frame("set_metrics") if "set_metrics" in self.tables else None
+
 
 # ------------------------------------------------------------------------------------------------ cards
 def _grid_configs(tables: Mapping[str, Any], meta: Mapping[str, Any]) -> set | None:
@@ -355,10 +383,11 @@ def _syn_prompts_licence(meta: Mapping[str, Any]) -> str:
 
 # ``reads``: the tables the card callbacks read besides the main one; the others (a splits' ``dropped``, an
 # audit's per-image ``images``: a row per image) are never loaded to draw a card.
-_GRID_CARD = dict(main="images", split="test", split_by="source", config_by="cell", allowed_configs=_grid_configs,
-                  config_values=_grid_cells, sections=_grid_sections, reads=("cells", "edges"))
-_DECISION_CARD = dict(main="classes", config_by="decision", config_names={"keep": "kept", "drop": "dropped"},
-                      licence=_imagenet_licence, reads=())
+_GRID_CARD: dict[str, Any] = dict(main="images", split="test", split_by="source", config_by="cell",
+                                  allowed_configs=_grid_configs, config_values=_grid_cells, sections=_grid_sections,
+                                  reads=("cells", "edges"))
+_DECISION_CARD: dict[str, Any] = dict(main="classes", config_by="decision", config_names={"keep": "kept", "drop": "dropped"},
+                                      licence=_imagenet_licence, reads=())
 
 # ------------------------------------------------------------------------------------------------ registry
 _GRID_FIELDS = {"clip": "command.config.clip", "clip_identity": "command.config.clip_identity",
@@ -447,12 +476,24 @@ register_kind(KindSpec(
             "table1": TableSpec({"detector": STRING, "dataset": STRING, "axis": STRING, "metric": STRING,
                                  "correlation": FLOAT, "sensitivity": FLOAT}),
             "detector_means": TableSpec({"detector": STRING, "dataset": STRING}),
+            "set_metrics": TableSpec({"detector": STRING, "dataset": STRING, "group": STRING, "kind": STRING,
+                                      "n": INT, "n_id": INT}, optional=True,
+                                     doc="one row per detector and OOD set (ID test vs the whole set), with the "
+                                     "nearood / farood group means (OpenOOD's rows)"),
             "leak_effect": TableSpec({"detector": STRING, "dataset": STRING, "cell": STRING, "metric": STRING,
                                       "all": FLOAT, "leak_free": FLOAT, "diff": FLOAT}, optional=True,
                                      doc="isood evaluate --leak-audit: per cell, all images vs leak-free"),
             "leak_ranking": TableSpec({"dataset": STRING, "scope": STRING, "key": STRING, "metric": STRING,
                                        "kendall_tau": FLOAT, "changed": BOOL}, optional=True,
-                                      doc="isood evaluate --leak-audit: detector order with and without leaks")},
+                                      doc="isood evaluate --leak-audit: detector order with and without leaks"),
+            "cell_intervals": TableSpec({"detector": STRING, "dataset": STRING, "cell": STRING, "metric": STRING,
+                                         "value": FLOAT, "low": FLOAT, "high": FLOAT, "n_boot": INT}, optional=True,
+                                        doc="bootstrap 95% interval of each measured cell's AUROC and FPR@95"),
+            "table1_intervals": TableSpec({"detector": STRING, "dataset": STRING, "axis": STRING, "metric": STRING,
+                                           "correlation": FLOAT, "correlation_low": FLOAT,
+                                           "correlation_high": FLOAT, "sensitivity": FLOAT,
+                                           "sensitivity_low": FLOAT, "sensitivity_high": FLOAT, "n_boot": INT},
+                                          optional=True, doc="bootstrap 95% intervals of Table 1")},
     card=CardSpec(title="isood evaluation", main="cell_metrics", licence=_imagenet_licence,
-                  description="OOD detectors scored per cell of a shift grid: every metric per cell, level "
-                  "curves, Table 1 (correlation and sensitivity per axis).")))
+                  description="OOD detectors scored per cell of a shift grid and per OOD set: every metric per "
+                  "cell, level curves, Table 1 (correlation and sensitivity per axis), per-set rows.")))

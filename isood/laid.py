@@ -331,16 +331,18 @@ class _Adam:
     """torch.optim.Adam's update (betas 0.9 / 0.999, eps 1e-8, bias-corrected), on one numpy array."""
 
     def __init__(self, lr: float) -> None:
-        self.lr, self.t, self.m, self.v = lr, 0, None, None
+        self.lr, self.t = lr, 0
+        self.m: np.ndarray | None = None
+        self.v: np.ndarray | None = None
 
     def step(self, W: np.ndarray, grad: np.ndarray) -> None:
-        if self.m is None:
-            self.m, self.v = np.zeros_like(W), np.zeros_like(W)
+        m = np.zeros_like(W) if self.m is None else self.m
+        v = np.zeros_like(W) if self.v is None else self.v
         self.t += 1
-        self.m = 0.9 * self.m + 0.1 * grad
-        self.v = 0.999 * self.v + 0.001 * grad * grad
-        m_hat = self.m / (1 - 0.9 ** self.t)
-        v_hat = self.v / (1 - 0.999 ** self.t)
+        self.m = m = 0.9 * m + 0.1 * grad
+        self.v = v = 0.999 * v + 0.001 * grad * grad
+        m_hat = m / (1 - 0.9 ** self.t)
+        v_hat = v / (1 - 0.999 ** self.t)
         W -= (self.lr * m_hat / (np.sqrt(v_hat) + 1e-8)).astype(W.dtype)
 
 
@@ -348,7 +350,8 @@ class _SGD:
     """torch.optim.SGD's update with momentum 0.9 (no dampening, no Nesterov), on one numpy array."""
 
     def __init__(self, lr: float) -> None:
-        self.lr, self.buf = lr, None
+        self.lr = lr
+        self.buf: np.ndarray | None = None
 
     def step(self, W: np.ndarray, grad: np.ndarray) -> None:
         self.buf = grad.copy() if self.buf is None else 0.9 * self.buf + grad

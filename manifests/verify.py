@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from isood.defaults import cache_dir
+from isood.defaults import VERIFY_MODES, cache_dir
 from isood.errors import BadInputError, ManifestError
 from isood.errors import one_line
 from isood.files import TMP_PREFIX, atomic_write_bytes, sha256_bytes, sha256_file
@@ -46,7 +46,6 @@ __all__ = ["VerifyReport", "verify", "VERIFY_MODES", "FAST_HASH_BYTES", "content
            "check_verify_mode",
            "bad_path_values", "BAD_PATH_PATTERN"]
 
-VERIFY_MODES = ("fast", "full")
 #: In ``fast`` mode files up to this size are always hashed; larger ones when their stat changed.
 FAST_HASH_BYTES = 8 << 20
 #: A stored path that is absolute (POSIX or a drive letter) or has a ``..`` component.

@@ -1,5 +1,5 @@
-"""Shared fixtures: a tiny open_clip model built from open_clip's own classes, a tiny image dataset, and the
-demo's evaluation stage on the planted world.
+"""Shared fixtures: a tiny open_clip model built from open_clip's own classes (``isood.tiny_models``), a tiny
+image dataset, and the demo's evaluation stage on the planted world.
 
 Everything here works offline. ``tiny_clip_spec`` is a ``local-dir:PATH`` name usable wherever a ``--clip`` name
 is (the folder holds ``open_clip_config.json`` + ``open_clip_model.safetensors``, seeded weights);
@@ -8,51 +8,20 @@ is (the folder holds ``open_clip_config.json`` + ``open_clip_model.safetensors``
 
 from __future__ import annotations
 
-import json
 import os
 
 # Hub lookups must fail at once, never retry for ~25 s (huggingface_hub reads this when it is imported).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-TINY_CLIP_CONFIG = {
-    "model_cfg": {
-        "embed_dim": 32,
-        "vision_cfg": {"image_size": 32, "layers": 2, "width": 64, "head_width": 32, "patch_size": 8},
-        "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2},
-    },
-    "preprocess_cfg": {
-        "mean": [0.48145466, 0.4578275, 0.40821073],
-        "std": [0.26862954, 0.26130258, 0.27577711],
-        "interpolation": "bicubic",
-        "resize_mode": "shortest",
-    },
-}
+# The tiny models and images have one home in the package (`isood dev tiny-models` writes the same ones).
+from isood.tiny_models import TINY_CLIP_CONFIG, build_tiny_clip, write_tiny_images  # noqa: E402,F401
 
 #: wnid -> number of readable images in ``tiny_images``
 TINY_IMAGE_CLASSES = {"n01440764": 5, "n01443537": 4, "n02084071": 4, "n04399382": 3}
 TINY_CORRUPT = "n01443537/n01443537_broken.JPEG"
-
-
-def build_tiny_clip(folder, seed: int = 0):
-    """Write a seeded tiny CLIP (open_clip.model.CLIP) as open_clip_config.json + open_clip_model.safetensors."""
-    import torch
-    from open_clip.model import CLIP
-    from safetensors.torch import save_file
-
-    folder.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(seed)
-    model = CLIP(**TINY_CLIP_CONFIG["model_cfg"])
-    with torch.no_grad():  # CLIP's init leaves some weights at zero; make every tower output depend on its input
-        for p in model.parameters():
-            p.add_(0.02 * torch.randn_like(p))
-    state = {k: v.contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(folder / "open_clip_model.safetensors"))
-    (folder / "open_clip_config.json").write_text(json.dumps(TINY_CLIP_CONFIG, indent=2))
-    return folder
 
 
 @pytest.fixture(scope="session")
@@ -85,18 +54,9 @@ def tiny_encoder(tiny_clip_spec):
 
 
 def make_image_dataset(root, classes=TINY_IMAGE_CLASSES, seed: int = 0, corrupt: str | None = TINY_CORRUPT):
-    """PIL images (varied sizes and colours per class) in wnid folders, plus one corrupt ``.JPEG``."""
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    for c, (wnid, n) in enumerate(sorted(classes.items())):
-        (root / wnid).mkdir(parents=True, exist_ok=True)
-        base = rng.integers(0, 256, size=3)
-        for i in range(n):
-            h, w = int(rng.integers(24, 60)), int(rng.integers(24, 60))
-            img = np.clip(base + rng.normal(0, 40, size=(h, w, 3)), 0, 255).astype(np.uint8)
-            ext = ".png" if i % 2 else ".JPEG"
-            Image.fromarray(img).save(root / wnid / f"{wnid}_{i}{ext}")
+    """``isood.tiny_models.write_tiny_images`` (varied sizes and colours per class), plus one corrupt ``.JPEG`` and
+    a text file that is no image."""
+    write_tiny_images(root, classes, seed=seed)
     if corrupt:
         (root / corrupt).parent.mkdir(parents=True, exist_ok=True)
         (root / corrupt).write_bytes(b"\xff\xd8\xff\xe0 this is not a jpeg")

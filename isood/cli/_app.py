@@ -20,17 +20,13 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from isood.defaults import DEFAULT_VERIFY
+from isood.defaults import DEFAULT_VERIFY, VERIFY_HELP
 from isood.errors import IsoodError, IsoodWarning
 from manifests.output import public_path
 
-__all__ = ["app", "wordnet_app", "import_app", "export_app", "splits_app", "console", "out_console", "error_exit",
+__all__ = ["app", "wordnet_app", "import_app", "export_app", "splits_app", "dev_app", "console", "out_console", "error_exit",
            "isood_warnings", "verify_option", "VERIFY_HELP"]
 
-#: ``--verify`` of every command that reads manifests (``manifests.verify``).
-VERIFY_HELP = ("How the manifests this command reads are checked first: fast (sizes; every table and small file "
-               "hashed; larger files when their size, mtime or inode changed since they last verified) or full "
-               "(every hash).")
 
 
 def verify_option():
@@ -99,6 +95,15 @@ class FriendlyGroup(TyperGroup):
                           "resume", highlight=False, soft_wrap=True)
             ctx.exit(130)
 
+    def get_command(self, ctx: click.Context, cmd_name: str):
+        """The command, its arguments shown by their metavar alone (typer adds the Python type, e.g. ``<str>``,
+        which says nothing to a user: the help says what to pass)."""
+        cmd = super().get_command(ctx, cmd_name)
+        for param in getattr(cmd, "params", ()):
+            if getattr(param, "param_type_name", "") == "argument" and getattr(param, "metavar", None):
+                param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
+        return cmd
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The command list with each command's whole first sentence, wrapped (click cuts it to one line)."""
         rows = [(name, cmd.get_short_help_str(limit=10 * formatter.width)) for name in self.list_commands(ctx)
@@ -132,7 +137,24 @@ export_app = typer.Typer(cls=FriendlyGroup, no_args_is_help=True, context_settin
                          help="Export manifests for other tools (OpenOOD).")
 splits_app = typer.Typer(cls=FriendlyGroup, no_args_is_help=True, context_settings=_SETTINGS, rich_markup_mode=None,
                          help="Work on splits manifests: clean removes the images that leak ID semantics.")
+dev_app = typer.Typer(cls=FriendlyGroup, no_args_is_help=True, context_settings=_SETTINGS, rich_markup_mode=None,
+                      help="Tools for trying isood and developing it: tiny models that run offline.")
+def _print_version(value: bool) -> None:
+    if value:
+        from manifests.meta import package_version
+
+        out_console.print(f"isood {package_version()}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print isood's version and exit.")) -> None:
+    """Build out-of-distribution benchmarks graded by semantic and covariate shift, and evaluate detectors on them."""
+
+
 app.add_typer(wordnet_app, name="wordnet")
 app.add_typer(import_app, name="import")
 app.add_typer(export_app, name="export")
 app.add_typer(splits_app, name="splits")
+app.add_typer(dev_app, name="dev")

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import typer
 from rich.table import Table
 
-from isood.cli._app import out_console, splits_app, verify_option
-from isood.stages.clean import CleanResult, clean_splits
-from wordnet_tools.rules import LEAK_RULES
+from isood.cli._app import out_console, splits_app
+from isood.cli.options import command
+from isood.stages.clean import CleanOptions, CleanResult, clean_splits
 
 __all__ = ["splits_clean", "clean_table"]
 
@@ -26,17 +23,10 @@ def clean_table(r: CleanResult) -> Table:
     return t
 
 
-@splits_app.command("clean")
-def splits_clean(
-    splits: Path = typer.Argument(..., help="A splits manifest (isood build-splits or isood import isood-lists)."),
-    audit: Path = typer.Option(..., help="An audit of its classes (isood wordnet audit SPLITS --out AUDIT)."),
-    out: Path = typer.Option(..., help="Output directory (the leak-free splits manifest)."),
-    rules: str = typer.Option(",".join(LEAK_RULES), help="Audit verdicts to remove, comma-separated (among unknown, "
-                              "id, hypernym, hyponym, excluded_subtree)."),
-    verify: str = verify_option(),
-) -> None:
-    """A leak-free copy of a splits manifest: images of ID classes, their hypernyms and hyponyms removed (same
-    cells and edges, N/A recomputed), with provenance to both inputs."""
-    r = clean_splits(splits, audit, out=out, rules=rules, verify=verify)
+@command(splits_app, "clean", CleanOptions, section="splits-clean",
+         help="A leak-free copy of a splits manifest: images of ID classes, their hypernyms and hyponyms removed "
+              "(same cells and edges, N/A recomputed), with provenance to both inputs.")
+def splits_clean(opts: CleanOptions) -> None:
+    r = clean_splits(opts.splits, opts.audit, out=opts.out, rules=opts.rules, verify=opts.verify)
     out_console.print(clean_table(r))
-    out_console.print(f"manifest: {out} ({r.manifest.kind} v{r.manifest.dataset_version})", highlight=False)
+    out_console.print(f"manifest: {opts.out} ({r.manifest.kind} v{r.manifest.dataset_version})", highlight=False)

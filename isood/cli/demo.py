@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import typer
 from rich.table import Table
 
 from isood.cli._app import app, out_console
+from isood.cli.options import command
 from isood.cli.wordnet import summary_table
-from isood.defaults import check_seed
 from isood.files import output_lock
+from isood.optspec import option, seed_option
 
 if TYPE_CHECKING:
     from isood.demo import PlantedReport
@@ -37,15 +38,20 @@ def _warn(message: str) -> None:
     out_console.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)
 
 
-@app.command()
-def demo(
-    out: Path = typer.Option(Path("demo-out"), help="Output directory for the demo manifests."),
-    seed: int = typer.Option(0, help="Seed of the planted world, 0..2147483647."),
-) -> None:
-    """Run the whole pipeline on the embedded default: the WordNet class filter and a planted synthetic world."""
-    check_seed(seed)  # before anything heavy is imported or run
-    with output_lock(out):
-        _run_demo(out, seed)
+@dataclass(frozen=True, kw_only=True)
+class DemoOptions:
+    """`isood demo` (one description per option: ``isood.optspec``)."""
+
+    out: str = option("demo-out", kind="path", metavar="DIR", help="Output directory for the demo manifests.")
+    seed: int = seed_option("Seed of the planted world.")
+
+
+@command(app, "demo", DemoOptions, config=False,
+         help="Run the whole pipeline on the embedded default: the WordNet class filter and a planted synthetic "
+              "world.")
+def demo(opts: DemoOptions) -> None:
+    with output_lock(opts.out):
+        _run_demo(Path(opts.out), opts.seed)
 
 
 def _run_demo(out: Path, seed: int) -> None:

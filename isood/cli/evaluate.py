@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
-import typer
 from rich.table import Table
 
-from isood.cli._app import app, out_console, verify_option
-from isood.defaults import DEFAULT_DETECTORS, DEFAULT_PLOT_METRICS, NA_THRESHOLD
+from isood.cli._app import app, out_console
+from isood.cli.options import command
 from isood.evaluation.options import EvaluateOptions, check_options
-from wordnet_tools.rules import LEAK_RULES
 
 if TYPE_CHECKING:  # the stage pulls in torch: imported when the command runs
     from isood.evaluation.job import EvaluateResult
 
-__all__ = ["evaluate", "summary_console_table"]
+__all__ = ["evaluate", "summary_console_table", "sets_console_table"]
+
 
 def summary_console_table(result: EvaluateResult) -> Table:
     """A rich table of an ``isood.evaluation.job.EvaluateResult``: per detector and dataset the mean AUROC /
@@ -45,47 +43,33 @@ def summary_console_table(result: EvaluateResult) -> Table:
     return t
 
 
-@app.command()
-def evaluate(
-    splits: Path = typer.Option(..., help="A splits manifest (isood build-splits); must pass `isood verify`."),
-    id_test: str = typer.Option(..., "--id-test", help="ID test set: image folder with wnid sub-folders (or file list), or a precomputed-outputs folder."),
-    id_train: str = typer.Option(..., "--id-train", help="ID training set (fits MDS/KNN/ViM..., DER threshold): same forms as --id-test."),
-    model: Optional[str] = typer.Option(None, help="Classifier: a timm name, 'torchvision/<name>' or py:MODULE:FUNCTION (not needed with precomputed outputs)."),
-    out: Path = typer.Option(..., help="Output directory (evaluation manifest, plots, report.html, summary.md)."),
-    detectors: str = typer.Option(DEFAULT_DETECTORS, help="Comma-separated detectors, with parameters as name:key=value (e.g. knn:k=10): msp, maxlogit, energy, odin, mds, knn, vim, react, dice, gradnorm, klm; ash (ASH-B at percentile 90 on the pooled feature, as OpenOOD; ash:variant=p|s); rankfeat (OpenOOD's block 3 + 4 fusion; rankfeat:blocks=4 for block 4 only); pytorch-ood:NAME for pytorch-ood's detectors (e.g. pytorch-ood:ViM; pip install 'isood[pytorch-ood]')."),
-    syn: Optional[Path] = typer.Option(None, help="A Syn-IS manifest to evaluate as well (paths relative to it)."),
-    test_root: Optional[str] = typer.Option(None, help="Folder the --splits image paths are relative to (default: the manifest's test_root), or a precomputed-outputs folder."),
-    checkpoint: Optional[Path] = typer.Option(None, help="Local weights for --model (.safetensors / .pth); no download."),
-    num_classes: Optional[int] = typer.Option(None, help="Classifier head size with --checkpoint (default: the number of --id-train classes)."),
-    classes: Optional[Path] = typer.Option(None, help="The model's class wnids in logit order, one per line (default: sorted --id-train wnids, or ImageNet-1K order for 1000-class models)."),
-    batch_size: int = typer.Option(64, help="Images per batch."),
-    device: Optional[str] = typer.Option(None, help="cpu, cuda or cuda:N (default: cuda when available)."),
-    workers: int = typer.Option(0, help="DataLoader workers."),
-    cache_dir: Optional[str] = typer.Option(None, help="Model-output cache (default $ISOOD_CACHE_DIR/outputs)."),
-    sanity_random_model: bool = typer.Option(False, "--sanity-random-model", help="Also run the detectors on a randomly initialised copy of the model (AUROC vs AUROC_M)."),
-    na_threshold: int = typer.Option(NA_THRESHOLD, help="A cell with fewer images is N/A: one rule for every set (--splits, --syn, the leak-free images), on the images each evaluates (a manifest's stored N/A flags are not read)."),
-    der: bool = typer.Option(True, "--der/--no-der", help="Score the ID training set for DER95/DER99 (--no-der skips it)."),
-    plot_metrics: str = typer.Option(DEFAULT_PLOT_METRICS, help="Metrics to draw (heatmaps and level curves), comma-separated, or 'all' (every computed metric); every metric is in the tables and CSVs."),
-    seed: int = typer.Option(0, help="Seed of the random re-initialisation (--sanity-random-model), 0..2147483647."),
-    leak_audit: Optional[Path] = typer.Option(None, help="An audit of the --splits classes (isood wordnet audit SPLITS --out AUDIT): report every metric per cell on all images and on the leak-free ones, with difference heatmaps and ranking changes."),
-    leak_rules: str = typer.Option(",".join(LEAK_RULES), help="Audit verdicts that count as leaks with --leak-audit (among unknown, id, hypernym, hyponym, excluded_subtree)."),
-    verify: str = verify_option(),
-) -> None:
-    """Score OOD detectors per shift cell; every metric, level curves, Table 1, heatmaps and a report."""
-    opts = EvaluateOptions(
-        splits=str(splits), out=str(out), id_test=id_test, id_train=id_train, model=model,
-        detectors=detectors,
-        syn=str(syn) if syn else None, test_root=test_root, checkpoint=str(checkpoint) if checkpoint else None,
-        num_classes=num_classes, classes=str(classes) if classes else None, batch_size=batch_size, device=device,
-        workers=workers, cache_dir=cache_dir, sanity_random_model=sanity_random_model, na_threshold=na_threshold,
-        der=der, plot_metrics=plot_metrics, seed=seed, leak_audit=str(leak_audit) if leak_audit else None,
-        leak_rules=leak_rules, verify=verify,
-    )
+def sets_console_table(result: EvaluateResult) -> Table | None:
+    """A rich table of the per-set rows (AUROC, FPR@95 per detector and OOD set, with OpenOOD's nearood /
+    farood means), or None when there are none."""
+    sets = result.set_metrics
+    if sets is None or sets.empty:
+        return None
+    t = Table(title="isood evaluate: per OOD set (ID test vs the whole set)")
+    for c in ("detector", "set", "group", "images", "AUROC", "FPR@95"):
+        t.add_column(c, justify="left" if c in ("detector", "set", "group") else "right")
+    for rec in sets.itertuples(index=False):
+        t.add_row(rec.detector, rec.dataset, rec.group, str(rec.n), f"{rec.auroc:.3f}", f"{rec.fpr95:.3f}")
+    return t
+
+
+@command(app, "evaluate", EvaluateOptions,
+         help="Score OOD detectors on an ID test set and any OOD sets: per cell of every grid (level curves, Table 1, "
+              "heatmaps), per set (OpenOOD-style near / far rows), and a report.")
+def evaluate(opts: EvaluateOptions) -> None:
     check_options(opts)  # a bad option is refused before torch, timm or matplotlib load
     # the stage pulls in torch, timm and matplotlib: loaded only when the options are good
     from isood.evaluation.job import run_evaluate
 
     r = run_evaluate(opts)
-    out_console.print(summary_console_table(r))
-    out_console.print(f"report: {out}/report.html; manifest: {out} ({r.manifest.kind} v{r.manifest.dataset_version}, "
-                      f"{r.seconds:.1f} s)", highlight=False, soft_wrap=True)
+    if not r.evaluation.per_cell.empty:
+        out_console.print(summary_console_table(r))
+    per_set = sets_console_table(r)
+    if per_set is not None:
+        out_console.print(per_set)
+    out_console.print(f"report: {opts.out}/report.html; manifest: {opts.out} ({r.manifest.kind} "
+                      f"v{r.manifest.dataset_version}, {r.seconds:.1f} s)", highlight=False, soft_wrap=True)

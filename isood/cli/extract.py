@@ -4,20 +4,21 @@ of a job array -> the manifest a single run writes; each kind's merge belongs to
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
-
-import typer
+from typing import Callable, Sequence
 
 from generation.syn import merge_parts as merge_syn_parts
 from isood.cli._app import app, out_console
 from isood.engines.ray import DEFAULT_DECODE_THREADS, RayEngine, RayOptions
-from isood.errors import BadInputError, IsoodError
-from isood.images import FAST_DECODE, REFERENCE_DECODE
+from isood.errors import BadInputError, IsoodError, IsoodWarning
 from isood.kinds import FEATURES, SYN_IS
 from isood.batch_engine import BatchEngine, LocalEngine
 from isood.stages.extract import ExtractOptions, merge_parts as merge_feature_parts, run_extract, validate
+from isood.cli.options import command
+from isood.optspec import EngineFields
+from manifests.options import MergeOptions
 from manifests.parts import read_parts
 from manifests.store import Manifest
 from manifests.verify import verify
@@ -28,48 +29,42 @@ __all__ = ["extract", "merge", "build_engine", "merge_dirs", "MERGES"]
 MERGES: dict[str, Callable[..., Manifest]] = {FEATURES: merge_feature_parts, SYN_IS: merge_syn_parts}
 
 
-def build_engine(engine: str, *, ray_address: str | None = None, workers: int | None = None,
+def build_engine(engine: str, *, ray_address: str | None = None, ray_workers: int | None = None,
                  num_gpus_per_worker: float | None = None, device: str | None = None) -> BatchEngine:
     """The engine of ``--engine``: ``local`` (this process) or ``ray`` (Ray Data actors, ``isood.engines.ray``)."""
     if engine == "local":
         return LocalEngine()
     if engine == "ray":
-        options = RayOptions(address=ray_address, workers=workers, num_gpus_per_worker=num_gpus_per_worker)
+        options = RayOptions(address=ray_address, workers=ray_workers, num_gpus_per_worker=num_gpus_per_worker)
         return RayEngine(options, device=device)
     raise BadInputError(f"unknown engine {engine!r}; pass --engine local or --engine ray")
 
 
-@app.command()
-def extract(
-    images: Path = typer.Option(..., help="Images: a dataset root with wnid subfolders, or a file list (one path per line)."),
-    clip: str = typer.Option(..., help="CLIP encoder: MODEL:PRETRAINED (e.g. ViT-B-32:openai), local-dir:PATH or hf-hub:ORG/REPO."),
-    out: Path = typer.Option(..., help="Output directory (features manifest; rerun to resume)."),
-    batch_size: int = typer.Option(64, help="Images per batch."),
-    workers: Optional[int] = typer.Option(None, help="Local engine: image-decoding threads (default: min(8, CPUs - 1)). Ray engine: model actors (default: one per GPU, else per CPU)."),
-    shard_size: int = typer.Option(10_000, help="Images per features-NNNNN.npy shard (the unit of resuming)."),
-    device: Optional[str] = typer.Option(None, help="cpu, cuda or cuda:N (default: cuda when available; AMP on CUDA)."),
-    engine: str = typer.Option("local", help="local (this process) or ray (Ray Data actors; pip install 'isood[ray]')."),
-    ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join (auto, HOST:PORT, ray://HOST:10001; default: $RAY_ADDRESS, else a local one)."),
-    num_gpus_per_worker: Optional[float] = typer.Option(None, help="GPUs per Ray actor (default: 1 when the cluster has GPUs, else 0)."),
-    num_shards: int = typer.Option(1, help="Job arrays: split the feature shards over this many tasks (merge with `isood merge`)."),
-    shard_index: int = typer.Option(0, help="Job arrays: this task's index, 0..num-shards-1 (e.g. $SLURM_ARRAY_TASK_ID)."),
-    fast_decode: bool = typer.Option(False, "--fast-decode", help="Faster image decoding: large JPEGs decoded at reduced size, resizing on uint8 tensors (bench/decode.py: cosine >= 0.999 to the default features; recorded in the manifest, never mixed with default shards). Default: PIL + the model's own preprocessing, comparable across runs."),
-    follow_symlinks: bool = typer.Option(False, "--follow-symlinks", help="Also read images whose symlinks lead outside the --images root (default: listed in the rejected table, since manifest paths promise files inside the root)."),
-) -> None:
-    """Extract L2-normalised CLIP image features into resumable shards (unreadable images are listed, not fatal)."""
-    opts = ExtractOptions(images=images, clip=clip, out=out, batch_size=batch_size, workers=workers,
-                          shard_size=shard_size, device=device, num_shards=num_shards, shard_index=shard_index,
-                          decode=FAST_DECODE if fast_decode else REFERENCE_DECODE, follow_symlinks=follow_symlinks)
-    validate(opts)
-    eng = build_engine(engine, ray_address=ray_address, workers=workers, num_gpus_per_worker=num_gpus_per_worker,
-                       device=device)
-    if eng.name != "local":  # --workers names the actors; each decodes with the Ray options' threads
+def engine_of(opts: EngineFields, *, device: str | None, workers_given: bool = False) -> BatchEngine:
+    """The engine the options name. ``workers_given``: ``--workers`` was passed with ``--engine ray``, where it
+    used to count the actors: it still does when ``--ray-workers`` is not given, with one deprecation line."""
+    ray_workers = opts.ray_workers
+    if opts.engine == "ray" and workers_given and ray_workers is None:
+        warnings.warn("--workers with --engine ray counts Ray actors no more: pass --ray-workers (the old meaning is "
+                      "kept for this release)", IsoodWarning, stacklevel=2)
+        ray_workers = getattr(opts, "workers", None)
+    return build_engine(opts.engine, ray_address=opts.ray_address, ray_workers=ray_workers,
+                        num_gpus_per_worker=opts.num_gpus_per_worker, device=device)
+
+
+@command(app, "extract", ExtractOptions,
+         help="Extract L2-normalised CLIP image features into resumable shards (unreadable images are listed, not "
+              "fatal).")
+def extract(opts: ExtractOptions) -> None:
+    opts = validate(opts)
+    eng = engine_of(opts, device=opts.device, workers_given=opts.workers is not None)
+    if eng.name != "local":  # each actor decodes with the Ray options' threads
         opts = replace(opts, workers=DEFAULT_DECODE_THREADS)
     r = run_extract(opts, engine=eng)
-    part = f" (part {shard_index} of {num_shards}: merge with `isood merge`)" if num_shards > 1 else ""
+    part = f" (part {opts.shard_index} of {opts.num_shards}: merge with `isood merge`)" if opts.num_shards > 1 else ""
     out_console.print(
         f"{r.n_images} images -> {r.embed_dim}-d features, {r.n_rejected} rejected; "
-        f"shards written {len(r.shards_written)}, reused {len(r.shards_reused)}; manifest: {out}{part}",
+        f"shards written {len(r.shards_written)}, reused {len(r.shards_reused)}; manifest: {opts.out}{part}",
         highlight=False,
     )
 
@@ -90,12 +85,10 @@ def merge_dirs(dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     return manifest
 
 
-@app.command()
-def merge(
-    parts: List[Path] = typer.Argument(..., help="The part directories of one job array (written with --num-shards N --shard-index i)."),
-    out: Path = typer.Option(..., help="Output directory: the manifest a single run writes."),
-) -> None:
-    """Combine the parts of a job array (`isood extract` / `isood generate-syn` with --num-shards) into one verified manifest."""
-    m = merge_dirs(parts, out)
-    out_console.print(f"merged {len(parts)} parts -> {out} ({m.kind} v{m.dataset_version}, {len(m.meta['files'])} files verified)",
-                      highlight=False, soft_wrap=True)
+@command(app, "merge", MergeOptions, config=False,
+         help="Combine the parts of a job array (`isood extract` / `isood generate-syn` with --num-shards) into one "
+              "verified manifest.")
+def merge(opts: MergeOptions) -> None:
+    m = merge_dirs(opts.parts, opts.out)
+    out_console.print(f"merged {len(opts.parts)} parts -> {opts.out} ({m.kind} v{m.dataset_version}, "
+                      f"{len(m.meta['files'])} files verified)", highlight=False, soft_wrap=True)

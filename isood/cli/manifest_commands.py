@@ -4,18 +4,19 @@ imagenet-ood / openood-imglist` and `isood export openood` (``manifests``, ``iso
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from pathlib import Path
-from typing import Optional
-
 import typer
 
 import manifests
-from isood.cli._app import app, export_app, import_app, out_console, verify_option
-from isood.defaults import N_LEVELS, NA_THRESHOLD
-from isood.files import output_lock
+from isood.cli._app import app, export_app, import_app, out_console
+from isood.cli.options import command
+from isood.files import atomic_write_bytes, output_lock
 from isood.stages import interop
+from isood.stages.interop.options import ExportOpenoodOptions, ImportListOptions, ImportListsOptions
 from manifests import add_card, hub
+from manifests.options import CardOptions, PublishOptions, VerifyOptions
 
 __all__ = ["verify", "publish", "card", "import_isood_lists", "import_imagenet_ood", "import_openood_imglist",
            "export_openood"]
@@ -25,145 +26,110 @@ def _say(text: str) -> None:
     out_console.print(text, highlight=False, soft_wrap=True)
 
 
-@app.command()
-def verify(manifest_dir: Path = typer.Argument(..., help="A manifest directory.")) -> None:
-    """Recompute every hash of a manifest; name each missing, extra or changed file (exit 1 if any)."""
-    report = manifests.verify(manifest_dir)
+@command(app, "verify", VerifyOptions, config=False,
+         help="Recompute every hash of a manifest and check every field of its manifest.json; name each missing, "
+              "extra or changed file and each inconsistent field (exit 1 if any).")
+def verify(opts: VerifyOptions) -> None:
+    report = manifests.verify(opts.manifest_dir, mode=opts.verify)
     if report.ok:
-        m = manifests.read(manifest_dir)
-        out_console.print(f"OK {manifest_dir}: {m.kind} v{m.dataset_version}, {len(m.meta['files'])} files verified")
+        m = manifests.read(opts.manifest_dir)
+        out_console.print(f"OK {opts.manifest_dir}: {m.kind} v{m.dataset_version}, {len(m.meta['files'])} files "
+                          "verified")
         return
     for line in report.lines():  # one line per problem, never wrapped: scripts grep them
         out_console.print(line, highlight=False, soft_wrap=True)
-    out_console.print(f"FAILED {manifest_dir}: {len(report.lines())} problem(s)", highlight=False, soft_wrap=True)
+    out_console.print(f"FAILED {opts.manifest_dir}: {len(report.lines())} problem(s)", highlight=False,
+                      soft_wrap=True)
     raise typer.Exit(1)
 
 
 def _write_receipt(out: Path, result: hub.PublishResult, repo_id: str) -> None:
     p = result.plan
-    out.mkdir(parents=True, exist_ok=True)
     receipt = {"repo_id": repo_id, "tag": p.tag, "dataset_version": p.dataset_version, "kind": p.kind,
                "commit": result.commit_oid, "commit_url": result.commit_url,
                "files": [{"path": f, "bytes": b} for f, b in p.files],
                "left_out": [{"path": f, "bytes": b} for f, b in p.left_out]}
-    (out / "publish.json").write_text(json.dumps(receipt, indent=2) + "\n")
+    atomic_write_bytes(out / "publish.json", (json.dumps(receipt, indent=2) + "\n").encode())
 
 
-@app.command()
-def publish(
-    manifest_dir: Path = typer.Argument(..., help="A manifest directory (must pass `isood verify` and have a README.md card)."),
-    repo_id: str = typer.Option(..., "--repo-id", help="Hub dataset repository, USER/NAME (created if missing)."),
-    private: bool = typer.Option(False, "--private", help="Create the repository as private."),
-    revision: Optional[str] = typer.Option(None, "--revision", help="Tag to create (default: v<dataset version>, e.g. v1.2.0)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="List exactly the files and sizes that would be uploaded; no network."),
-    token_from_env: bool = typer.Option(
-        False, "--token-from-env", help="Take the token only from $HF_TOKEN (default: huggingface_hub's usual sources)."
-    ),
-    out: Optional[Path] = typer.Option(
-        None, help="With --dry-run: copy the exact upload folder here. Otherwise: write publish.json (repo, tag, commit) here."
-    ),
-    include_features: bool = typer.Option(
-        False, "--include-features", help="Also upload the feature shards (features-id/, features-test/, *.npy; "
-        "~24 GB of test features at IS-OOD's size); left out by default."
-    ),
-) -> None:
-    """Publish a verified manifest to the Hugging Face Hub as a dataset, tagged with its dataset version."""
-    with output_lock(out) if out is not None else contextlib.nullcontext():
-        _publish(manifest_dir, repo_id, private=private, revision=revision, dry_run=dry_run,
-                 token_from_env=token_from_env, out=out, include_features=include_features)
+@command(app, "publish", PublishOptions,
+         help="Publish a verified manifest to the Hugging Face Hub as a dataset, tagged with its dataset version.")
+def publish(opts: PublishOptions) -> None:
+    with output_lock(opts.out) if opts.out is not None else contextlib.nullcontext():
+        _publish(opts)
 
 
-def _publish(manifest_dir: Path, repo_id: str, *, private: bool, revision: Optional[str], dry_run: bool,
-             token_from_env: bool, out: Optional[Path], include_features: bool = False) -> None:
-    result = hub.publish(manifest_dir, repo_id, private=private, tag=revision, dry_run=dry_run,
-                         token_from_env=token_from_env, echo=_say, include_features=include_features)
-    if dry_run:
+def _publish(opts: PublishOptions) -> None:
+    result = hub.publish(opts.manifest_dir, opts.repo_id, private=opts.private, tag=opts.revision,
+                         dry_run=opts.dry_run, token_from_env=opts.token_from_env, echo=_say,
+                         include_features=opts.include_features)
+    if opts.dry_run:
         for line in result.lines():
             _say(line)
-        if out is not None:
-            hub.copy_plan(result, out)
-            _say(f"dry run: copied the upload folder to {out}")
-    elif out is not None:
-        _write_receipt(out, result, repo_id)
+        if opts.out is not None:
+            hub.copy_plan(result, opts.out)
+            _say(f"dry run: copied the upload folder to {opts.out}")
+    elif opts.out is not None:
+        _write_receipt(Path(opts.out), result, opts.repo_id)
 
 
-@app.command()
-def card(
-    manifest_dir: Path = typer.Argument(..., help="A manifest directory (e.g. one written without a dataset card)."),
-) -> None:
-    """(Re)write a manifest's dataset card (README.md) and its per-config Parquet files, so `datasets` can load it
-    (a manifest whose card is current is left as it is; the content hash and dataset version never change)."""
-    m = add_card(manifest_dir)
-    _say(f"card: {manifest_dir}/README.md ({m.kind} v{m.dataset_version})")
+@command(app, "card", CardOptions, config=False,
+         help="(Re)write a manifest's dataset card (README.md) and its per-config Parquet files, so `datasets` can "
+              "load it (a manifest whose card is current is left as it is; the content hash and dataset version "
+              "never change).")
+def card(opts: CardOptions) -> None:
+    m = add_card(opts.manifest_dir)
+    _say(f"card: {opts.manifest_dir}/README.md ({m.kind} v{m.dataset_version})")
 
 
 def _imported(m: manifests.Manifest) -> None:
     _say(f"manifest: {m.root} ({m.kind} v{m.dataset_version}, {m.meta['summary'].get('images')} images)")
 
 
-@import_app.command("isood-lists")
-def import_isood_lists(
-    directory: Path = typer.Argument(..., help="A release folder of cov_{c}_sem_{s}.txt lists, e.g. "
-                                     "<release>/imagenet21k (one sub-folder per subset: train/, val/) or "
-                                     "<release>/SynIS."),
-    out: Path = typer.Option(..., help="Output manifest directory."),
-    levels: int = typer.Option(N_LEVELS, help="Levels per axis of the grid the lists come from."),
-    na_threshold: int = typer.Option(NA_THRESHOLD, help="A cell with fewer images is N/A."),
-    na_rule: str = typer.Option("pooled", help="pooled: a cell pools its lists across the subsets and is N/A when "
-                                "the pooled count is below the threshold (the release's rule); per-subset: each "
-                                "subset folder decided on its own."),
-    allow_missing: bool = typer.Option(False, "--allow-missing", help="Import a release lacking some lists: their "
-                                       "cells are flagged missing (default: an error naming them)."),
-) -> None:
-    """IS-OOD release lists -> a splits manifest (levels from the file names; shift values unknown, NaN)."""
-    m = interop.import_isood_lists(directory, out, n_levels=levels, na_threshold=na_threshold, na_rule=na_rule,
-                                   allow_missing=allow_missing)
+@command(import_app, "isood-lists", ImportListsOptions, section="import-isood-lists",
+         help="IS-OOD release lists -> a splits manifest (levels from the file names; shift values unknown, NaN).")
+def import_isood_lists(opts: ImportListsOptions) -> None:
+    m = interop.import_isood_lists(opts.directory, opts.out, n_levels=opts.levels, na_threshold=opts.na_threshold,
+                                   na_rule=opts.na_rule, allow_missing=opts.allow_missing)
     _imported(m)
     s = m.meta["summary"]
-    _say(f"cells: {s['cells_usable']} usable, {s['cells_na']} N/A (rule {s['na_rule']}, threshold {na_threshold}; "
-         f"subsets: {', '.join(x or '.' for x in s['subsets'])})")
+    _say(f"cells: {s['cells_usable']} usable, {s['cells_na']} N/A (rule {s['na_rule']}, threshold "
+         f"{opts.na_threshold}; subsets: {', '.join(x or '.' for x in s['subsets'])})")
     for subset, cells in sorted(s["missing_lists"].items()):
         _say(f"missing lists in {subset or '.'} ({len(cells)}, flagged missing): {', '.join(cells)}")
 
 
-@import_app.command("imagenet-ood")
-def import_imagenet_ood(
-    list_file: Path = typer.Argument(..., help="ImageNet-OOD list: one relative image path per line."),
-    out: Path = typer.Option(..., help="Output manifest directory."),
-) -> None:
-    """ImageNet-OOD image list -> an image-list manifest (label -1)."""
-    _imported(interop.import_imagenet_ood(list_file, out))
+@command(import_app, "imagenet-ood", ImportListOptions, section="import-imagenet-ood",
+         help="ImageNet-OOD image list (one relative image path per line) -> an image-list manifest (label -1).")
+def import_imagenet_ood(opts: ImportListOptions) -> None:
+    _imported(interop.import_imagenet_ood(opts.list_file, opts.out))
 
 
-@import_app.command("openood-imglist")
-def import_openood_imglist(
-    list_file: Path = typer.Argument(..., help="OpenOOD imglist: '<path> <label>' per line."),
-    out: Path = typer.Option(..., help="Output manifest directory."),
-) -> None:
-    """OpenOOD imglist -> an image-list manifest (labels kept)."""
-    _imported(interop.import_openood_imglist(list_file, out))
+@command(import_app, "openood-imglist", ImportListOptions, section="import-openood-imglist",
+         help="OpenOOD imglist ('<path> <label>' per line) -> an image-list manifest (labels kept).")
+def import_openood_imglist(opts: ImportListOptions) -> None:
+    _imported(interop.import_openood_imglist(opts.list_file, opts.out))
 
 
-@export_app.command("openood")
-def export_openood(
-    manifest_dir: Path = typer.Argument(..., help="A splits, syn-is or image-list manifest."),
-    out: Path = typer.Option(..., help="Output folder (new, or an earlier export to overwrite)."),
-    name: Optional[str] = typer.Option(None, help="Benchmark name: imglist/<name>/ and benchmark_imglist/<name>/ "
-                                       "(default: an imported release's folder name, e.g. imagenet21k, else isood)."),
-    data_root: str = typer.Option("./data/", help="OpenOOD data root used in the YAML config."),
-    data_dir: str = typer.Option("images_largescale/", help="Image root under the data root, one for every subset: "
-                                 "the listed paths (e.g. ./imagenet21k_train/...) are relative to it."),
-    num_classes: int = typer.Option(1000, help="Number of ID classes (ImageNet-1K: 1000)."),
-    verify: str = verify_option(),
-) -> None:
-    """OpenOOD v1.5 imglists, one per cell, a DATA_INFO entry and an ood_dataset YAML config; for a grid also the
-    release's own list layout (imglist/<name>/<subset>/cov_{c}_sem_{s}.txt) that its evaluation code reads."""
-    with output_lock(out):
-        r = interop.export_openood(manifest_dir, out, name=name, data_root=data_root, data_dir=data_dir,
-                                   num_classes=num_classes, verify=verify)
-    _say(f"{len(r.imglists)} imglists ({len(r.registered)} registered for OpenOOD, "
-         f"{len(r.imglists) - len(r.registered)} N/A), {r.rows - r.skipped} rows -> {out}")
+@command(export_app, "openood", ExportOpenoodOptions, section="export-openood",
+         help="OpenOOD v1.5 imglists (one per cell), ID lists, an OOD val split, a DATA_INFO entry and a YAML config, "
+              "merged with the exports already in --out; for a grid also the release's own list layout "
+              "(imglist/<name>/<subset>/cov_{c}_sem_{s}.txt) that its evaluation code reads.")
+def export_openood(opts: ExportOpenoodOptions) -> None:
+    out = Path(opts.out)
+    r = interop.export_openood(**dataclasses.asdict(opts))
+    if r.name is not None:
+        na = sum(1 for g in r.groups.values() if g == "na")
+        _say(f"{len(r.imglists)} imglists ({len(r.registered)} registered for OpenOOD, {na} N/A), "
+             f"{r.rows - r.skipped} rows -> {out} ({r.name})")
+    if r.val:
+        _say(f"OOD val split: {r.val['n']} images -> {out / r.val['imglist_path']}")
     if r.release_lists:
         _say(f"{len(r.release_lists)} release-format lists -> {out / '/'.join(r.release_lists[0].split('/')[:2])}")
+    for split, n in r.id_lists.items():
+        _say(f"ID {split}: {n} images -> {out / interop.id_list_paths(split)[1]} (+ the release's list)")
     if r.skipped:
         _say(f"{r.skipped} rows without a cell (no shift level) were not exported")
+    for tool, label in (("openood", "OpenOOD Evaluator"), ("release", "the release's datasets.py")):
+        missing = r.ready.get(tool, [])
+        _say(f"{label}: " + ("ready" if not missing else "still lacks " + "; ".join(missing)))

@@ -55,7 +55,7 @@ def build_splits(
     backend: Optional[str] = typer.Option(None, help="Nearest-neighbour backend: auto (exact; approximate IVF with --ann-recall), torch, faiss-flat, faiss-ivf (nprobe 32)."),
     ann_recall: Optional[float] = typer.Option(None, help="Search approximately, tuned to this recall@1 (e.g. 0.99) on a sample of the test images against exact search; the achieved recall and level agreement go into the manifest. Default: exact."),
     batch_size: Optional[int] = typer.Option(None, help="Images per batch when extracting (default 64)."),
-    workers: Optional[int] = typer.Option(None, help="Image-decoding threads when extracting (default: min(8, CPUs - 1))."),
+    workers: Optional[int] = typer.Option(None, help="Image-decoding processes when extracting, running ahead of the model (default: CPUs - 1, at most 32; 0: decode in the model's process)."),
     shard_size: Optional[int] = typer.Option(None, help="Images per feature shard when extracting (default 10000)."),
     device: Optional[str] = typer.Option(None, help="cpu, cuda or cuda:N (default: cuda when available)."),
     cache_dir: Optional[str] = typer.Option(None, help="Text-feature cache (default $ISOOD_CACHE_DIR/text-features)."),

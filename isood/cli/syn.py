@@ -86,7 +86,7 @@ def generate_syn(
         blocklist=str(blocklist) if blocklist else None, default_blocklist=default_blocklist,
         safety_checker=safety_checker, num_shards=num_shards, shard_index=shard_index, verify=verify,
     )
-    runner = build_engine(engine, ray_address=ray_address, workers=workers, num_gpus_per_worker=num_gpus_per_worker,
+    runner = build_engine(engine, ray_address=ray_address, ray_workers=workers, num_gpus_per_worker=num_gpus_per_worker,
                           device=device)
     result = run_generate_syn(opts, engine=runner, warn=_warn)
     out_console.print(summary_table(result))

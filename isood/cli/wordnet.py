@@ -6,23 +6,21 @@ ImageNet-OOD list follows: it keeps people and plants). An explicit ``--exclude`
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import List, Optional
 
 import pandas as pd
-import typer
 from rich import box
 from rich.table import Table
 
 import manifests
-from isood.cli._app import out_console, verify_option, wordnet_app
-from wordnet_tools.rules import AUDIT_RULES, LEAK_RULES, PRESETS, resolve_exclude
+from isood.cli._app import out_console, wordnet_app
+from isood.cli.options import command
+from wordnet_tools.options import AuditOptions, FilterOptions
+from wordnet_tools.rules import AUDIT_RULES, LEAK_RULES, resolve_exclude
 
 __all__ = ["wordnet_filter", "wordnet_audit", "counts_table", "leak_table", "summary_table", "level_table",
            "exclusions"]
 
-_PRESET_HELP = ("Named exclusion: " + "; ".join(f"{k} = {', '.join(p.exclude)}" for k, p in PRESETS.items())
-                + " (the ImageNet-OOD paper's rule, default; the published ImageNet-OOD list). --exclude wins.")
 
 
 def exclusions(exclude: Optional[List[str]], preset: Optional[str] = None) -> list[str]:
@@ -81,45 +79,27 @@ def summary_table(manifest: manifests.Manifest, title: str) -> Table:
     return counts_table(counts, f"{title}: {n} candidates, {manifest.kind} v{manifest.dataset_version}")
 
 
-@wordnet_app.command("filter")
-def wordnet_filter(
-    candidates: str = typer.Option("21k", help="Candidate classes: 1k, 21k, 21k-p, 12k, a wnid file, or a dataset root."),
-    id_classes: str = typer.Option("1k", "--id", help="In-distribution classes (same forms as --candidates)."),
-    exclude: Optional[List[str]] = typer.Option(
-        None, help="Drop classes under this synset (repeatable; wins over --preset). Pass --exclude '' for none."
-    ),
-    preset: Optional[str] = typer.Option(None, help=_PRESET_HELP),
-    sisters_only: bool = typer.Option(False, help="Keep only sister classes of ID classes (ImageNet-OOD candidate step)."),
-    out: Path = typer.Option(..., help="Output manifest directory."),
-) -> None:
-    """ImageNet-OOD class filter: drop ID classes, their hypernyms and hyponyms, and excluded subtrees, with reasons.
-
-    Presets: imagenet-ood-paper (default) reproduces the paper's rule (no organism);
-    imagenet-ood-release reproduces the published ImageNet-OOD list (no animal; people and plants kept)."""
+@command(wordnet_app, "filter", FilterOptions, section="wordnet-filter",
+         help="ImageNet-OOD class filter: drop ID classes, their hypernyms and hyponyms, and excluded subtrees, "
+              "with reasons. Presets: imagenet-ood-paper (default) reproduces the paper's rule (no organism); "
+              "imagenet-ood-release reproduces the published ImageNet-OOD list (no animal; people and plants kept).")
+def wordnet_filter(opts: FilterOptions) -> None:
     from wordnet_tools.jobs import run_filter  # nltk takes ~1.5 s to import: only when the command runs
 
-    manifest = run_filter(candidates, id_classes, exclude=exclude, preset=preset, sisters_only=sisters_only,
-                          out=out)
+    manifest = run_filter(opts.candidates, opts.id_classes, exclude=opts.exclude, preset=opts.preset,
+                          sisters_only=opts.sisters_only, out=opts.out)
     out_console.print(summary_table(manifest, "Class filter"))
-    out_console.print(f"manifest: {out}")
+    out_console.print(f"manifest: {opts.out}")
 
 
-@wordnet_app.command("audit")
-def wordnet_audit(
-    source: Path = typer.Argument(..., help="A list of wnids or image paths (<wnid>/<file> or <wnid>_<n>.JPEG), or a "
-                                  "manifest folder whose main table has a wnid column (splits, image-list, import)."),
-    id_classes: str = typer.Option("1k", "--id", help="In-distribution classes: 1k, 21k, a wnid file, or a dataset root."),
-    exclude: Optional[List[str]] = typer.Option(None, help="Excluded subtree (repeatable; wins over --preset; '' for "
-                                                "none)."),
-    preset: Optional[str] = typer.Option(None, help=_PRESET_HELP),
-    out: Optional[Path] = typer.Option(None, help="Write the audit as a manifest here (per-image rule, per-cell and "
-                                       "per-level tables for a manifest)."),
-    verify: str = verify_option(),
-) -> None:
-    """Audit an OOD class list, image list or manifest for hierarchy leaks into the ID classes."""
+@command(wordnet_app, "audit", AuditOptions, section="wordnet-audit",
+         help="Audit an OOD class list, image list or manifest for hierarchy leaks into the ID classes.")
+def wordnet_audit(opts: AuditOptions) -> None:
     from wordnet_tools.jobs import run_audit  # nltk takes ~1.5 s to import: only when the command runs
 
-    r = run_audit(source, id_classes, exclude=exclude, preset=preset, out=out, verify=verify)
+    source = opts.source
+    r = run_audit(source, opts.id_classes, exclude=opts.exclude, preset=opts.preset, out=opts.out,
+                  verify=opts.verify)
     title = f"Audit of {source} ({r.entries} entries" + (f", manifest {r.manifest.root})" if r.manifest else ")")
     out_console.print(leak_table(r.table))
     out_console.print(counts_table(r.counts, title))

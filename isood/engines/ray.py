@@ -65,7 +65,7 @@ class RayOptions:
 
     def __post_init__(self) -> None:
         if self.workers is not None and int(self.workers) < 1:
-            raise BadInputError(f"--workers must be >= 1 with --engine ray, got {self.workers}")
+            raise BadInputError(f"--ray-workers must be >= 1, got {self.workers}")
         gpus = self.num_gpus_per_worker
         if gpus is not None and not (math.isfinite(float(gpus)) and float(gpus) >= 0):
             raise BadInputError(f"--num-gpus-per-worker must be a finite number >= 0 (a fraction shares a GPU), got "

@@ -30,6 +30,8 @@ _MODULES = {
     "ModelAdapter": "models", "wrap_model": "models", "load_classifier": "classifiers", "randomized_copy": "models",
     "extract_outputs": "capture", "run_detectors": "scoring", "DetectorScores": "scoring",
     "write_evaluation": "write", "EvaluateOptions": "job", "EvaluateResult": "job", "run_evaluate": "job",
+    "evaluate": "job", "Evaluation": "job", "table1": "conventions", "release_summary": "conventions",
+    "release_results_csv": "conventions", "evaluate_set": "sets", "set_table": "sets",
 }
 _EXPORTS = {name: f"{__name__}.{module}" for name, module in _MODULES.items()}
 __all__ = sorted(_EXPORTS)

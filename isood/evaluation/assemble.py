@@ -9,7 +9,9 @@ scores (``scoring.DetectorScores``) come the per-cell evaluation of every detect
 (``evaluate_sets``), the per-image ``scores`` table and the trained-vs-random ``sanity`` table. With a leak
 mask per grid dataset (``isood evaluate --leak-audit``) each grid dataset is evaluated a second time on its
 leak-free images (``leak_free_set`` / ``with_leak_free``; dataset ``<name>-leak-free``, ``images`` column
-``all`` | ``leak_free``). Pure functions over frames and arrays (``check_files`` only stats files).
+``all`` | ``leak_free``). Every OOD dataset (a grid's or an image list's, ``kind`` ``grid`` | ``list``) also gets
+one per-set row per detector, OpenOOD-style, with the means of its ``near`` / ``far`` group (``set_metrics``,
+``sets.set_table``). Pure functions over frames and arrays (``check_files`` only stats files).
 """
 
 from __future__ import annotations
@@ -25,14 +27,15 @@ from isood.defaults import OOD_LABEL
 from isood.errors import BadInputError
 from isood.grid import cell_names
 
-from .cells import CellEvaluation, evaluate_cells
+from .cells import KEY_COLUMNS, CellEvaluation, evaluate_cells, metric_set
 from .detectors import Detector
 from .levels import ALL_IMAGES, LEAK_FREE, leak_free_name
 from .scoring import TRAIN_NAME, DetectorScores
+from .sets import evaluate_set, set_table
 
 __all__ = ["ID_TRAIN", "ID_TEST", "EvalSet", "grid_rows", "grid_parts", "check_files", "precomputed_rows",
            "evaluate_sets", "scores_table", "sanity_table", "leak_free_cells", "leak_free_set", "with_leak_free",
-           "evaluate_with_leaks"]
+           "evaluate_with_leaks", "set_metrics", "empty_per_cell"]
 
 ID_TRAIN, ID_TEST = TRAIN_NAME, "id_test"
 
@@ -41,8 +44,12 @@ ID_TRAIN, ID_TEST = TRAIN_NAME, "id_test"
 class EvalSet:
     """One dataset to score. ``files`` (image paths) or ``outputs`` (precomputed, see ``scoring``) feed it;
     ``labels`` are class indices (``OOD_LABEL`` for semantic OOD); ``data_id`` keys the output cache; a grid
-    dataset has its manifest's ``images`` rows (aligned with ``files``), ``cells`` table and ``grid`` (the key of
-    the manifest it comes from: ``splits``, ``syn-is``); ``paths`` are shown in the scores table for the others."""
+    dataset has its manifest's ``images`` rows (aligned with ``files``), ``cells`` table and ``grid`` (the name of
+    the set it comes from: ``splits``, ``syn-is``, an ``--ood`` name); ``paths`` are shown in the scores table for
+    the others. ``source`` is the OOD set a dataset belongs to (an image list: itself; a per-subset grid: the grid)
+    and ``group`` its OpenOOD group ('near', 'far' or ''); ``labelled`` is False for a set without labels
+    (``labels`` then hold ``OOD_LABEL`` and no correctness is computed); ``preset`` / ``transform``: its
+    preprocessing (``preprocess``)."""
 
     name: str
     labels: np.ndarray
@@ -52,6 +59,16 @@ class EvalSet:
     cells: pd.DataFrame | None = None
     paths: list[str] | None = None
     grid: str | None = None
+    source: str = ""
+    group: str = ""
+    labelled: bool = True
+    preset: str = ""
+    transform: object = None
+
+    @property
+    def is_ood(self) -> bool:
+        """A grid's dataset or an image list (not the ID training or test set)."""
+        return self.is_grid or bool(self.source)
 
     @property
     def is_grid(self) -> bool:
@@ -104,12 +121,12 @@ def grid_parts(name: str, images: pd.DataFrame, cells: pd.DataFrame, *,
     return parts
 
 
-def check_files(files: Sequence[Path], what: str) -> None:
-    """A one-line error when any of ``files`` is missing."""
+def check_files(files: Sequence[Path], what: str, hint: str = "--test-root") -> None:
+    """A one-line error when any of ``files`` is missing (``hint``: the option naming their folder)."""
     missing = [f for f in files if not f.is_file()]
     if missing:
         raise BadInputError(f"{what}: {len(missing)} of {len(files)} images are missing (first: {missing[0]}): "
-                            "pass the folder they are relative to (--test-root)")
+                            f"pass the folder they are relative to ({hint})")
 
 
 def precomputed_rows(index: pd.DataFrame, paths: Sequence[str], *, where: str) -> np.ndarray:
@@ -125,14 +142,21 @@ def precomputed_rows(index: pd.DataFrame, paths: Sequence[str], *, where: str) -
     return rows.to_numpy(dtype=np.int64)
 
 
+def empty_per_cell(correctness: bool = False, der: bool = False) -> pd.DataFrame:
+    """A per-cell table without rows (an evaluation of image lists only), with every column."""
+    return pd.DataFrame(columns=[*KEY_COLUMNS, *metric_set(correctness, der)])
+
+
 def evaluate_sets(scores: DetectorScores, sets: Mapping[str, EvalSet],
-                  detectors: Sequence[str] | Mapping[str, Detector], *, na_threshold: int, der: bool) -> CellEvaluation:
+                  detectors: Sequence[str] | Mapping[str, Detector], *, na_threshold: int, der: bool,
+                  convention: str = "exact") -> CellEvaluation:
     """Every detector on every grid dataset, per cell (``cells.evaluate_cells``): ID test vs each cell, with the
     correctness metrics when the ID test set has labels and DER when ``der`` and the ID training set was scored
-    with labels."""
+    with labels; Table 1 by ``convention`` (``conventions.table1``). No grid dataset: no rows."""
     parts = []
     id_correct = scores.correct(ID_TEST) if scores.has_labels(ID_TEST) else None
-    train_correct = scores.correct(ID_TRAIN) if der and scores.has_labels(ID_TRAIN) else None
+    train_correct = (scores.correct(ID_TRAIN) if der and id_correct is not None and scores.has_labels(ID_TRAIN)
+                     else None)  # DER compares with the ID test set's correctness
     for ds, s in sets.items():
         if not s.is_grid:
             continue
@@ -149,7 +173,9 @@ def evaluate_sets(scores: DetectorScores, sets: Mapping[str, EvalSet],
                 if f"'{det}'" in str(e):
                     raise
                 raise type(e)(f"detector '{det}' on {ds}: {e}") from None
-    return CellEvaluation(pd.concat(parts, ignore_index=True))
+    per_cell = pd.concat(parts, ignore_index=True) if parts else empty_per_cell(id_correct is not None,
+                                                                              train_correct is not None)
+    return CellEvaluation(per_cell, convention=convention)
 
 
 def leak_free_cells(cells: pd.DataFrame, images: pd.DataFrame) -> pd.DataFrame:
@@ -170,7 +196,8 @@ def leak_free_set(s: EvalSet, leaking: np.ndarray) -> EvalSet:
     return EvalSet(leak_free_name(s.name), s.labels[keep], data_id=s.data_id,
                    files=[f for f, k in zip(s.files, keep) if k] if s.files is not None else None,
                    images=images, cells=leak_free_cells(s.cells, images) if s.cells is not None else None,
-                   grid=s.grid)
+                   grid=s.grid, source=s.source, group=s.group, labelled=s.labelled, preset=s.preset,
+                   transform=s.transform)
 
 
 def with_leak_free(scores: DetectorScores, sets: Mapping[str, EvalSet],
@@ -193,16 +220,39 @@ def with_leak_free(scores: DetectorScores, sets: Mapping[str, EvalSet],
 
 def evaluate_with_leaks(scores: DetectorScores, sets: Mapping[str, EvalSet],
                         detectors: Sequence[str] | Mapping[str, Detector], *, leaking: Mapping[str, np.ndarray] | None,
-                        na_threshold: int, der: bool) -> CellEvaluation:
+                        na_threshold: int, der: bool, convention: str = "exact") -> CellEvaluation:
     """``evaluate_sets``; with ``leaking`` also every masked grid dataset on its leak-free images, the per-cell
     rows tagged ``images`` = ``all`` | ``leak_free``."""
     if not leaking:
-        return evaluate_sets(scores, sets, detectors, na_threshold=na_threshold, der=der)
+        return evaluate_sets(scores, sets, detectors, na_threshold=na_threshold, der=der, convention=convention)
     both_scores, both_sets = with_leak_free(scores, sets, leaking)
     per_cell = evaluate_sets(both_scores, both_sets, detectors, na_threshold=na_threshold, der=der).per_cell
     free = {leak_free_name(ds) for ds in leaking}
     per_cell.insert(2, "images", np.where(per_cell["dataset"].isin(free), LEAK_FREE, ALL_IMAGES))
-    return CellEvaluation(per_cell)
+    return CellEvaluation(per_cell, convention=convention)
+
+
+def set_metrics(scores: DetectorScores, sets: Mapping[str, EvalSet],
+                detectors: Sequence[str] | Mapping[str, Detector], *, der: bool) -> pd.DataFrame:
+    """One row per detector and OOD set (``sets.evaluate_set``: the ID test set vs every image of the set; a
+    grid's images that are in a cell, each dataset of a per-subset grid on its own) plus the ``nearood`` /
+    ``farood`` means of the groups (``sets.set_table``). Correctness metrics when the ID test set has labels,
+    DER when ``der`` and the ID training set was scored with labels."""
+    id_correct = scores.correct(ID_TEST) if scores.has_labels(ID_TEST) else None
+    train_correct = (scores.correct(ID_TRAIN) if der and id_correct is not None and scores.has_labels(ID_TRAIN)
+                     else None)  # DER compares with the ID test set's correctness
+    rows = []
+    for ds, s in sets.items():
+        if not s.is_ood:
+            continue
+        ood_correct = scores.predictions[ds] == s.labels if id_correct is not None else None
+        for det in detectors:
+            train = scores.scores[det].get(ID_TRAIN) if train_correct is not None else None
+            rows.append(evaluate_set(scores.scores[det][ID_TEST], scores.scores[det][ds], detector=det, dataset=ds,
+                                     group=s.group, kind="grid" if s.is_grid else "list", id_correct=id_correct,
+                                     ood_correct=ood_correct, train_scores=train,
+                                     train_correct=train_correct if train is not None else None))
+    return set_table(rows)
 
 
 def scores_table(scores: DetectorScores, sets: Mapping[str, EvalSet],

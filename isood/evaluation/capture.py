@@ -12,11 +12,22 @@ warning line (``isood.errors.IsoodWarning``), then recomputed and replaced atomi
 dataset of image files the ``isood evaluate`` job feeds it: an unreadable image does not stop the pass at once;
 the pass reads on (without the model) and ends with one ``UnreadableImagesError`` naming every unreadable image
 of the dataset (``scan_unreadable`` reads another dataset the same way, so a run names them all).
+
+``isood evaluate --decode gpu``: an ``ImageList`` in the ``gpu`` mode hands the JPEGs the device decoder takes
+(``isood.image_tensors.device_decodes``) over as bytes; the pass decodes them in one batched call on the model's
+device and runs the transform's tensor steps there (``ImageList.finish``, ``isood.images.device_decode``); every
+other file, and a JPEG the device cannot decode, takes the reference path (PIL + the transform) under the same
+unreadable-image policy. ``--precision fp16|bf16``: the passes run under ``torch.autocast`` with the model and its
+inputs channels-last (``precision_context``; ODIN's gradients in float32); fp32 (the default) runs the model as
+it is. The decoding mode and
+the precision are part of the cache key (when not the defaults, so older caches keep their keys).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import warnings
@@ -26,9 +37,11 @@ from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from isood.errors import BadInputError, IsoodError, IsoodWarning
-from isood.images import read_rgb
-from isood.errors import one_line
+from isood.devices import DEFAULT_PRECISION, PRECISIONS
+from isood.errors import BadInputError, IsoodError, IsoodWarning, one_line
+from isood.image_tensors import device_decodes, draft_size, tensor_preprocess
+from isood.images import (EVALUATE_DECODE_MODES, FAST_DECODE, GPU_DECODE, REFERENCE_DECODE, check_decode_mode,
+                          decode_image, device_decode, place_rows, read_rgb)
 from isood.files import atomic_write_bytes
 from isood.progress import track
 
@@ -38,7 +51,7 @@ from .perturbation import odin_scores
 
 __all__ = ["CACHE_VERSION", "OutputCache", "cache_key", "score_kind", "as_loader", "split_batch", "ImageList",
            "Unreadable", "UnreadableImagesError", "scan_unreadable", "probe_input", "default_transform",
-           "extract_outputs"]
+           "check_precision", "precision_context", "extract_outputs"]
 
 CACHE_VERSION = 3  # 2: 16-bit images scaled to 8 bits, bombs refused before decoding; 3: float / 32-bit images
 #                     scaled by their range (isood.images.to_rgb), image lists keyed by content
@@ -101,29 +114,59 @@ class UnreadableImagesError(BadInputError):
         super().__init__(text)
 
 
+class JpegFile(NamedTuple):
+    """A JPEG an ``ImageList`` in the ``gpu`` mode leaves to the device decoder: its bytes and its path."""
+
+    data: bytes
+    path: str
+
+
 class ImageList(torch.utils.data.Dataset):
     """A torch dataset of image files: ``(transform(RGB image), label)``, decoded as ``isood.images.read_rgb``
     decodes them (a decompression bomb refused from its header, 16-bit images scaled to 8 bits); an unreadable
     file yields ``(Unreadable(path, error), label)`` and ``collate`` sets it apart (batches are dicts: ``image``,
-    ``label``, ``unreadable``), so that a pass names every unreadable image (``extract_outputs``)."""
+    ``label``, ``unreadable``), so that a pass names every unreadable image (``extract_outputs``).
 
-    def __init__(self, files: Sequence[Path], labels: Sequence[int], transform: Callable) -> None:
+    ``decode='fast'``: the transform's steps on uint8 tensors, large JPEGs drafted (as ``isood extract --decode
+    fast``). ``decode='gpu'`` (``isood.images.EVALUATE_DECODE_MODES``): a JPEG the device decoder takes comes as
+    ``(JpegFile, label)``; ``collate`` concatenates their bytes (``jpeg``, ``jpeg_len``, at ``jpeg_pos`` among
+    the batch's readable images; ``image`` then holds the others, at ``image_pos``) and ``finish`` decodes them
+    on the model's device (a transform the tensor steps do not know: every file the reference way)."""
+
+    def __init__(self, files: Sequence[Path], labels: Sequence[int], transform: Callable,
+                 decode: str = REFERENCE_DECODE) -> None:
         self.files = [Path(f) for f in files]
         self.labels = np.asarray(labels, dtype=np.int64)
         self.transform = transform
+        self.decode = check_decode_mode(decode, EVALUATE_DECODE_MODES)
+        self.steps = tensor_preprocess(transform) if self.decode == GPU_DECODE else None
+        # fast: the transform's steps on uint8 tensors, JPEGs drafted (isood.images.image_decoder, no tail)
+        steps = tensor_preprocess(transform) if self.decode == FAST_DECODE else None
+        self.fast = None if steps is None else (
+            steps, draft_size(transform) if steps.resizes_first else None)
 
     def __len__(self) -> int:
         return len(self.files)
 
     def __getitem__(self, i: int):
-        import warnings
-
         from PIL import Image
 
         try:
             with warnings.catch_warnings():  # read_rgb refuses what PIL only warns about
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-                img = read_rgb(self.files[i])
+                if self.fast is not None:
+                    tensor, error = decode_image(self.files[i], self.fast[0], str(self.files[i]),
+                                                 draft=self.fast[1], jpeg_tensor=True)
+                    if tensor is None:
+                        return Unreadable(str(self.files[i]), error.split(":", 1)[0]), int(self.labels[i])
+                    return tensor, int(self.labels[i])
+                if self.steps is None:
+                    img = read_rgb(self.files[i])
+                else:
+                    data = self.files[i].read_bytes()
+                    if device_decodes(data):
+                        return JpegFile(data, str(self.files[i])), int(self.labels[i])
+                    img = read_rgb(io.BytesIO(data))
         except Exception as e:  # missing, truncated, not an image, a bomb, a decoder's ValueError
             return Unreadable(str(self.files[i]), type(e).__name__), int(self.labels[i])
         return self.transform(img), int(self.labels[i])
@@ -131,11 +174,44 @@ class ImageList(torch.utils.data.Dataset):
     @staticmethod
     def collate(items: Sequence[tuple]) -> dict:
         """A batch of ``__getitem__`` items: the readable images stacked (None when there is none) with their
-        labels, and the ``Unreadable`` ones."""
+        labels, and the ``Unreadable`` ones (``gpu``: the JPEGs' bytes apart, see the class docstring)."""
         good = [(x, y) for x, y in items if not isinstance(x, Unreadable)]
-        return {"image": torch.stack([x for x, _ in good]) if good else None,
-                "label": torch.as_tensor([y for _, y in good], dtype=torch.int64),
-                "unreadable": [x for x, _ in items if isinstance(x, Unreadable)]}
+        cpu = [(r, x) for r, (x, _) in enumerate(good) if not isinstance(x, JpegFile)]
+        batch = {"image": torch.stack([x for _, x in cpu]) if cpu else None,
+                 "label": torch.as_tensor([y for _, y in good], dtype=torch.int64),
+                 "unreadable": [x for x, _ in items if isinstance(x, Unreadable)]}
+        jpegs = [(r, x) for r, (x, _) in enumerate(good) if isinstance(x, JpegFile)]
+        if jpegs:
+            batch.update(image_pos=[r for r, _ in cpu], jpeg_pos=[r for r, _ in jpegs],
+                         jpeg_len=[len(x.data) for _, x in jpegs],
+                         jpeg=torch.frombuffer(bytearray(b"".join(x.data for _, x in jpegs)), dtype=torch.uint8),
+                         jpeg_path=[x.path for _, x in jpegs])
+        return batch
+
+    def finish(self, batch: dict, device) -> dict:
+        """A batch with its JPEGs (``gpu``) decoded on ``device`` in one call and run through the transform's
+        tensor steps there; a JPEG the device cannot decode is read the reference way (PIL + the transform),
+        and named ``Unreadable`` when that fails too. Other batches as they are."""
+        if "jpeg" not in batch:
+            return batch
+        datas = list(torch.split(batch["jpeg"], batch["jpeg_len"]))
+        done, tensor = device_decode(datas, self.steps, device)
+        pieces = [(batch["image_pos"], batch["image"]), ([batch["jpeg_pos"][k] for k in done], tensor)]
+        unreadable, failed, again = list(batch["unreadable"]), set(), []
+        for k in sorted(set(range(len(datas))) - set(done)):
+            r = batch["jpeg_pos"][k]
+            try:
+                again.append((r, self.transform(read_rgb(io.BytesIO(datas[k].numpy().tobytes())))))
+            except Exception as e:  # the reference path cannot read it either
+                failed.add(r)
+                unreadable.append(Unreadable(batch["jpeg_path"][k], type(e).__name__))
+        if again:
+            pieces.append(([r for r, _ in again], torch.stack([x for _, x in again])))
+        keep = [r for r in range(len(batch["label"])) if r not in failed]
+        rank = {r: j for j, r in enumerate(keep)}
+        x = place_rows(len(keep), [([rank[r] for r in pos], t) for pos, t in pieces if t is not None and len(pos)],
+                       device)
+        return {"image": x, "label": batch["label"][keep], "unreadable": unreadable}
 
 
 def worker_message(error: BaseException) -> str:
@@ -160,6 +236,8 @@ def scan_unreadable(data, *, batch_size: int = 64, num_workers: int = 0, desc: s
     loader = as_loader(data, batch_size, num_workers)
     try:
         for batch in track(loader, len(loader), desc, progress):
+            if "jpeg" in batch:  # --decode gpu: what the device would take, decoded on the CPU here
+                batch = data.finish(batch, "cpu")
             found += batch["unreadable"]
     except IsoodError as e:  # raised in a DataLoader worker: one line, not the worker's traceback
         raise type(e)(worker_message(e)) from None
@@ -191,6 +269,34 @@ def default_transform() -> Callable:
 
     return T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(),
                       T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
+
+
+# ============================================================================================== precision
+def check_precision(precision: str, device: str | torch.device) -> str:
+    """``precision`` if it is one of ``isood.devices.PRECISIONS`` and runs on ``device``, else a one-line error
+    (float16 autocast is for CUDA; the CPU runs bfloat16)."""
+    if precision not in PRECISIONS:
+        raise BadInputError(f"--precision {precision}: unknown precision; pass one of {', '.join(PRECISIONS)}")
+    if precision == "fp16" and torch.device(device).type != "cuda":
+        raise BadInputError(f"--precision fp16 runs on CUDA, not on {torch.device(device).type}: pass --precision "
+                            "bf16 (or fp32) on the CPU, or --device cuda")
+    return precision
+
+
+def precision_context(device: str | torch.device, precision: str = DEFAULT_PRECISION):
+    """The context the forward passes of ``precision`` run in: nothing for fp32, else ``torch.autocast`` to
+    float16 / bfloat16 on ``device``'s type."""
+    if precision == DEFAULT_PRECISION:
+        return contextlib.nullcontext()
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[precision]
+    return torch.autocast(torch.device(device).type, dtype=dtype)
+
+
+def _channels_last(x: torch.Tensor, precision: str) -> torch.Tensor:
+    """An image batch in the memory layout the passes of ``precision`` use (channels-last but for fp32)."""
+    if precision == DEFAULT_PRECISION or x.dim() != 4:
+        return x
+    return x.contiguous(memory_format=torch.channels_last)
 
 
 # ================================================================================================= cache
@@ -248,8 +354,20 @@ def score_kind(detector: Detector, input_std) -> str:
     return f"score.{detector.name}.{h.hexdigest()}"
 
 
-def _open_cache(adapter: ModelAdapter, data, cache_dir, data_id: str | None, preprocess_id: str) -> OutputCache:
-    """The cache entry of (model, data, preprocessing); tensors / arrays are hashed when no ``data_id`` is given."""
+def _cached_preprocess(preprocess_id: str, data, precision: str) -> str:
+    """The preprocessing part of a cache key: ``preprocess_id``, with the dataset's decoding mode
+    (``ImageList.decode``) and the precision appended when they are not the defaults (so a default run keeps the
+    keys of caches written before the two existed)."""
+    decode = getattr(data, "decode", REFERENCE_DECODE)
+    return (preprocess_id + (f"|decode={decode}" if decode != REFERENCE_DECODE else "")
+            + (f"|precision={precision}" if precision != DEFAULT_PRECISION else ""))
+
+
+def _open_cache(adapter: ModelAdapter, data, cache_dir, data_id: str | None, preprocess_id: str,
+                precision: str = DEFAULT_PRECISION) -> OutputCache:
+    """The cache entry of (model, data, preprocessing, decoding mode, precision); tensors / arrays are hashed
+    when no ``data_id`` is given."""
+    preprocess_id = _cached_preprocess(preprocess_id, data, precision)
     if data_id is None:
         if not isinstance(data, (torch.Tensor, np.ndarray)):
             raise BadInputError("caching needs data_id= a string naming this dataset (e.g. manifest hash + split)")
@@ -280,30 +398,36 @@ def _cat(parts: list[np.ndarray]) -> np.ndarray:
 
 
 def _forward_passes(adapter: ModelAdapter, loader, kinds: frozenset[str], inputs: Mapping[str, Detector], *,
-                    desc: str, progress: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+                    desc: str, progress: bool,
+                    precision: str = DEFAULT_PRECISION) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """One pass over ``loader``: the captured ``kinds`` (+ ``labels`` when the data has them) and the scores of
-    the input detectors, concatenated over batches."""
+    the input detectors, concatenated over batches; a batch of JPEGs left to the device (``ImageList.finish``)
+    decoded there first; the model run in ``precision`` (``precision_context``)."""
     parts: dict[str, list[np.ndarray]] = {k: [] for k in kinds}
     labels: list[np.ndarray] = []
     scored: dict[str, list[np.ndarray]] = {n: [] for n in inputs}
     unreadable: list[Unreadable] = []
     total = len(loader) if hasattr(loader, "__len__") else None
+    finish = getattr(getattr(loader, "dataset", None), "finish", None)
     try:
         for batch in track(loader, total, desc, progress):
+            if finish is not None and isinstance(batch, Mapping) and "jpeg" in batch:
+                batch = finish(batch, adapter.device)
             if isinstance(batch, Mapping) and "unreadable" in batch:
                 unreadable += batch["unreadable"]
             if unreadable:  # this pass fails: read on without the model, to name every unreadable image
                 continue
             x, y = split_batch(batch)
-            x = x.to(adapter.device)
+            x = _channels_last(x.to(adapter.device), precision)
             if kinds:
-                out = adapter.forward(x, kinds)
+                with precision_context(adapter.device, precision):
+                    out = adapter.forward(x, kinds)
                 for k in kinds:
                     parts[k].append(out[k].detach().float().cpu().numpy())
+            for n, d in inputs.items():  # float32 whatever the precision: see extract_outputs
+                scored[n].append(odin_scores(d, adapter.logits, x, adapter.input_std))
             if y is not None:
                 labels.append(y.cpu().numpy())
-            for n, d in inputs.items():
-                scored[n].append(odin_scores(d, adapter.logits, x, adapter.input_std))
     except IsoodError as e:  # raised in a DataLoader worker: one line, not the worker's traceback
         raise type(e)(worker_message(e)) from None
     if unreadable:
@@ -318,14 +442,19 @@ def extract_outputs(adapter: ModelAdapter, data, kinds: Iterable[str] = ("logits
                     device: str | torch.device = "cpu", num_workers: int = 0, progress: bool = False,
                     cache_dir: str | os.PathLike | None = None, data_id: str | None = None,
                     preprocess_id: str = "", input_detectors: Mapping[str, Detector] | Sequence[Detector] = (),
-                    desc: str = "forward") -> tuple[ForwardOutputs, dict[str, np.ndarray]]:
+                    desc: str = "forward",
+                    precision: str = DEFAULT_PRECISION) -> tuple[ForwardOutputs, dict[str, np.ndarray]]:
     """Capture ``kinds`` (among logits / features / feature_maps / block3) for every image of ``data`` in ONE
     forward pass per batch, and score the ``input_detectors`` (ODIN) on the same batches.
 
     ``data``: a torch Dataset (items: image tensor, ``(image, label, ...)``, or a dict with ``image``/``label``), a
     DataLoader, or an (N, C, H, W) tensor / array. Labels are kept when the data yields them. With ``cache_dir``
     (and ``data_id``, a string naming the data; tensors are hashed when none is given) outputs are read from /
-    written to the cache; only missing kinds cost a pass. Returns ``(outputs, input_scores)``.
+    written to the cache; only missing kinds cost a pass. ``precision`` (``isood.devices.PRECISIONS``): fp32 (the
+    default) runs the model as it is; fp16 (CUDA) / bf16 under autocast, the model and the batches channels-last
+    (the model is left channels-last); the input detectors (ODIN's forward + backward) stay in float32, since
+    autocast without loss scaling can underflow their input gradients to zero. The cache key holds the precision
+    and ``data``'s decoding mode (``ImageList.decode``). Returns ``(outputs, input_scores)``.
     """
     if not isinstance(input_detectors, Mapping):
         input_detectors = {d.name: d for d in input_detectors}
@@ -333,8 +462,11 @@ def extract_outputs(adapter: ModelAdapter, data, kinds: Iterable[str] = ("logits
     missing = kinds - adapter.provides
     if missing:
         raise BadInputError(f"model '{adapter.name}' does not expose {', '.join(sorted(missing))}")
+    check_precision(precision, device)
     adapter.to(device)
-    cache = None if cache_dir is None else _open_cache(adapter, data, cache_dir, data_id, preprocess_id)
+    if precision != DEFAULT_PRECISION:
+        adapter.model.to(memory_format=torch.channels_last)
+    cache = None if cache_dir is None else _open_cache(adapter, data, cache_dir, data_id, preprocess_id, precision)
     score_kinds = {n: score_kind(d, adapter.input_std) for n, d in input_detectors.items()}
     got: dict[str, np.ndarray] = {}
     if cache is not None:
@@ -345,7 +477,8 @@ def extract_outputs(adapter: ModelAdapter, data, kinds: Iterable[str] = ("logits
     # labels are saved whenever a pass sees them, so a cache hit without a labels file means "no labels"
     if todo_kinds or todo_input:
         loader = as_loader(data, batch_size, num_workers)
-        captured, scored = _forward_passes(adapter, loader, todo_kinds, todo_input, desc=desc, progress=progress)
+        captured, scored = _forward_passes(adapter, loader, todo_kinds, todo_input, desc=desc, progress=progress,
+                                           precision=precision)
         new = {k: v for k, v in captured.items() if k not in got}
         new.update({score_kinds[n]: s for n, s in scored.items()})
         got.update(new)

@@ -44,11 +44,12 @@ from isood.errors import BadInputError
 from isood.grid import cell_name, is_na, parse_cell_name
 
 from . import metrics as M
-from .levels import all_level_curves, axis_name, detector_means, metric_columns, one_dataset, summary_table
+from .conventions import check_convention, table1
+from .levels import all_level_curves, axis_name, detector_means, metric_columns, one_dataset
 
 __all__ = [
     "EmptyCellError", "GridLike", "CellEvaluation", "KEY_COLUMNS", "parse_cell_name", "image_levels",
-    "cell_grid", "evaluate_cells", "evaluate_scores",
+    "cell_grid", "evaluate_cells", "evaluate_scores", "metric_set", "metric_values", "der_thresholds",
 ]
 
 KEY_COLUMNS = ("detector", "dataset", "cell", "cov_level", "sem_level", "n", "n_id", "na")
@@ -168,7 +169,19 @@ def _opt_flags(x, n: int, name: str) -> np.ndarray | None:
     return None if x is None else M.check_flags(x, n, name)
 
 
-def _der_thresholds(train_scores, train_correct, id_correct) -> dict[float, float] | None:
+def metric_set(correctness: bool, der: bool) -> tuple[str, ...]:
+    """The metric columns of an evaluation, in the order of the published tables: the scores-only metrics, then
+    (with correctness flags) the correctness ones, then (with DER thresholds) DER."""
+    return (M.metric_names(M.SCORES) + (M.metric_names(M.CORRECTNESS) if correctness else ())
+            + (M.metric_names(M.TRAINING) if der else ()))
+
+
+def metric_values(inputs: M.CellInputs, names: Sequence[str]) -> dict[str, float]:
+    """Every metric of ``names`` on one ID-vs-OOD comparison (a cell, or a whole set: ``sets.evaluate_set``)."""
+    return {n: M.METRICS[n].function(inputs) for n in names}
+
+
+def der_thresholds(train_scores, train_correct, id_correct) -> dict[float, float] | None:
     """DER's thresholds (accept rate -> gamma) from the ID training scores, or None without them."""
     if train_scores is None and train_correct is None:
         return None
@@ -205,12 +218,10 @@ def evaluate_cells(id_scores, ood_scores, images, *, detector: str = "scores", d
     ood_c = _opt_flags(ood_correct, ood_s.size, "ood_correct")
     if ood_c is not None and id_c is None:
         raise BadInputError("ood_correct needs id_correct too: pass both (or neither)")
-    thresholds = _der_thresholds(train_scores, train_correct, id_c)
+    thresholds = der_thresholds(train_scores, train_correct, id_c)
     grid = cell_grid(levels, cells=cells, na_cells=na_cells, na_threshold=na_threshold)
     _check_grid(grid, detector, dataset)
-    # columns: the scores-only metrics, then the correctness ones, then DER (the order of the published tables)
-    names = (M.metric_names(M.SCORES) + (M.metric_names(M.CORRECTNESS) if id_c is not None else ())
-             + (M.metric_names(M.TRAINING) if thresholds else ()))
+    names = metric_set(id_c is not None, bool(thresholds))
     cov_all, sem_all = levels["cov_level"].to_numpy(), levels["sem_level"].to_numpy()
     rows = []
     # inputs were validated above (finite, aligned): skip sklearn's per-call re-validation (~4x faster per cell)
@@ -221,8 +232,8 @@ def evaluate_cells(id_scores, ood_scores, images, *, detector: str = "scores", d
             values = dict.fromkeys(names, np.nan)
             if not rec.na:
                 sel = (cov_all == rec.cov_level) & (sem_all == rec.sem_level)
-                inputs = M.CellInputs(id_s, ood_s[sel], id_c, None if ood_c is None else ood_c[sel], thresholds)
-                values = {n: M.METRICS[n].function(inputs) for n in names}
+                values = metric_values(M.CellInputs(id_s, ood_s[sel], id_c, None if ood_c is None else ood_c[sel],
+                                                    thresholds), names)
             rows.append({**row, **values})
     return pd.DataFrame(rows, columns=list(KEY_COLUMNS) + list(names))
 
@@ -230,18 +241,24 @@ def evaluate_cells(id_scores, ood_scores, images, *, detector: str = "scores", d
 # ------------------------------------------------------------------------------------------ all at once
 @dataclass
 class CellEvaluation:
-    """Per-cell metrics and what is derived from them (``evaluate_scores``; stack several with ``concat``)."""
+    """Per-cell metrics and what is derived from them (``evaluate_scores``; stack several with ``concat``).
+
+    ``summary`` is Table 1 by ``convention``: ``'exact'`` (default, ``levels.summary_table``) or ``'release'``
+    (the IS-OOD release's ``analyze_metrics.py`` rule, ``conventions.release_summary``); ``levels`` and ``means``
+    are always exact."""
 
     per_cell: pd.DataFrame
     levels: pd.DataFrame | None = field(default=None)
     summary: pd.DataFrame | None = field(default=None)
     means: pd.DataFrame | None = field(default=None)
+    convention: str = "exact"
 
     def __post_init__(self) -> None:
+        check_convention(self.convention)
         if self.levels is None:
             self.levels = all_level_curves(self.per_cell)
         if self.summary is None:
-            self.summary = summary_table(self.per_cell)
+            self.summary = table1(self.per_cell, self.convention)
         if self.means is None:
             self.means = detector_means(self.per_cell)
 
@@ -273,7 +290,8 @@ class CellEvaluation:
         parts = list(parts)
         if not parts:
             raise BadInputError("nothing to concatenate: pass at least one CellEvaluation")
-        return CellEvaluation(pd.concat([p.per_cell for p in parts], ignore_index=True))
+        return CellEvaluation(pd.concat([p.per_cell for p in parts], ignore_index=True),
+                              convention=parts[0].convention)
 
 
 def _per_detector(id_scores, ood_scores, train_scores, detector: str):

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from pathlib import Path
@@ -13,6 +14,7 @@ from torch import nn
 
 from isood.errors import BadInputError, MissingWeightsError
 from isood.errors import one_line
+from isood.hub_access import hub_access, hub_guard
 
 from .models import ModelAdapter, TimmAdapter, wrap_model
 from .options import model_function
@@ -32,7 +34,9 @@ def load_classifier(name: str, *, pretrained: bool = True, checkpoint: str | os.
     - ``checkpoint=PATH``: the architecture with the weights of a local file (timm: ``checkpoint_path``);
     - ``pretrained=False``: random initialisation (seed torch first for a reproducible model).
 
-    Offline without the weights in the local cache -> ``MissingWeightsError`` saying what to pass instead.
+    Offline without the weights in the local cache -> ``MissingWeightsError`` saying what to pass instead (a timm
+    name fails in about a second when the Hugging Face Hub is out of reach, naming ``HF_HUB_OFFLINE``:
+    ``isood.hub_access``).
     """
     extra = {} if num_classes is None else {"num_classes": int(num_classes)}
     if checkpoint is not None and not Path(checkpoint).is_file():
@@ -42,21 +46,25 @@ def load_classifier(name: str, *, pretrained: bool = True, checkpoint: str | os.
     import timm
     import timm.data
 
+    hub = checkpoint is None and pretrained
+    on_hub = hub and (name.startswith(("hf-hub:", "hf_hub:")) or timm.is_model(name))
+    access = hub_access() if on_hub else None  # fail in a second when the Hub is out of reach
     try:
-        if checkpoint is not None:
-            model = timm.create_model(name, pretrained=False, checkpoint_path=str(checkpoint), **extra)
-        else:
-            model = timm.create_model(name, pretrained=pretrained, **extra)
+        with contextlib.nullcontext() if access is None else hub_guard(access):
+            if checkpoint is not None:
+                model = timm.create_model(name, pretrained=False, checkpoint_path=str(checkpoint), **extra)
+            else:
+                model = timm.create_model(name, pretrained=pretrained, **extra)
     except RuntimeError as e:
         if "Unknown model" in str(e):
             raise BadInputError(f"unknown model '{name}': pass a timm model name (timm.list_models()) or "
                                 "'torchvision/<name>'") from None
         raise
     except (OSError, ValueError, ImportError) as e:  # hub unreachable / file not cached (LocalEntryNotFoundError)
-        if checkpoint is None and pretrained:
-            raise MissingWeightsError(
-                f"no pretrained weights for '{name}' (offline or not in the local cache): pass checkpoint=PATH of a "
-                f"local weights file, or pretrained=False for a randomly initialised model") from None
+        if hub:
+            raise MissingWeightsError((access or hub_access()).missing(
+                f"pretrained weights for '{name}'", "pass checkpoint=PATH of a local weights file, or "
+                "pretrained=False for a randomly initialised model", e)) from None
         raise BadInputError(f"cannot load '{name}' from '{checkpoint}': {type(e).__name__}: {e}".splitlines()[0]) \
             from None
     cfg = timm.data.resolve_data_config(model=model)
@@ -146,9 +154,12 @@ def adapter_from_option(model: str | None, *, checkpoint: str | None = None, num
     try:
         return load_classifier(model, checkpoint=checkpoint, num_classes=n)
     except MissingWeightsError:
-        raise MissingWeightsError(f"no pretrained weights for '{model}' (offline or not in the local cache): pass "
-                                  "--checkpoint PATH of a local weights file (or set HF_HUB_OFFLINE=1 to fail "
-                                  "fast)") from None
+        instead = ("pass --checkpoint PATH of a local weights file of this architecture (`isood dev tiny-models DIR` "
+                   "writes one of test_resnet)")
+        if model.startswith(_TV_PREFIXES):  # torchvision downloads from download.pytorch.org, not the Hub
+            raise MissingWeightsError(f"--model {model}: no pretrained weights (offline or not in the torch hub "
+                                      f"cache): {instead}") from None
+        raise MissingWeightsError(hub_access().missing(f"--model {model}", instead)) from None
     except RuntimeError as e:
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise BadInputError(f"cannot load model '{model}' from --checkpoint {checkpoint}: {first}: pass "

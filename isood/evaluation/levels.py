@@ -20,13 +20,14 @@ import pandas as pd
 
 from isood.errors import BadInputError
 
-from .metrics import METRICS, level_correlation, level_sensitivity, lower_is_better
+from .metrics import METRICS, level_correlation, level_sensitivity, lower_is_better, percentile_interval
 
 __all__ = [
     "AXES", "axis_name", "metric_columns", "metric_choices", "one_dataset", "level_curves", "all_level_curves",
     "summary_table", "detector_means", "LEVEL_COLUMNS", "SUMMARY_COLUMNS", "ALL_IMAGES", "LEAK_FREE", "leak_free_name",
     "leak_pairs", "leak_effect", "detector_order", "measured_in_both", "leak_ranking", "LEAK_EFFECT_COLUMNS",
-    "RANKING_COLUMNS",
+    "RANKING_COLUMNS", "level_means", "curve_statistics", "INTERVAL_COLUMNS", "TABLE1_INTERVAL_COLUMNS",
+    "cell_intervals", "table1_intervals",
 ]
 
 #: axis -> the per-cell column holding its level
@@ -151,6 +152,88 @@ def summary_table(per_cell: pd.DataFrame, metrics: Sequence[str] | None = None) 
             "n_levels": int(defined.size),
         })
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+# ------------------------------------------------------------------------------------------ bootstrap intervals
+INTERVAL_COLUMNS = ["detector", "dataset", "cell", "metric", "value", "low", "high", "n_boot"]
+TABLE1_INTERVAL_COLUMNS = ["detector", "dataset", "axis", "metric", "correlation", "correlation_low",
+                           "correlation_high", "sensitivity", "sensitivity_low", "sensitivity_high", "n_boot"]
+
+
+def level_means(values: np.ndarray, levels: Sequence[int], n_levels: int) -> np.ndarray:
+    """Per level, the mean of the rows of ``values`` (cells x replicates) whose level it is (pure): an
+    ``(n_levels, replicates)`` array, NaN for a level without a row (an all-N/A level keeps its place)."""
+    v = np.asarray(values, dtype=np.float64)
+    lev = np.asarray(levels, dtype=np.int64)
+    out = np.full((int(n_levels), v.shape[1]), np.nan)
+    for level in range(int(n_levels)):
+        rows = v[lev == level]
+        if len(rows):
+            out[level] = rows.mean(axis=0)
+    return out
+
+
+def curve_statistics(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``metrics.level_correlation`` and ``metrics.level_sensitivity`` of every column of ``curves`` (levels x
+    replicates), vectorised (pure): a level that is NaN in every column is skipped keeping the others' indices
+    1..n; NaN where fewer than two levels are left or (correlation) a column is constant."""
+    c = np.asarray(curves, dtype=np.float64)
+    keep = np.isfinite(c).all(axis=1)
+    i = np.arange(1, c.shape[0] + 1, dtype=np.float64)[keep]
+    x = c[keep]
+    if len(i) < 2:
+        nan = np.full(c.shape[1], np.nan)
+        return nan, nan.copy()
+    di = (i - i.mean())[:, None]
+    dx = x - x.mean(axis=0)
+    cov = (di * dx).sum(axis=0)
+    slope = np.abs(cov / (di ** 2).sum())
+    spread = np.sqrt((di ** 2).sum() * (dx ** 2).sum(axis=0))
+    constant = (x == x[0]).all(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        corr = np.where(constant, np.nan, cov / spread)
+    return corr, slope
+
+
+def cell_intervals(cells: pd.DataFrame, replicates: dict[str, np.ndarray], *, level: float = 0.95) -> pd.DataFrame:
+    """The per-cell intervals of one detector and dataset (pure): ``cells`` (detector, dataset, cell per row)
+    with ``replicates[metric]`` (rows x n_boot, row order of ``cells``) and the point values in ``cells[metric]``
+    -> one row per cell and metric (``INTERVAL_COLUMNS``: percentile interval at ``level``)."""
+    parts = []
+    for m, reps in replicates.items():
+        low, high = percentile_interval(reps, level, axis=1)
+        parts.append(pd.DataFrame({"detector": cells["detector"].to_numpy(), "dataset": cells["dataset"].to_numpy(),
+                                   "cell": cells["cell"].to_numpy(), "metric": m,
+                                   "value": cells[m].to_numpy(dtype=np.float64), "low": low, "high": high,
+                                   "n_boot": np.int64(reps.shape[1])}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=INTERVAL_COLUMNS)
+
+
+def table1_intervals(cells: pd.DataFrame, replicates: dict[str, np.ndarray], n_levels: int, *,
+                     summary: pd.DataFrame | None = None, level: float = 0.95) -> pd.DataFrame:
+    """Table 1's intervals of one detector and dataset (pure): for each metric and axis the correlation and
+    sensitivity of every replicate's level curve (``level_means`` of the measured ``cells``' replicates, rows
+    as in ``cell_intervals``; ``curve_statistics``) and their percentile intervals at ``level``; the point values
+    from ``summary`` (``summary_table``) when given, else from the cells' own values."""
+    det, ds = cells["detector"].iloc[0], cells["dataset"].iloc[0]
+    rows = []
+    for m, reps in replicates.items():
+        for ax, col in AXES.items():
+            levels = cells[col].to_numpy(dtype=np.int64)
+            corr, sens = curve_statistics(level_means(reps, levels, n_levels))
+            point = level_means(cells[[m]].to_numpy(dtype=np.float64), levels, n_levels)[:, 0]
+            pc, ps = level_correlation(point), level_sensitivity(point)
+            if summary is not None:
+                s = summary[(summary["detector"] == det) & (summary["dataset"] == ds) & (summary["metric"] == m)
+                            & (summary["axis"] == ax)]
+                if len(s):
+                    pc, ps = float(s["correlation"].iloc[0]), float(s["sensitivity"].iloc[0])
+            (cl, ch), (sl, sh) = percentile_interval(corr, level), percentile_interval(sens, level)
+            rows.append({"detector": det, "dataset": ds, "axis": ax, "metric": m, "correlation": pc,
+                         "correlation_low": float(cl), "correlation_high": float(ch), "sensitivity": ps,
+                         "sensitivity_low": float(sl), "sensitivity_high": float(sh),
+                         "n_boot": int(reps.shape[1])})
+    return pd.DataFrame(rows, columns=TABLE1_INTERVAL_COLUMNS)
 
 
 def _groups(per_cell: pd.DataFrame) -> Iterable[tuple[tuple[str, str], pd.DataFrame]]:

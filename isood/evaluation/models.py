@@ -166,7 +166,7 @@ class ModelAdapter:
         (N, C', H, W). Their shapes, or a one-line error saying what the model returned and what a classifier
         must return (checked before any pass over the data)."""
         kinds = (frozenset(kinds) | {"logits"}) & set(CAPTURE_KINDS) & self.provides
-        want = {"logits": 2, "features": 2, "feature_maps": 4, "block3": 4}
+        want = {"logits": 2, "features": 2, "feature_maps": 4, "block3": 4, "local_logits": 3}
         hint = "pass a classifier mapping (N, 3, H, W) images to (N, classes) logits"
         try:
             with torch.no_grad():

@@ -21,8 +21,8 @@ from .detectors import ForwardOutputs
 
 __all__ = ["OUTPUT_ARRAYS", "is_outputs_dir", "save_outputs", "load_outputs"]
 
-OUTPUT_ARRAYS = ("logits", "features", "fc_weight", "fc_bias")
-_PER_ROW = ("logits", "features")
+OUTPUT_ARRAYS = ("logits", "features", "local_logits", "fc_weight", "fc_bias")
+_PER_ROW = ("logits", "features", "local_logits")
 
 
 def is_outputs_dir(path: str | os.PathLike | None) -> bool:
@@ -40,13 +40,14 @@ def _npy_bytes(a: np.ndarray) -> bytes:
 
 
 def save_outputs(path: str | os.PathLike, index: pd.DataFrame, *, logits, features=None, fc_weight=None,
-                 fc_bias=None) -> Path:
+                 fc_bias=None, local_logits=None) -> Path:
     """Write a precomputed-outputs folder (``index.parquet`` with ``path`` and ``wnid`` or ``label``; ``.npy``
     arrays with one row per index row) usable as ``--id-train`` / ``--id-test`` / ``--test-root``."""
     p = Path(path)
     if "path" not in index.columns or not ({"wnid", "label"} & set(index.columns)):
         raise BadInputError("save_outputs: index needs a 'path' column and a 'wnid' or 'label' column")
-    arrays = {"logits": logits, "features": features, "fc_weight": fc_weight, "fc_bias": fc_bias}
+    arrays = {"logits": logits, "features": features, "local_logits": local_logits, "fc_weight": fc_weight,
+              "fc_bias": fc_bias}
     for name, a in arrays.items():
         if a is None:
             continue

@@ -2,21 +2,28 @@
 pyplot, so nothing global changes and no display is needed).
 
 - ``heatmap_figure`` / ``heatmap_png``: the n x n grid of one detector and metric. Semantic level on the x axis
-  (0 left), covariate level on the y axis (0 at the bottom); each measured cell shows its value, N/A cells are
-  grey (``NA_COLOR``) and labelled ``N/A``; a colorbar on the right. Bounded metrics use the range [0, 1]; the
-  colour map is reversed for lower-is-better metrics so that "good" is always the bright end (viridis); both
-  come from the metric registry (``metrics.METRICS``).
+  (0 left), covariate level on the y axis (0 at the bottom); each measured cell shows its value and its number
+  of images (``n=``), N/A cells are grey (``NA_COLOR``) and labelled ``N/A`` with their count; a colorbar on the
+  right. The colour range is the metric's own (``metric_limits``: the range of its values, shared by every
+  detector of a dataset in ``render_plots``, so AUTC's or DER's variation is visible where a fixed [0, 1] hid it);
+  the colour map is reversed for lower-is-better metrics so that "good" is always the bright end (viridis),
+  from the metric registry (``metrics.METRICS``).
+- ``compare_figure``: one figure per dataset and metric comparing the detectors: their heatmaps side by side on
+  one shared colour range with one colorbar (the paper figure).
 - ``level_curve_figure`` / ``level_curve_png``: one metric along one axis, one line per detector (N/A levels
-  leave a gap).
+  leave a gap), on the range of its values (matplotlib's autoscale, not a fixed [0, 1]).
 - ``leak_diff_figure`` / ``leak_diff_png``: after a leak audit, the n x n grid of leak-free minus all-images
   values of one detector and metric (``levels.leak_effect``), a diverging map centred on 0 whose blue end is
   "better without the leaking images" (red: worse), N/A grey.
-- ``render_plots``: the heatmaps and level curves of a ``CellEvaluation`` for the metrics to draw
-  (``plot_metric_names``: by default ``isood.defaults.DEFAULT_PLOT_METRICS``, AUROC and FPR@95; ``'all'``: every
-  computed metric) as ``{relative path: PNG bytes}``, with the deterministic names of ``heatmap_name`` /
-  ``level_curve_name`` / ``leak_diff_name``.
+- ``render_plots``: the heatmaps, comparison figures and level curves of a ``CellEvaluation`` for the metrics to
+  draw (``plot_metric_names``: by default ``isood.defaults.DEFAULT_PLOT_METRICS``, AUROC and FPR@95; ``'all'``:
+  every computed metric) as ``{relative path: bytes}``, with the deterministic names of ``heatmap_name`` /
+  ``compare_name`` / ``level_curve_name`` / ``leak_diff_name``. The paper figures (comparisons and level
+  curves) also come as SVG and PDF beside the PNG (``VECTOR_FORMATS``); per-detector heatmaps are PNG only.
+  Files per grid dataset with D detectors and M metrics drawn: D*M heatmaps + 3*M comparisons + 3*2*M curves.
 
-A PNG is exactly ``figsize * dpi`` pixels (no tight bounding box) and identical bytes for identical input.
+A PNG is exactly ``figsize * dpi`` pixels (no tight bounding box); PNG, SVG and PDF are identical bytes for
+identical input (no dates, a fixed SVG id salt: ``figure_bytes``).
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from isood.errors import BadInputError
 
 from .cells import CellEvaluation
 from .levels import AXES, leak_effect, leak_pairs, metric_choices, one_dataset
-from .metrics import METRICS, lower_is_better, metric_label
+from .metrics import lower_is_better, metric_label
 
 __all__ = [
     "NA_COLOR",
@@ -61,8 +68,13 @@ __all__ = [
     "plot_metric_names",
     "ALL_METRICS",
     "figure_png",
+    "figure_bytes",
     "heatmap_cmap",
     "grey_rgb",
+    "metric_limits",
+    "compare_figure",
+    "compare_name",
+    "VECTOR_FORMATS",
 ]
 
 NA_COLOR = "#bdbdbd"
@@ -86,18 +98,50 @@ def level_curve_name(dataset: str, axis: str, metric: str) -> str:
     return f"plots/levels_{_slug(dataset)}_{axis}_{metric}.png"
 
 
+def compare_name(dataset: str, metric: str) -> str:
+    """``plots/compare_<dataset>_<metric>.png``: the detectors side by side on one colour range."""
+    return f"plots/compare_{_slug(dataset)}_{metric}.png"
+
+
 def leak_diff_name(dataset: str, detector: str, metric: str) -> str:
     """``plots/leakdiff_<dataset>_<detector>_<metric>.png``."""
     return f"plots/leakdiff_{_slug(dataset)}_{_slug(detector)}_{metric}.png"
 
 
-def figure_png(fig: Figure, dpi: int = DPI) -> bytes:
-    """PNG bytes of a figure at ``dpi`` (no timestamp or software tag: identical input, identical bytes)."""
+#: The formats of the paper figures beside their PNG.
+VECTOR_FORMATS = ("svg", "pdf")
+_NO_DATES = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None},
+             "pdf": {"CreationDate": None, "ModDate": None, "Creator": None, "Producer": None}}
+
+
+def figure_bytes(fig: Figure, fmt: str = "png", dpi: int = DPI) -> bytes:
+    """The bytes of a figure as ``fmt`` ('png', 'svg' or 'pdf') at ``dpi``: no timestamp or software tag, and
+    SVG element ids from a fixed salt (matplotlib draws them from a random one), so identical input gives
+    identical bytes."""
+    if fmt not in _NO_DATES:
+        raise BadInputError(f"figure format {fmt!r}: pass png, svg or pdf")
     if fig.canvas is None or not isinstance(fig.canvas, FigureCanvasAgg):
         FigureCanvasAgg(fig)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+    with matplotlib.rc_context({"svg.hashsalt": "isood", "svg.fonttype": "path"}):
+        fig.savefig(buf, format=fmt, dpi=dpi, metadata=_NO_DATES[fmt])
     return buf.getvalue()
+
+
+def figure_png(fig: Figure, dpi: int = DPI) -> bytes:
+    """PNG bytes of a figure at ``dpi`` (no timestamp or software tag: identical input, identical bytes)."""
+    return figure_bytes(fig, "png", dpi)
+
+
+def metric_limits(values) -> tuple[float, float]:
+    """The colour range of a metric: the range of its finite ``values`` (a constant widened by 0.05 each way;
+    none: [0, 1])."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if not v.size:
+        return 0.0, 1.0
+    lo, hi = float(v.min()), float(v.max())
+    return (lo - 0.05, hi + 0.05) if hi == lo else (lo, hi)
 
 
 def _select(per_cell: pd.DataFrame, detector: str, dataset: str | None) -> pd.DataFrame:
@@ -107,10 +151,6 @@ def _select(per_cell: pd.DataFrame, detector: str, dataset: str | None) -> pd.Da
                          + (f" and dataset '{dataset}'" if dataset else "")
                          + f": have {', '.join(per_cell['detector'].unique())}")
     return df
-
-
-def _bounded(metric: str) -> bool:
-    return metric in METRICS and METRICS[metric].bounded
 
 
 def heatmap_cmap(metric: str):
@@ -135,21 +175,9 @@ def heatmap_figure(per_cell: pd.DataFrame, *, detector: str, metric: str = "auro
         raise BadInputError(f"metric {metric!r} is not in the per-cell table: {metric_choices(per_cell)}")
     df = _select(per_cell, detector, dataset)
     n = int(n_levels or max(df["cov_level"].max(), df["sem_level"].max()) + 1)
-    grid = np.full((n, n), np.nan)
-    na = np.ones((n, n), bool)
-    for rec in df.itertuples():
-        c, s = int(rec.cov_level), int(rec.sem_level)
-        v = getattr(rec, metric)
-        if not rec.na and np.isfinite(v):
-            grid[c, s], na[c, s] = v, False
+    grid, na, count = _grid(df, metric, n)
     cmap = heatmap_cmap(metric) if cmap is None else cmap
-    if limits is not None:
-        vmin, vmax = limits
-    elif _bounded(metric):
-        vmin, vmax = 0.0, 1.0
-    else:
-        finite = grid[np.isfinite(grid)]
-        vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    vmin, vmax = limits if limits is not None else metric_limits(grid)
     fig = Figure(figsize=figsize, dpi=DPI)
     FigureCanvasAgg(fig)
     ax = fig.add_axes((0.11, 0.1, 0.68, 0.8))
@@ -160,18 +188,87 @@ def heatmap_figure(per_cell: pd.DataFrame, *, detector: str, metric: str = "auro
     fontsize = 9 if n <= 8 else max(4, int(72 / n))
     for c in range(n):
         for s in range(n):
+            shown = f"n={count[c, s]}" if count[c, s] >= 0 else ""
             if na[c, s]:
-                ax.text(s, c, "N/A", ha="center", va="center", fontsize=fontsize - 1, color="#555555")
+                ax.text(s, c, "N/A", ha="center", va="bottom" if shown else "center", fontsize=fontsize - 1,
+                        color="#555555")
+                color = "#555555"
             else:
                 rgba = cmap((grid[c, s] - vmin) / (vmax - vmin) if vmax > vmin else 0.5)
-                ax.text(s, c, f"{grid[c, s]:.2f}", ha="center", va="center", fontsize=fontsize,
-                        color=_text_color(rgba))
+                color = _text_color(rgba)
+                ax.text(s, c, f"{grid[c, s]:.2f}", ha="center", va="bottom" if shown else "center",
+                        fontsize=fontsize, color=color)
+            if shown:
+                ax.text(s, c - 0.04, shown, ha="center", va="top", fontsize=max(4, fontsize - 3), color=color)
     ax.set_xticks(range(n))
     ax.set_yticks(range(n))
     ax.set_xlabel(_AXIS_TITLE["sem"])
     ax.set_ylabel(_AXIS_TITLE["cov"])
     ds = f" on {df['dataset'].iloc[0]}" if "dataset" in df.columns else ""
     ax.set_title(title or f"{detector}: {metric_label(metric)}{ds}", fontsize=11)
+    return fig
+
+
+def _grid(df: pd.DataFrame, metric: str, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(values, N/A, image counts) of one detector's cells as n x n arrays (cov rows, sem columns); a cell
+    missing from ``df`` is N/A with count -1 (not shown)."""
+    grid = np.full((n, n), np.nan)
+    na = np.ones((n, n), bool)
+    count = np.full((n, n), -1, np.int64)
+    for rec in df.itertuples():
+        c, s = int(rec.cov_level), int(rec.sem_level)
+        v = getattr(rec, metric)
+        if "n" in df.columns:
+            count[c, s] = int(rec.n)
+        if not rec.na and np.isfinite(v):
+            grid[c, s], na[c, s] = v, False
+    return grid, na, count
+
+
+def compare_figure(per_cell: pd.DataFrame, *, metric: str = "auroc", dataset: str | None = None,
+                   detectors: Sequence[str] | None = None, n_levels: int | None = None,
+                   limits: tuple[float, float] | None = None, columns: int | None = None) -> Figure:
+    """The detectors' heatmaps of ``metric`` side by side (``columns`` per row, default all in one row up to 5,
+    else 4) on one shared colour range
+    (``limits``, default ``metric_limits`` of every detector's measured values) with one colorbar; N/A grey."""
+    if metric not in per_cell.columns:
+        raise BadInputError(f"metric {metric!r} is not in the per-cell table: {metric_choices(per_cell)}")
+    rows_ = one_dataset(per_cell, dataset)
+    names = list(detectors) if detectors is not None else list(dict.fromkeys(rows_["detector"]))
+    if not names:
+        raise BadInputError(f"no per-cell rows to compare for dataset {dataset!r}")
+    n = int(n_levels or max(rows_["cov_level"].max(), rows_["sem_level"].max()) + 1)
+    measured = rows_.loc[~rows_["na"].astype(bool), metric]
+    vmin, vmax = limits if limits is not None else metric_limits(measured)
+    cols = max(1, min(int(columns or (len(names) if len(names) <= 5 else 4)), len(names)))
+    nrows = -(-len(names) // cols)
+    panel, left, bottom, right, top = 2.3, 0.7, 0.45, 1.0, 0.4  # inches
+    width, height = left + cols * panel + right, bottom + nrows * panel + top
+    fig = Figure(figsize=(width, height), dpi=DPI)
+    FigureCanvasAgg(fig)
+    cmap = heatmap_cmap(metric)
+    img = None
+    for i, det in enumerate(names):
+        r, c = divmod(i, cols)
+        ax = fig.add_axes(((left + c * panel) / width, (bottom + (nrows - 1 - r) * panel) / height,
+                           (panel - 0.35) / width, (panel - 0.45) / height))
+        grid, _, _ = _grid(rows_[rows_["detector"] == det], metric, n)
+        img = ax.imshow(np.ma.masked_invalid(grid), origin="lower", cmap=cmap, vmin=vmin, vmax=vmax,
+                        interpolation="nearest", aspect="auto")
+        ax.set_title(det, fontsize=9)
+        ax.set_xticks(range(n))
+        ax.set_yticks(range(n))
+        ax.tick_params(labelsize=6)
+        if r == nrows - 1 or i + cols >= len(names):
+            ax.set_xlabel("semantic level", fontsize=7)
+        if c == 0:
+            ax.set_ylabel("covariate level", fontsize=7)
+    cax = fig.add_axes(((left + cols * panel) / width, bottom / height, 0.15 / width,
+                        (nrows * panel - 0.45) / height))
+    fig.colorbar(img, cax=cax, label=metric_label(metric))
+    ds = rows_["dataset"].iloc[0] if "dataset" in rows_.columns and len(rows_) else ""
+    fig.suptitle(f"{metric_label(metric)} per cell on {ds}: detectors compared", fontsize=10,
+                 y=1.0 - 0.08 / height, va="top")
     return fig
 
 
@@ -225,8 +322,6 @@ def level_curve_figure(levels: pd.DataFrame, *, metric: str = "auroc", axis: str
     ax.set_xticks(levels_all)
     ax.set_xlabel(_AXIS_TITLE[axis])
     ax.set_ylabel(metric_label(metric))
-    if _bounded(metric):
-        ax.set_ylim(-0.02, 1.02)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
     ds = f" on {df['dataset'].iloc[0]}"
@@ -264,16 +359,27 @@ def render_plots(result: CellEvaluation, metrics: Sequence[str] | str | None = N
     hm = plot_metric_names(result, heatmap_metrics) if heatmap_metrics is not None else metrics
     out: dict[str, bytes] = {}
     per_cell = result.per_cell
+
+    def paper(name: str, fig: Figure) -> None:  # a paper figure: PNG + the vector formats beside it
+        out[name] = figure_png(fig)
+        for fmt in VECTOR_FORMATS:
+            out[f"{name[:-len('.png')]}.{fmt}"] = figure_bytes(fig, fmt)
+
     for ds in result.datasets:
         sub = per_cell[per_cell["dataset"] == ds]
         n = int(max(sub["cov_level"].max(), sub["sem_level"].max()) + 1)
-        for det in dict.fromkeys(sub["detector"]):
-            for m in hm:
-                if sub.loc[sub["detector"] == det, m].notna().any():
-                    out[heatmap_name(ds, det, m)] = heatmap_png(sub, detector=det, metric=m, dataset=ds, n_levels=n)
+        for m in hm:
+            limits = metric_limits(sub.loc[~sub["na"].astype(bool), m])  # one range for every detector
+            drawn = [d for d in dict.fromkeys(sub["detector"]) if sub.loc[sub["detector"] == d, m].notna().any()]
+            for det in drawn:
+                out[heatmap_name(ds, det, m)] = heatmap_png(sub, detector=det, metric=m, dataset=ds, n_levels=n,
+                                                            limits=limits)
+            if drawn:
+                paper(compare_name(ds, m), compare_figure(sub, metric=m, dataset=ds, detectors=drawn, n_levels=n,
+                                                          limits=limits))
         for axis in AXES:
             for m in metrics:
-                out[level_curve_name(ds, axis, m)] = level_curve_png(result.levels, metric=m, axis=axis, dataset=ds)
+                paper(level_curve_name(ds, axis, m), level_curve_figure(result.levels, metric=m, axis=axis, dataset=ds))
     if leak_pairs(per_cell):
         effect = leak_effect(per_cell, hm)
         for (ds, det, m), rows in effect.groupby(["dataset", "detector", "metric"], sort=False):

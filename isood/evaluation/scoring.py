@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 import numpy as np
+import pandas as pd
 import torch
 
+from isood.devices import DEFAULT_PRECISION
 from isood.errors import BadInputError
 from isood.files import atomic_write_bytes
 
@@ -41,13 +43,42 @@ class DetectorScores:
 
     ``scores[detector][dataset]`` (N,) higher = more ID; ``predictions[dataset]`` argmax of the logits;
     ``labels[dataset]`` the data's labels or None; the ID training set appears under ``train_name`` when it
-    was scored (DER needs its scores and correctness).
+    was scored (DER needs its scores and correctness). ``paths[dataset]`` (when known: ``isood evaluate`` sets
+    them) name each row's image, so that ``to_frame`` keys scores by image path instead of row order.
     """
 
     scores: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     predictions: dict[str, np.ndarray] = field(default_factory=dict)
     labels: dict[str, np.ndarray | None] = field(default_factory=dict)
     train_name: str = TRAIN_NAME
+    paths: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def datasets(self) -> list[str]:
+        """The scored datasets, in the order they were scored."""
+        return list(self.predictions)
+
+    def to_frame(self, dataset: str | None = None) -> pd.DataFrame:
+        """The scores as one table indexed by ``(dataset, path)``: ``label`` (``<NA>`` for a set without labels),
+        ``prediction`` and one column per detector (higher = more ID). ``path`` is the image's path as its set
+        lists it (``paths``; the row number as text when unknown). ``dataset``: only that one."""
+        names = self.datasets if dataset is None else [dataset]
+        unknown = [n for n in names if n not in self.predictions]
+        if unknown:
+            raise BadInputError(f"no scores for dataset {unknown[0]!r}: have {', '.join(self.datasets)}")
+        frames = []
+        for ds in names:
+            n = len(self.predictions[ds])
+            paths = self.paths.get(ds)
+            if paths is not None and len(paths) != n:
+                raise BadInputError(f"dataset {ds!r} has {len(paths)} paths for {n} scored images")
+            labels = self.labels.get(ds)
+            frames.append(pd.DataFrame({
+                "dataset": ds, "path": [str(p) for p in paths] if paths is not None else [str(i) for i in range(n)],
+                "label": pd.array(labels if labels is not None else [pd.NA] * n, dtype="Int64"),
+                "prediction": self.predictions[ds],
+                **{det: per_ds[ds] for det, per_ds in self.scores.items() if ds in per_ds}}))
+        return pd.concat(frames, ignore_index=True).set_index(["dataset", "path"])
 
     def correct(self, dataset: str) -> np.ndarray:
         """Boolean: prediction == label (raises when the dataset has no labels)."""
@@ -153,15 +184,16 @@ def run_detectors(adapter: ModelAdapter, detectors, datasets: Mapping[str, objec
                   train_labels: np.ndarray | None = None, score_train: bool = False, batch_size: int = 64,
                   device: str | torch.device = "cpu", num_workers: int = 0, progress: bool = False,
                   cache_dir: str | os.PathLike | None = None, data_ids: Mapping[str, str] | None = None,
-                  preprocess_id: str = "") -> DetectorScores:
+                  preprocess_id: str = "", precision: str = DEFAULT_PRECISION) -> DetectorScores:
     """Fit ``detectors`` on ``id_train`` and score every dataset of ``datasets`` (name -> data).
 
     ``detectors``: names, ``Detector`` instances, or a dict name -> instance. One forward pass per batch captures
     the union of what they need (plus logits, for predictions); the ID training set is passed only if a detector
     needs fitting (or ``score_train``). ``train_labels`` override the labels the training data yields (MDS needs
     real labels). ``data_ids`` (dataset name -> identity string; the training set under ``'id_train'``) enable
-    the on-disk cache in ``cache_dir``. Before any pass the detectors' hyper-parameters are checked against the
-    data's sizes (``preflight``). An unreadable image fails its dataset's pass; the
+    the on-disk cache in ``cache_dir``. ``precision``: the forward passes' (``capture.extract_outputs``; fp32 by
+    default). Before any pass the detectors' hyper-parameters are checked against the data's sizes
+    (``preflight``). An unreadable image fails its dataset's pass; the
     other datasets are still read (without the model) and one ``UnreadableImagesError`` names them all (the
     full list written beside ``cache_dir``, else in the temporary folder).
     """
@@ -173,7 +205,7 @@ def run_detectors(adapter: ModelAdapter, detectors, datasets: Mapping[str, objec
     kinds = _union(post.values()) | {"logits"}
     data_ids = dict(data_ids or {})
     common = dict(batch_size=batch_size, device=device, num_workers=num_workers, progress=progress,
-                  cache_dir=cache_dir if data_ids else None, preprocess_id=preprocess_id)
+                  cache_dir=cache_dir if data_ids else None, preprocess_id=preprocess_id, precision=precision)
     fit_needed = [d for d in post.values() if d.needs_fit]
     if (fit_needed or score_train) and id_train is None:
         names = ", ".join(d.name for d in fit_needed) or "score_train"

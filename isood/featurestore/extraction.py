@@ -21,6 +21,7 @@ from isood.featurestore.shards import (
     SHARD_NAME, ShardAssembler, image_batches, index_tables, key_head, remove_stale_shards, shard_bounds,
     shard_count, shard_dim, shard_files, shard_key, shard_stat_cache, stored_key, write_shard,
 )
+from isood.defaults import DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE  # re-exported; their home is isood.defaults
 from manifests.card import write_with_card
 from manifests.output import writing
 from manifests.store import Manifest, input_record, read, write_manifest
@@ -29,10 +30,6 @@ __all__ = [
     "DEFAULT_BATCH_SIZE", "DEFAULT_SHARD_SIZE", "ExtractResult", "ShardRun",
     "check_sizes", "extract_shards", "write_features_manifest", "extract_features",
 ]
-
-DEFAULT_BATCH_SIZE = 64
-DEFAULT_SHARD_SIZE = 10_000
-
 
 @dataclass
 class ExtractResult:
@@ -70,7 +67,7 @@ class ShardRun:
 
 def check_sizes(*, batch_size: int, shard_size: int, workers: int | None = None) -> None:
     """One-line errors naming the option: ``--batch-size`` and ``--shard-size`` must be >= 1, ``--workers`` (the
-    decoding threads; 0: decode in the model's own thread; None: the default) >= 0."""
+    decoding processes; 0: decode in the model's own process; None: the default) >= 0."""
     for flag, value, least in (("--batch-size", batch_size, 1), ("--shard-size", shard_size, 1),
                                ("--workers", workers, 0)):
         if value is None and flag == "--workers":
@@ -132,7 +129,7 @@ def _reusable(source: ImageSource, rels: Sequence[str], refused: Sequence[str], 
 
 
 def _encode(source: ImageSource, model: _Model, out: Path, todo: Sequence[int], *, shard_size: int,
-            batch_size: int, threads: int, decode: str, engine: BatchEngine, progress: bool,
+            batch_size: int, workers: int, decode: str, engine: BatchEngine, progress: bool,
             on_shard: Callable[[int], None] | None) -> tuple[dict[int, pd.DataFrame], dict[int, str]]:
     """Encode the files of shards ``todo`` on ``engine``; write each shard as soon as it is complete, keyed by
     the content its worker read. Returns (rows, keys) of the written shards."""
@@ -140,7 +137,7 @@ def _encode(source: ImageSource, model: _Model, out: Path, todo: Sequence[int], 
     refused = source.refused if any(source.refused) else None
     batches = image_batches(source.files, rels, todo, shard_size=shard_size, batch_size=batch_size, refused=refused)
     assembler = ShardAssembler(source.table, todo, shard_size=shard_size)
-    args = (model.encoder if model.encoder is not None else model.spec, model.device, threads, decode)
+    args = (model.encoder if model.encoder is not None else model.spec, model.device, workers, decode)
     written: dict[int, pd.DataFrame] = {}
     keys: dict[int, str] = {}
     total = sum(len(b["i"]) for b in batches)
@@ -162,15 +159,15 @@ def _encode(source: ImageSource, model: _Model, out: Path, todo: Sequence[int], 
 
 
 def _run_config(source: ImageSource, model: _Model, engine: BatchEngine, *, embed_dim: int | None,
-               shard_size: int, batch_size: int, threads: int, decode: str) -> dict:
-    """The manifest config of an extraction. ``decode``: the decoding mode (``reference`` or ``fast``).
-    ``workers``: the decoding threads of the in-process engine, or the workers another engine names in its
+               shard_size: int, batch_size: int, workers: int, decode: str) -> dict:
+    """The manifest config of an extraction. ``decode``: the decoding mode (``isood.images.DECODE_MODES``).
+    ``workers``: the decoding processes of the in-process engine, or the workers another engine names in its
     config (Ray: the actors asked for); other engines add their own entry (``ray``)."""
     engine_config = engine.as_config() if engine.name != "local" else {}
     config = {"images": os.path.abspath(source.source), "image_root": os.path.abspath(source.root),
               "source_kind": source.kind, "clip": model.spec,
               "clip_identity": model.identity, "decode": decode, "embed_dim": embed_dim,
-              "shard_size": int(shard_size), "batch_size": int(batch_size), "workers": engine_config.get("workers", threads),
+              "shard_size": int(shard_size), "batch_size": int(batch_size), "workers": engine_config.get("workers", workers),
               "device": model.device, "engine": engine.name}
     if source.follow_symlinks:  # recorded only when opted in: the default keeps older manifests' bytes
         config["follow_symlinks"] = True
@@ -186,15 +183,16 @@ def extract_shards(source: ImageSource, clip: str | ClipEncoder, out: str | os.P
                    on_shard: Callable[[int], None] | None = None, decode: str = REFERENCE_DECODE) -> ShardRun:
     """Make ``shards`` (default: all) of ``source`` complete in ``out``: complete shards (same model, same
     decoding mode, same member files with the same content: ``shards.shard_key``) are kept, the others
-    (re)computed on ``engine`` (default: this process). ``workers``: image-decoding threads of each model worker
-    (default ``isood.devices.default_workers()``); ``decode``: ``isood.images.REFERENCE_DECODE`` (default) or
-    ``FAST_DECODE``. ``out`` is a stage's work folder (``manifests.writing``): the caller writes the manifest."""
+    (re)computed on ``engine`` (default: this process). ``workers``: the image-decoding processes of the local
+    engine's model worker, the decoding threads of another engine's (default ``isood.devices.default_workers()``);
+    the features do not depend on it. ``decode``: ``isood.images.REFERENCE_DECODE`` (default), ``FAST_DECODE``
+    or ``GPU_DECODE``. ``out`` is a stage's work folder (``manifests.writing``): the caller writes the manifest."""
     check_sizes(batch_size=batch_size, shard_size=shard_size, workers=workers)
     check_decode_mode(decode)
     engine = engine if engine is not None else LocalEngine()
     out = Path(out)
     model = _model(clip, engine, device)
-    threads = default_workers() if workers is None else int(workers)
+    workers = default_workers() if workers is None else int(workers)
     n = len(source.files)
     n_shards = shard_count(n, shard_size)
     shards = list(range(n_shards)) if shards is None else list(shards)
@@ -212,14 +210,14 @@ def extract_shards(source: ImageSource, clip: str | ClipEncoder, out: str | os.P
         for k in todo:  # an old complete-looking shard must not survive beside a new rows file
             (out / SHARD_NAME.format(k)).unlink(missing_ok=True)
         written, new_keys = _encode(source, model, out, todo, shard_size=shard_size, batch_size=batch_size,
-                                    threads=threads, decode=decode, engine=engine, progress=progress,
+                                    workers=workers, decode=decode, engine=engine, progress=progress,
                                     on_shard=on_shard)
         rows.update(written)
         keys.update(new_keys)
     embed_dim = model.encoder.embed_dim if model.encoder is not None else shard_dim(out, shards)
     remove_stale_shards(out, set(shards))
     config = _run_config(source, model, engine, embed_dim=embed_dim, shard_size=shard_size, batch_size=batch_size,
-                         threads=threads, decode=decode)
+                         workers=workers, decode=decode)
     inputs = [input_record("images", source.source, sha256=source.listing_sha256)]
     return ShardRun(out, shards, n_shards, keys, rows, sorted(written), embed_dim, config, inputs)
 
@@ -255,8 +253,9 @@ def extract_features(images: str | os.PathLike | ImageSource, clip: str | ClipEn
     Resumable: complete shards (same model, decoding mode, member files and their content) are kept; others are
     (re)computed. A rerun reads only files whose stat (size, mtime, ctime, inode) changed since they were hashed
     (``isood.content``); one touched but with the same bytes is kept. ``decode``: ``reference`` (default: PIL +
-    the model's own preprocess) or ``fast`` (``isood.images.image_decoder``; never mixed with reference shards).
-    ``engine``: where the model runs (default ``LocalEngine()``: this process, ``workers`` decoding threads;
+    the model's own preprocess), ``fast`` or ``gpu`` (``isood.images.image_decoder``; modes never mix in a
+    feature set). ``engine``: where the model runs (default ``LocalEngine()``: this process, ``workers`` decoding
+    processes;
     ``isood.engines.ray.RayEngine``: Ray actors, each holding one model). Every engine writes the same shards
     and manifest. ``on_shard(k)`` is called after shard k is written (tests use it to interrupt a run).
     ``follow_symlinks``: also read files whose links lead outside the image root (default: rejected,

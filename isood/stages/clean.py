@@ -31,13 +31,14 @@ import pyarrow.compute as pc
 
 import manifests
 from isood.defaults import DEFAULT_VERIFY
+from isood.optspec import REQUIRED, option, out_option, verify_option
 from isood.grid import cell_table, is_na
 from isood.kinds import AUDIT, LAID_FILE, SPLITS, AuditView, SplitsView
 from manifests.card_stream import WHOLE_TABLE_ROWS, MainTableStream, finish_stream
 from manifests.stream import ParquetStream, StagedFile
 from wordnet_tools.rules import LEAK_RULES, leak_mask, parse_rules
 
-__all__ = ["CleanResult", "load_inputs", "cell_keys", "leaking_rows", "count_cells", "recount_cells",
+__all__ = ["CleanOptions", "CleanResult", "load_inputs", "cell_keys", "leaking_rows", "count_cells", "recount_cells",
            "leak_dropped", "filter_list", "filter_lists", "clean_splits", "DROPPED_SCHEMA"]
 
 DROPPED_SCHEMA = pa.schema([("set", pa.string()), ("path", pa.string()), ("wnid", pa.string()),
@@ -58,6 +59,21 @@ class CleanResult:
     removed_by_rule: dict[str, int]
     na_before: int
     na_after: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class CleanOptions:
+    """`isood splits clean` (one description per option: ``isood.optspec``)."""
+
+    splits: str = option(REQUIRED, kind="path", argument=True, metavar="SPLITS",
+                         help="A splits manifest (isood build-splits or isood import isood-lists).")
+    audit: str = option(REQUIRED, kind="path", metavar="AUDIT",
+                        help="An audit of its classes (isood wordnet audit SPLITS --out AUDIT).")
+    out: str = out_option("Output directory (the leak-free splits manifest).")
+    rules: str = option(",".join(LEAK_RULES), metavar="RULES",
+                        help="Audit verdicts to remove, comma-separated (among unknown, id, hypernym, hyponym, "
+                             "excluded_subtree).")
+    verify: str = verify_option()
 
 
 def load_inputs(splits: str | os.PathLike, audit: str | os.PathLike, *,

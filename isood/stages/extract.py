@@ -15,7 +15,8 @@ The stage never builds an engine: it takes ``engine: BatchEngine | None`` (None:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -23,16 +24,18 @@ import numpy as np
 import pandas as pd
 
 from isood.clip import ClipEncoder
-from isood.errors import BadInputError
-from isood.featurestore import (
-    DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE, SHARD_NAME, SHARD_ROWS_NAME, SHARD_STATS_NAME, ExtractResult, ShardRun,
-    check_sizes, extract_shards, read_shard_rows, remove_stale_shards, shard_count, shard_files,
+from isood.defaults import DEFAULT_SHARD_SIZE
+from isood.errors import BadInputError, IsoodWarning
+from isood.featurestore import ( SHARD_NAME, SHARD_ROWS_NAME, SHARD_STATS_NAME, ExtractResult, ShardRun,
+    extract_shards, read_shard_rows, remove_stale_shards, shard_count, shard_files,
     write_features_manifest,
 )
-from isood.images import REFERENCE_DECODE, check_decode_mode, list_images
+from isood.images import DECODE_MODES, FAST_DECODE, REFERENCE_DECODE, list_images
 from isood.kinds import FEATURES, FEATURES_PART
 from isood.batch_engine import BatchEngine
 from isood.files import link_or_copy
+from isood.optspec import (REQUIRED, EngineFields, JobArrayFields, batch_size_option, check, device_option, option,
+                           out_option, workers_option)
 from isood.parts import check_shard_args, part_info, selected_units
 from manifests.output import writing
 from manifests.card import write_with_card
@@ -42,33 +45,54 @@ __all__ = ["ExtractOptions", "validate", "output_kind", "task_shards", "part_tab
            "merged_config", "merge_parts"]
 
 
-@dataclass(frozen=True)
-class ExtractOptions:
-    """What ``isood extract`` was asked: the images (dataset root or file list), the CLIP (``--clip`` name or a
-    loaded encoder), the output directory, sizes, decoding ``workers`` per model worker, device, the job-array
-    task (``num_shards``, ``shard_index``), the decoding mode (``decode``: ``isood.images.REFERENCE_DECODE``,
-    or ``FAST_DECODE`` for ``--fast-decode``) and ``follow_symlinks`` (``--follow-symlinks``: also read files
-    whose links lead outside the image root; by default they are rejected, see ``isood.images``)."""
+@dataclass(frozen=True, kw_only=True)
+class ExtractOptions(EngineFields, JobArrayFields):
+    """What ``isood extract`` is asked, one description per option (``isood.optspec``): the images (dataset root
+    or file list), the CLIP (``--clip`` name, or a loaded ``ClipEncoder`` from Python), the output directory,
+    sizes, decoding ``workers`` (processes) per model worker, device, the job-array task (``num_shards``,
+    ``shard_index``), the decoding mode (``decode``: one of ``isood.images.DECODE_MODES``) and ``follow_symlinks``
+    (also read files whose links lead outside the image root; by default they are rejected, see
+    ``isood.images``). The engine fields name the engine the command builds (the stage takes it built)."""
 
-    images: str | os.PathLike
-    clip: str | ClipEncoder
-    out: str | os.PathLike
-    batch_size: int = DEFAULT_BATCH_SIZE
-    workers: int | None = None
-    shard_size: int = DEFAULT_SHARD_SIZE
-    device: str | None = None
-    num_shards: int = 1
-    shard_index: int = 0
-    progress: bool = True
-    decode: str = REFERENCE_DECODE
-    follow_symlinks: bool = False
+    images: str = option(REQUIRED, kind="path", help="Images: a dataset root with wnid subfolders, or a file list "
+                                                     "(one path per line).")
+    clip: str | ClipEncoder = option(REQUIRED, kind="str", objects=True, metavar="MODEL:PRETRAINED",
+                                     help="CLIP encoder: MODEL:PRETRAINED (e.g. ViT-B-32:openai), local-dir:PATH or "
+                                          "hf-hub:ORG/REPO.")
+    out: str = out_option("Output directory (features manifest; rerun to resume).")
+    batch_size: int = batch_size_option()
+    workers: int | None = workers_option(None, "the features do not depend on it")
+    shard_size: int = option(DEFAULT_SHARD_SIZE, least=1, help="Images per features-NNNNN.npy shard (the unit of "
+                                                               "resuming).")
+    device: str | None = device_option("AMP on CUDA")
+    decode: str = option(REFERENCE_DECODE, choices=DECODE_MODES, metavar="MODE",
+                         help="Image decoding: reference (PIL + the model's own preprocessing, comparable across "
+                              "runs); fast (large JPEGs decoded at reduced size, resizing on uint8 tensors); gpu "
+                              "(JPEGs decoded in one batched torchvision decode_jpeg call per batch on the model's "
+                              "--device, nvJPEG on CUDA, then resized, cropped and normalised there; other files "
+                              "(PNG, CMYK, cut short) by the reference path; with --device cpu the same batched code "
+                              "runs on the CPU). fast and gpu keep cosine >= 0.999 to the reference features "
+                              "(bench/decode.py on the CPU; bench/gpu_extract.py measures nvJPEG's); the mode is "
+                              "recorded in the manifest and shards of different modes never mix.")
+    fast_decode: bool = option(False, help="Deprecated: the same as --decode fast.")
+    follow_symlinks: bool = option(False, help="Also read images whose symlinks lead outside the --images root "
+                                               "(default: listed in the rejected table, since manifest paths "
+                                               "promise files inside the root).")
+    progress: bool = option(True, cli=False, help="Progress bars.")
 
 
-def validate(opts: ExtractOptions) -> None:
-    """One-line errors for impossible sizes and thread counts, job-array arguments and decoding modes."""
-    check_sizes(batch_size=opts.batch_size, shard_size=opts.shard_size, workers=opts.workers)
+def validate(opts: ExtractOptions) -> ExtractOptions:
+    """The checked options (``isood.optspec.check``: every bound, one line naming the flag), the job-array
+    arguments and the deprecated ``fast_decode`` folded into ``decode``."""
+    opts = check(opts)
     check_shard_args(opts.num_shards, opts.shard_index)
-    check_decode_mode(opts.decode)
+    if opts.fast_decode:
+        if opts.decode not in (REFERENCE_DECODE, FAST_DECODE):
+            raise BadInputError(f"--fast-decode (the same as --decode fast) contradicts --decode {opts.decode}; "
+                                "pass one of them")
+        warnings.warn("--fast-decode is deprecated; pass --decode fast", IsoodWarning, stacklevel=2)
+        opts = replace(opts, decode=FAST_DECODE, fast_decode=False)
+    return opts
 
 
 def output_kind(opts: ExtractOptions) -> str:
@@ -106,7 +130,7 @@ def write_part(run: ShardRun, opts: ExtractOptions, *, argv: list[str] | None = 
 def run_extract(opts: ExtractOptions, *, engine: BatchEngine | None = None, argv: list[str] | None = None,
                 on_shard: Callable[[int], None] | None = None) -> ExtractResult:
     """``isood extract``: validate, list, extract this task's shards on ``engine``, write the manifest."""
-    validate(opts)
+    opts = validate(opts)
     source = list_images(opts.images, follow_symlinks=opts.follow_symlinks)
     kind = output_kind(opts)
     with writing(opts.out, kind, inputs=[source.source]) as o:

@@ -11,7 +11,7 @@ from isood.evaluation.detectors import (Detector, DetectorInputError, ForwardOut
                                         detector_class, get_detector, parse_detectors, register_detector)
 
 #: every registered detector that scores captured outputs (all but the input-perturbing ones), from the registry
-POST_HOC = [n for n in available_detectors() if "input" not in detector_class(n).requires]
+POST_HOC = [n for n in available_detectors() if not {"input", "local_logits"} & set(detector_class(n).requires)]
 
 
 @pytest.fixture()

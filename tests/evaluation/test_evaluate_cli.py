@@ -73,8 +73,7 @@ def _syn_manifest(root, rng, colour):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """ID train (6 per class) / ID test (3 per class) folders, test images of the splits, checkpoints."""
-    import timm
-    from safetensors.torch import save_file
+    from isood.tiny_models import build_tiny_classifier
 
     root = tmp_path_factory.mktemp("evaluate")
     rng = np.random.default_rng(0)
@@ -91,9 +90,7 @@ def world(tmp_path_factory):
     _splits_manifest(root / "splits", root / "test")
     _syn_manifest(root / "syn", rng, colour)
     for name, n_classes in (("test_resnet", 3), ("test_vit", 3), ("test_resnet5", 5)):
-        torch.manual_seed(0)
-        model = timm.create_model(name.rstrip("5"), pretrained=False, num_classes=n_classes)
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(root / f"{name}.safetensors"))
+        build_tiny_classifier(root / f"{name}.safetensors", num_classes=n_classes, arch=name.rstrip("5"))
     return root
 
 
@@ -174,7 +171,8 @@ def test_evaluate_end_to_end_with_sanity_model(world, tmp_path):
     assert sanity.loc["msp", "auroc"] == pytest.approx(per_cell.query("detector == 'msp' and not na")["auroc"].mean())
 
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 2 * (5 + 2) and "http" not in html
+    # per grid dataset: 5 heatmaps, the detectors compared, 2 level curves
+    assert html.count("data:image/png;base64,") == 2 * (5 + 1 + 2) and "http" not in html
     assert (out / "summary.md").is_file()
 
     # a second evaluation with another detector does no forward pass: the output cache is reused (its `.~` stat

@@ -150,4 +150,4 @@ def test_options_are_keyword_only_and_recorded(scored):
     res, _ = scored
     meta = run_meta(opts, model_name="m", detectors=dets, n_id_classes=3, datasets=[ID_TEST, "splits"], scores=res)
     acc = float(np.mean(res.predictions[ID_TEST] == res.labels[ID_TEST]))
-    assert meta["accuracy on id_test"] == round(acc, 4) and meta["detectors"] == "msp, knn"
+    assert meta["accuracy on id_test"] == round(acc, 4) and meta["detectors"] == "msp (temperature=1.0), knn (k=3)"

@@ -36,8 +36,7 @@ def _image(path, rng, colour):
 @pytest.fixture(scope="module")
 def release(tmp_path_factory):
     """The release's list folder (all 64 lists per subset, most empty), the image root, ID folders, a model."""
-    import timm
-    from safetensors.torch import save_file
+    from isood.tiny_models import build_tiny_classifier
 
     root = tmp_path_factory.mktemp("release")
     rng = np.random.default_rng(0)
@@ -62,9 +61,7 @@ def release(tmp_path_factory):
         for w in ID:
             for i in range(n):
                 _image(root / split / w / f"{w}_{i}.png", rng, colour[w])
-    torch.manual_seed(0)
-    model = timm.create_model("test_resnet", pretrained=False, num_classes=3)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(root / "model.safetensors"))
+    build_tiny_classifier(root / "model.safetensors", num_classes=3)
     return root, listed
 
 

@@ -55,9 +55,11 @@ def test_heatmap_size_grey_na_cells_and_cell_colours(result):
     # (x = semantic level, y = covariate level); off-centre to miss the printed text
     for s, c in ((2, 2), (1, 2)):  # N/A by count, and a cell with no image at all
         assert np.abs(_pixel(png, fig, ax, s + 0.3, c + 0.3).astype(int) - grey).max() <= 2
-    # a measured cell has the viridis colour of its value, not grey
+    # a measured cell has the viridis colour of its value's place in the metric's own range, not grey
+    measured = result.per_cell.query("detector == 'msp' and not na")
+    lo, hi = measured["auroc"].min(), measured["auroc"].max()
     v = float(result.per_cell.query("detector == 'msp' and cell == 'cov_0_sem_2'")["auroc"].iloc[0])
-    want = np.round(np.array(colormaps["viridis"](v)[:3]) * 255)
+    want = np.round(np.array(colormaps["viridis"]((v - lo) / (hi - lo))[:3]) * 255)
     got = _pixel(png, fig, ax, 2 + 0.3, 0 + 0.3).astype(int)
     assert np.abs(got - want).max() <= 3
     assert np.abs(got - grey).max() > 20
@@ -65,18 +67,26 @@ def test_heatmap_size_grey_na_cells_and_cell_colours(result):
     fig2 = plots.heatmap_figure(result.per_cell, detector="msp", metric="fpr95")
     png2 = plots.figure_png(fig2)
     f = float(result.per_cell.query("detector == 'msp' and cell == 'cov_0_sem_2'")["fpr95"].iloc[0])
-    want2 = np.round(np.array(colormaps["viridis_r"](f)[:3]) * 255)
+    flo, fhi = measured["fpr95"].min(), measured["fpr95"].max()
+    want2 = np.round(np.array(colormaps["viridis_r"]((f - flo) / (fhi - flo))[:3]) * 255)
     assert np.abs(_pixel(png2, fig2, fig2.axes[0], 2.3, 0.3).astype(int) - want2).max() <= 3
-    # every measured cell's colour sits on viridis at its value's position (bounded metric: range [0, 1]), so
-    # the colours follow the order of the values
+    # every measured cell's colour sits on viridis at its value's position in the range of the metric's values
+    # (the lowest at one end, the highest at the other, not a fixed [0, 1]), so the colours follow the values
     lut = np.round(colormaps["viridis"](np.linspace(0, 1, 256))[:, :3] * 255)
-    measured = result.per_cell.query("detector == 'msp' and not na")
     positions, values = [], []
     for rec in measured.itertuples():
         positions.append(_nearest_lut_index(_pixel(png, fig, ax, rec.sem_level + 0.3, rec.cov_level + 0.3), lut))
         values.append(rec.auroc)
-    assert np.abs(np.array(positions) - np.array(values) * 255).max() <= 3
+    assert np.abs(np.array(positions) - (np.array(values) - lo) / (hi - lo) * 255).max() <= 3
+    assert min(positions) <= 2 and max(positions) >= 253
     assert np.argsort(positions, kind="stable").tolist() == np.argsort(values, kind="stable").tolist()
+    # a fixed range is still available: at [0, 1] the position is the value itself
+    fixed = plots.figure_png(plots.heatmap_figure(result.per_cell, detector="msp", metric="auroc", limits=(0, 1)))
+    assert abs(_nearest_lut_index(_pixel(fixed, fig, ax, 2.3, 0.3), lut) - v * 255) <= 3
+    # each cell shows its number of images: the N/A cell of 3 images too; the cell without any image none
+    texts = [t.get_text() for t in ax.texts]
+    assert texts.count("n=20") == 7 and texts.count("n=3") == 1 and "n=0" not in texts
+    assert texts.count("N/A") == 2
 
 
 def test_plots_are_deterministic_with_fixed_names(result):
@@ -87,12 +97,18 @@ def test_plots_are_deterministic_with_fixed_names(result):
     assert Image.open(io.BytesIO(curve)).size == (round(plots.CURVE_SIZE[0] * plots.DPI),
                                                   round(plots.CURVE_SIZE[1] * plots.DPI))
     rendered = plots.render_plots(result, metrics=["auroc", "fpr95"])
-    assert set(rendered) == {
+    paper = {f"plots/{f}.{ext}" for f in ("compare_splits_auroc", "compare_splits_fpr95", "levels_splits_sem_auroc",
+                                          "levels_splits_cov_auroc", "levels_splits_sem_fpr95",
+                                          "levels_splits_cov_fpr95") for ext in ("png", "svg", "pdf")}
+    assert set(rendered) == paper | {
         "plots/heatmap_splits_msp_auroc.png", "plots/heatmap_splits_msp_fpr95.png",
         "plots/heatmap_splits_energy_auroc.png", "plots/heatmap_splits_energy_fpr95.png",
-        "plots/levels_splits_sem_auroc.png", "plots/levels_splits_cov_auroc.png",
-        "plots/levels_splits_sem_fpr95.png", "plots/levels_splits_cov_fpr95.png",
     }
+    again = plots.render_plots(result, metrics=["auroc", "fpr95"])
+    assert again == rendered  # every format byte for byte, SVG ids and PDF metadata included
+    svg, pdf = rendered["plots/compare_splits_auroc.svg"], rendered["plots/compare_splits_auroc.pdf"]
+    assert svg.startswith(b"<?xml") and b"<dc:date>" not in svg
+    assert pdf.startswith(b"%PDF") and b"/CreationDate" not in pdf
     assert rendered["plots/heatmap_splits_energy_autc.png".replace("autc", "auroc")] != a
     with pytest.raises(ValueError, match="not computed"):
         plots.render_plots(result, metrics=["der95"])
@@ -102,19 +118,23 @@ def test_html_report_is_self_contained(result):
     images = plots.render_plots(result, metrics=["auroc"])
     text = report.render_html(result, images, title="T <1>", meta={"model": "m&m"})
     srcs = re.findall(r'src="([^"]*)"', text)
-    assert len(srcs) == len(images) == 4
+    pngs = {k: v for k, v in images.items() if k.endswith(".png")}
+    assert len(srcs) == len(pngs) == 5  # 2 heatmaps, the comparison, 2 level curves; SVG / PDF stay files
     assert all(s.startswith("data:image/png;base64,") for s in srcs)
     decoded = {base64.b64decode(s.split(",", 1)[1]) for s in srcs}
-    assert decoded == set(images.values())
+    assert decoded == set(pngs.values())
     low = text.lower()
     assert "http://" not in low and "https://" not in low and "<script" not in low and "<link" not in low
-    assert "href=" not in low
+    # the only links are the table of contents', each to a section of the page
+    targets = re.findall(r'href="([^"]*)"', text)
+    ids = re.findall(r'<h2 id="([^"]+)">', text)
+    assert targets == [f"#{i}" for i in ids] and len(ids) == len(re.findall(r"<h2", text)) == len(set(ids))
     assert "T &lt;1&gt;" in text and "m&amp;m" in text  # escaped
     # Table 1 numbers appear as computed
     corr = result.summary.query("detector == 'msp' and axis == 'sem' and metric == 'auroc'")["correlation"].iloc[0]
     assert f"{corr:.3f}" in text
     md = report.render_markdown(result, title="T")
-    assert "| msp | splits |" in md and f"{corr:.3f}" in md
+    assert "### splits" in md and "| msp |" in md and f"{corr:.3f}" in md
     mean = result.means.query("detector == 'energy'")["auroc"].iloc[0]
     assert f"{mean:.3f}" in md
 

@@ -1,58 +1,19 @@
 """Fixtures for generation tests: a tiny SDXL pipeline saved to disk, ID features, labels and a LAID file.
 
-The tiny pipeline is a real ``StableDiffusionXLPipeline`` built from diffusers/transformers classes (UNet with
-``addition_embed_type='text_time'``, a 2-block VAE, two 2-layer CLIP text encoders, Euler scheduler) and a
-``CLIPTokenizer`` built in memory from open_clip's bundled BPE vocabulary (no hub files). It runs 1 step at
-64x64 in ~0.05 s on one CPU core and loads through ``--pipeline local-dir:PATH``.
+The tiny pipeline is ``isood.tiny_models.build_tiny_sdxl``: a real ``StableDiffusionXLPipeline`` built from
+diffusers/transformers classes (UNet with ``addition_embed_type='text_time'``, a 2-block VAE, two 2-layer CLIP text
+encoders, Euler scheduler) and a ``CLIPTokenizer`` built in memory from open_clip's bundled BPE vocabulary (no hub
+files). It runs 1 step at 64x64 in ~0.05 s on one CPU core and loads through ``--pipeline local-dir:PATH``.
 """
 
 from __future__ import annotations
-
-import gzip
 
 import numpy as np
 import pandas as pd
 import pytest
 
-TINY_SIZE = 64
-
-
-def clip_bpe_tokenizer():
-    """transformers CLIPTokenizer from open_clip's bundled BPE file (ids match open_clip's tokenizer)."""
-    from open_clip.tokenizer import bytes_to_unicode, default_bpe
-    from transformers import CLIPTokenizer
-
-    merges = gzip.open(default_bpe()).read().decode("utf-8").split("\n")[1 : 49152 - 256 - 2 + 1]
-    merges = [tuple(m.split()) for m in merges]
-    vocab = list(bytes_to_unicode().values())
-    vocab = vocab + [v + "</w>" for v in vocab] + ["".join(m) for m in merges] + ["<|startoftext|>", "<|endoftext|>"]
-    return CLIPTokenizer(vocab={v: i for i, v in enumerate(vocab)}, merges=merges, model_max_length=77)
-
-
-def build_tiny_sdxl(seed: int = 0):
-    import torch
-    from diffusers import AutoencoderKL, EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
-    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
-
-    torch.manual_seed(seed)
-    tok = clip_bpe_tokenizer()
-    text_cfg = CLIPTextConfig(hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=2,
-                              vocab_size=len(tok), max_position_embeddings=77, hidden_act="gelu", projection_dim=32)
-    unet = UNet2DConditionModel(
-        block_out_channels=(32, 64), layers_per_block=1, sample_size=TINY_SIZE // 8, in_channels=4, out_channels=4,
-        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"), up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
-        attention_head_dim=(2, 4), use_linear_projection=True, addition_embed_type="text_time",
-        addition_time_embed_dim=8, transformer_layers_per_block=(1, 1), projection_class_embeddings_input_dim=80,
-        cross_attention_dim=64, norm_num_groups=1,
-    )
-    vae = AutoencoderKL(block_out_channels=[32, 64], in_channels=3, out_channels=3,
-                        down_block_types=["DownEncoderBlock2D"] * 2, up_block_types=["UpDecoderBlock2D"] * 2,
-                        latent_channels=4, sample_size=TINY_SIZE, norm_num_groups=32)
-    scheduler = EulerDiscreteScheduler(beta_start=0.00085, beta_end=0.012, steps_offset=1,
-                                       beta_schedule="scaled_linear", timestep_spacing="leading")
-    return StableDiffusionXLPipeline(vae=vae, text_encoder=CLIPTextModel(text_cfg), tokenizer=tok,
-                                     text_encoder_2=CLIPTextModelWithProjection(text_cfg), tokenizer_2=tok,
-                                     unet=unet, scheduler=scheduler)
+# The tiny pipeline has one home in the package (`isood dev tiny-models` writes the same one).
+from isood.tiny_models import build_tiny_sdxl
 
 
 @pytest.fixture(scope="session")

@@ -148,7 +148,7 @@ def tiny_224_encoder(tmp_path_factory):
     from open_clip.model import CLIP
     from safetensors.torch import save_file
 
-    from tests.conftest import TINY_CLIP_CONFIG
+    from isood.tiny_models import TINY_CLIP_CONFIG
 
     cfg = json.loads(json.dumps(TINY_CLIP_CONFIG))
     cfg["model_cfg"]["vision_cfg"].update(image_size=224, patch_size=32)
@@ -163,9 +163,12 @@ def tiny_224_encoder(tmp_path_factory):
     return load_clip(f"local-dir:{folder}", device="cpu")
 
 
+@pytest.mark.parametrize("mode", ["fast", "gpu"])
 @pytest.mark.parametrize("model", ["tiny_encoder", "tiny_224_encoder"])
-def test_fast_decode_worker_keeps_cosine_to_the_reference_and_flags_bad_images(model, request, tmp_path):
-    from isood.images import FAST_DECODE, REFERENCE_DECODE
+def test_fast_and_gpu_decode_workers_keep_cosine_to_the_reference_and_flag_bad_images(model, mode, request,
+                                                                                       tmp_path):
+    """``--decode fast`` / ``--decode gpu`` (here on the CPU: the same batched decode_jpeg + tensor steps)."""
+    from isood.images import REFERENCE_DECODE
 
     encoder = request.getfixturevalue(model)
     files = []
@@ -176,18 +179,59 @@ def test_fast_decode_worker_keeps_cosine_to_the_reference_and_flags_bad_images(m
     _photo(800, 600, 9).convert("L").save(files[-1], quality=90)
     files.append(tmp_path / "p.png")
     _photo(900, 700, 10).save(files[-1])
+    files.append(tmp_path / "cmyk.jpg")
+    _photo(400, 300, 11).convert("CMYK").save(files[-1], quality=90)
+    files.append(tmp_path / "progressive.jpg")
+    _photo(400, 300, 12).save(files[-1], quality=90, progressive=True)
     files.append(tmp_path / "broken.JPEG")
     files[-1].write_bytes(files[2].read_bytes()[:5000])  # truncated
     batch = {"i": np.arange(len(files)), "path": [str(f) for f in files], "name": [f.name for f in files]}
     ref = ClipEncodeWorker(encoder, "cpu", 1, REFERENCE_DECODE)(batch)
-    fast = ClipEncodeWorker(encoder, "cpu", 2, FAST_DECODE)(batch)
+    fast = ClipEncodeWorker(encoder, "cpu", 2, mode)(batch)
     assert ref["ok"].tolist() == fast["ok"].tolist() == [True] * (len(files) - 1) + [False]
-    assert fast["error"][-1] and not fast["feature"][-1].any()
+    assert fast["error"][-1] == ref["error"][-1] != "" and not fast["feature"][-1].any()
+    assert fast["sha256"].tolist() == ref["sha256"].tolist()
     ok = ref["ok"]
     np.testing.assert_allclose(ref["feature"][ok], _direct(encoder, files[:-1]), atol=2e-5)  # the reference path
     cos = (ref["feature"][ok] * fast["feature"][ok]).sum(1)
-    assert cos.min() >= 0.999  # the --fast-decode promise (bench/decode.py measures it on ImageNet-like sizes)
+    assert cos.min() >= 0.999  # the fast / gpu promise (bench/decode.py measures it on ImageNet-like sizes)
     assert not np.array_equal(ref["feature"][ok], fast["feature"][ok])  # another path really ran
+
+
+@pytest.mark.parametrize("mode", ["reference", "fast", "gpu"])
+def test_stream_in_processes_gives_the_calls_features_whatever_the_workers(mode, tiny_encoder, tiny_images,
+                                                                           monkeypatch, tmp_path):
+    """The local engine's ``stream``: the CPU part of decoding in 1 or 2 processes (not this one), or here (0);
+    every batch's features and errors byte-identical to a call on the batch, whatever the number."""
+    import os
+
+    from isood.images import ImageDecoder
+
+    rels = sorted(p.relative_to(tiny_images).as_posix() for p in tiny_images.rglob("*")
+                  if p.is_file() and p.suffix != ".txt")
+    files = [tiny_images / r for r in rels]
+    batches = [{"i": np.arange(s, min(s + 7, len(rels))), "path": [str(f) for f in files[s:s + 7]],
+                "name": rels[s:s + 7]} for s in range(0, len(rels), 7)]
+    want = [ClipEncodeWorker(tiny_encoder, "cpu", 0, mode)(b) for b in batches]
+    assert sum(int((~w["ok"]).sum()) for w in want) == 1  # the corrupt file
+    prepare = ImageDecoder.prepare
+
+    def spy(self, paths, *args, **kwargs):  # runs in the decoding process: leave its pid behind
+        (tmp_path / f"pid-{os.getpid()}").touch()
+        return prepare(self, paths, *args, **kwargs)
+
+    monkeypatch.setattr(ImageDecoder, "prepare", spy)
+    for workers in (0, 1, 2):
+        for p in tmp_path.glob("pid-*"):
+            p.unlink()
+        got = list(ClipEncodeWorker(tiny_encoder, "cpu", workers, mode).stream(batches))
+        pids = {int(p.name[4:]) for p in tmp_path.glob("pid-*")}
+        assert (pids == {os.getpid()}) if workers == 0 else (len(pids) == workers and os.getpid() not in pids)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g["i"].tolist() == w["i"].tolist() and g["ok"].tolist() == w["ok"].tolist()
+            assert g["error"].tolist() == w["error"].tolist() and g["sha256"].tolist() == w["sha256"].tolist()
+            assert g["feature"].tobytes() == w["feature"].tobytes()
 
 
 def test_worker_refuses_an_unknown_decode_mode(tiny_encoder):

@@ -9,9 +9,10 @@ may differ, so the last bits may differ. Images likewise: pixels within 1/255.
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import sys
+import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -65,8 +66,24 @@ def test_missing_ray_is_one_line_with_the_install_hint(monkeypatch, tmp_path, ti
     assert not (tmp_path / "o").exists()  # refused before touching the output
 
 
+def test_workers_with_ray_keeps_its_old_meaning_for_one_release():
+    """``--workers`` counts decoding processes in every command; with ``--engine ray`` it used to count the actors:
+    without ``--ray-workers`` it still does, with one deprecation line (``isood.cli.extract.engine_of``)."""
+    from isood.cli.extract import engine_of
+    from isood.errors import IsoodWarning
+    from isood.stages.extract import ExtractOptions
+
+    opts = ExtractOptions(images="i", clip="c", out="o", engine="ray", workers=3)
+    with pytest.warns(IsoodWarning, match="pass --ray-workers"):
+        assert engine_of(opts, device=None, workers_given=True).as_config()["workers"] == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # --ray-workers given: no warning, it wins
+        engine = engine_of(replace(opts, ray_workers=5), device=None, workers_given=True)
+    assert engine.as_config()["workers"] == 5
+
+
 def test_bad_ray_options_are_refused(tiny_clip_spec, tiny_images, tmp_path):
-    with pytest.raises(BadInputError, match="--workers"):
+    with pytest.raises(BadInputError, match="--ray-workers"):
         RayOptions(workers=0)
     with pytest.raises(BadInputError, match="contradicts"):
         RayOptions(num_gpus_per_worker=1).check_device("cpu")
@@ -83,7 +100,7 @@ def test_bad_ray_options_are_refused(tiny_clip_spec, tiny_images, tmp_path):
     assert RayEngine().device_name(None) == ("cuda" if torch.cuda.is_available() else "cpu")
     res = CliRunner().invoke(app, ["extract", "--images", str(tiny_images), "--clip", tiny_clip_spec, "--out",
                                    str(tmp_path / "x"), "--engine", "spark"])
-    assert res.exit_code == 2 and "--engine local or --engine ray" in res.output
+    assert res.exit_code == 2 and "--engine 'spark': unknown value; pass local or ray" in res.output
 
 
 def test_pack_blocks_keeps_batches_whole_and_in_order():
@@ -172,22 +189,13 @@ def test_extract_ray_equals_local(local_ray, tiny_clip_spec, image_dataset_facto
     assert again.shards_written == [] and again.shards_reused == [0, 1, 2, 3]
     assert manifests.read(tmp_path / "ray").meta["content_sha256"] == mr.meta["content_sha256"]
     res = CliRunner().invoke(app, ["extract", "--images", str(images), "--clip", tiny_clip_spec, "--out", str(tmp_path / "ray"),
-                                   "--engine", "ray", "--workers", "2", "--batch-size", "3", "--shard-size", "4",
+                                   "--engine", "ray", "--ray-workers", "2", "--batch-size", "3", "--shard-size", "4",
                                    "--device", "cpu"])
     assert res.exit_code == 0, res.output
     assert "15 images -> 32-d features, 1 rejected; shards written 0, reused 4" in res.output
 
 
 # ------------------------------------------------------------------------------------------------ generation
-def _generation_conftest():
-    """tests/generation/conftest.py's builders (its fixtures are not visible from this directory)."""
-    path = Path(__file__).resolve().parents[1] / "generation" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("_isood_generation_conftest", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def syn_setup(tmp_path_factory, tiny_encoder):
     """A tiny SDXL pipeline folder, ID features (tiny-CLIP texts), a labels file and a LAID file."""
@@ -196,10 +204,11 @@ def syn_setup(tmp_path_factory, tiny_encoder):
     from isood.clip import encode_texts
     from isood.laid import LAID
     from isood.simulate import random_orthogonal
+    from isood.tiny_models import build_tiny_sdxl
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("syn_ray")
-    _generation_conftest().build_tiny_sdxl().save_pretrained(root / "sdxl")
+    build_tiny_sdxl().save_pretrained(root / "sdxl")
     texts = [f"a photo of a {x}." for x in ("tench", "goldfish", "hen", "ostrich")]
     (root / "id").mkdir()
     np.save(root / "id" / "features.npy", encode_texts(tiny_encoder, texts))

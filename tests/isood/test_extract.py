@@ -82,6 +82,73 @@ def test_fast_decode_flag_is_recorded_and_never_reuses_reference_shards(tiny_cli
     assert "shards written 0, reused 3" in CliRunner().invoke(app, args).output
 
 
+def _shard_keys(out) -> dict[int, str]:
+    from isood.featurestore import stored_key
+
+    return {k: stored_key(out, k)[1] for k in range(3)}
+
+
+def test_decode_gpu_is_recorded_never_mixed_and_rejects_what_the_reference_rejects(tiny_clip_spec, tiny_images,
+                                                                                   tmp_path):
+    base = ["extract", "--images", str(tiny_images), "--clip", tiny_clip_spec, "--shard-size", "8",
+            "--batch-size", "4", "--workers", "2", "--device", "cpu"]
+    outs = {}
+    for mode in ("reference", "gpu", "fast"):
+        outs[mode] = tmp_path / mode
+        res = CliRunner().invoke(app, [*base, "--out", str(outs[mode]), "--decode", mode])
+        assert res.exit_code == 0, res.output
+        assert f"{N_GOOD} images -> 32-d features, 1 rejected; shards written 3, reused 0" in res.output
+    views = {m: manifests.read(o, kind="features") for m, o in outs.items()}
+    assert {m: v.decode for m, v in views.items()} == {"reference": "reference", "gpu": "gpu", "fast": "fast"}
+    assert views["gpu"].rejected.equals(views["reference"].rejected)  # the same file, the same words
+    ref, gpu = (dict(zip(load_features(outs[m])[1]["path"], load_features(outs[m])[0])) for m in ("reference", "gpu"))
+    assert sorted(ref) == sorted(gpu)
+    cos = np.array([float(ref[p] @ gpu[p]) for p in ref])
+    assert cos.min() >= 0.999 and not np.array_equal(np.stack(list(ref.values())), np.stack(list(gpu.values())))
+    keys = {m: _shard_keys(o) for m, o in outs.items()}
+    assert all(keys["gpu"][k] != keys["reference"][k] != keys["fast"][k] != keys["gpu"][k] for k in range(3))
+    gpu_out = ["--out", str(outs["gpu"])]
+    assert "shards written 0, reused 3" in CliRunner().invoke(app, [*base, *gpu_out, "--decode", "gpu"]).output
+    assert "shards written 3, reused 0" in CliRunner().invoke(app, [*base, *gpu_out]).output  # reference now
+    assert _shard_keys(outs["gpu"]) == keys["reference"]
+    assert "shards written 3, reused 0" in CliRunner().invoke(app, [*base, *gpu_out, "--fast-decode"]).output
+    assert manifests.read(outs["gpu"], kind="features").decode == "fast"  # the deprecated alias
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--decode", "turbo"], "--decode turbo"),
+    (["--decode", "gpu", "--fast-decode"], "contradicts --decode gpu"),
+])
+def test_bad_decode_options_are_one_line_before_any_work(extra, words, tiny_clip_spec, tiny_images, tmp_path):
+    res = CliRunner().invoke(app, ["extract", "--images", str(tiny_images), "--clip", tiny_clip_spec, "--out",
+                                   str(tmp_path / "o"), *extra])
+    assert res.exit_code == 2 and len(_lines(res.output)) == 1 and words in res.output, res.output
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_interrupted_gpu_decode_run_resumes_to_the_same_bytes(workers, tiny_images, tiny_encoder, tmp_path):
+    """`--decode gpu`, decoding in processes or not: a run stopped after its second shard, rerun, writes every
+    file of an uninterrupted run (the resume reuses the two shards)."""
+    kw = dict(decode="gpu", workers=workers)
+    whole = tmp_path / "whole"
+    _run(tiny_images, tiny_encoder, whole, **kw)
+
+    def stop(k):
+        if k == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_extract(ExtractOptions(images=tiny_images, clip=tiny_encoder, out=tmp_path / "o", **{**KW, **kw}),
+                    on_shard=stop)
+    again = _run(tiny_images, tiny_encoder, tmp_path / "o", **kw)
+    assert again.shards_reused == [0, 1] and again.shards_written == [2, 3, 4, 5]
+    files = lambda d: {p.relative_to(d).as_posix(): p.read_bytes() for p in d.rglob("*")  # noqa: E731
+                       if p.is_file() and not p.name.startswith((".~", "manifest.json", "README.md"))}
+    assert files(tmp_path / "o") == files(whole)
+    assert manifests.read(tmp_path / "o").meta["content_sha256"] == manifests.read(whole).meta["content_sha256"]
+
+
 def test_offline_weights_error_through_the_cli_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     images = tmp_path / "images"

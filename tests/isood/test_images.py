@@ -150,6 +150,33 @@ def test_tensor_steps_equal_open_clip_transform_up_to_rounding(size, mode):
         assert float(diff.max()) <= 2 * LEVEL + 1e-6 and float(diff.mean()) <= 0.5 * LEVEL
 
 
+@pytest.mark.parametrize("mode", ["reference", "fast"])
+def test_decoders_hand_over_uint8_crops_and_finish_with_the_transforms_own_arithmetic(mode, tmp_path):
+    """open_clip's and timm's transforms split at ToTensor: the decoding side makes uint8 crops (a quarter of the
+    bytes to hand over between processes), the tail (/ 255, Normalize) runs on the batch; the reference decoder's
+    inputs are the transform's, to the bit."""
+    import timm
+
+    from isood.images import decode_image, image_decoder
+
+    model = timm.create_model("test_resnet", pretrained=False)
+    transforms = [_clip_transform(32), _clip_transform(224), _clip_transform(32, "longest"),
+                  timm.data.create_transform(**timm.data.resolve_data_config(model=model))]
+    files = []
+    for i, (w, h) in enumerate([(500, 375), (90, 120), (33, 70)]):
+        files.append(tmp_path / f"{i}.jpg")
+        _scene(w, h, seed=i).save(files[-1], quality=90)
+    for pp in transforms:
+        dec = image_decoder(pp, mode)
+        assert dec.tail is not None
+        crops = [decode_image(f, dec.preprocess, draft=dec.draft, jpeg_tensor=dec.jpeg_tensor)[0] for f in files]
+        assert all(c.dtype == torch.uint8 for c in crops)
+        for f, (t, err), crop in zip(files, dec.decode([str(f) for f in files]), crops):
+            assert err == "" and torch.equal(t, dec.tail(crop.unsqueeze(0))[0])
+            if mode == "reference":
+                assert torch.equal(t, pp(Image.open(f).convert("RGB")))
+
+
 def test_resized_size_is_torchvision_resize_of_a_pil_image():
     from torchvision import transforms as T
 
@@ -175,7 +202,8 @@ def test_draft_size_and_unknown_steps_fall_back_to_the_reference():
     dec = image_decoder(odd, FAST_DECODE)
     assert dec.preprocess is odd and dec.draft is None and not dec.jpeg_tensor and dec.mode == FAST_DECODE
     ref = image_decoder(pp, REFERENCE_DECODE)
-    assert ref.preprocess is pp and ref.draft is None and not ref.jpeg_tensor
+    assert ref.preprocess.steps == tuple(pp.transforms[:3]) and ref.draft is None and not ref.jpeg_tensor
+    assert image_decoder(odd, REFERENCE_DECODE).preprocess is odd and image_decoder(odd, REFERENCE_DECODE).tail is None
     with pytest.raises(BadInputError, match="turbo"):
         image_decoder(pp, "turbo")
 
@@ -236,7 +264,7 @@ def test_drafted_pixels_are_mapped_onto_the_full_images_geometry(tmp_path):
     f = tmp_path / "a.jpg"
     _scene(500, 333, seed=3).save(f, quality=95)
     ref = pp(Image.open(f).convert("RGB"))
-    fast, _ = decode_image(f, dec.preprocess, draft=dec.draft, jpeg_tensor=True)
+    fast = dec.tail(decode_image(f, dec.preprocess, draft=dec.draft, jpeg_tensor=True)[0].unsqueeze(0))[0]
     naive, _ = decode_image(f, pp, draft=draft_size(pp))
     fast_err, naive_err = float((fast - ref).abs().mean()), float((naive - ref).abs().mean())
     assert fast_err < naive_err / 2
@@ -294,3 +322,118 @@ def test_tensor_decodes_leaves_large_and_bomb_sized_jpegs_to_pil(monkeypatch):
     assert not tensor_decodes(head._replace(precision=12), None) and not tensor_decodes(head._replace(marker=0xC9), None)
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 400 * 300 - 1)
     assert not tensor_decodes(head, None)  # PIL judges decompression bombs
+
+
+# ----------------------------------------------------------------------------------------------- gpu decoding
+def _gpu_files(tmp_path) -> list:
+    """JPEGs of several sizes (baseline, progressive, grayscale), a CMYK JPEG, a PNG, a JPEG cut short, a complete
+    JPEG whose scan data is corrupt, garbage named .JPEG, a missing file: what `--decode gpu` meets."""
+    files = []
+    for i, (w, h) in enumerate([(500, 375), (375, 500), (500, 375), (120, 90), (64, 48)]):
+        files.append(tmp_path / f"rgb{i}.jpg")
+        _scene(w, h, seed=i).save(files[-1], quality=80 + 3 * i)
+    extra = {"progressive.jpg": (_scene(300, 200, 7), {"progressive": True, "quality": 90}),
+             "gray.jpg": (_scene(200, 150, 8).convert("L"), {"quality": 90}),
+             "cmyk.jpg": (_scene(200, 150, 9).convert("CMYK"), {"quality": 90}),
+             "p.png": (_scene(210, 160, 10), {})}
+    for name, (im, kw) in extra.items():
+        files.append(tmp_path / name)
+        im.save(files[-1], **kw)
+    files.append(tmp_path / "cut.jpg")
+    files[-1].write_bytes(files[0].read_bytes()[:4000])
+    data = files[3].read_bytes()  # complete, its header fine, a second frame header inside its scan data
+    sos = data.index(b"\xff\xda")
+    files.append(tmp_path / "twosof.jpg")
+    files[-1].write_bytes(data[:sos + 40] + b"\xff\xc0\x00\x11" + data[sos + 44:])
+    files.append(tmp_path / "garbage.JPEG")
+    files[-1].write_bytes(b"\xff\xd8\xff not a jpeg")
+    files.append(tmp_path / "gone.jpg")
+    return files
+
+
+@pytest.fixture
+def jpeg_calls(monkeypatch):
+    """Records each torchvision ``decode_jpeg`` call: the number of images it was given (0 for one tensor)."""
+    import torchvision.io as tio
+
+    calls, original = [], tio.decode_jpeg
+
+    def spy(input, *args, **kwargs):
+        calls.append(len(input) if isinstance(input, list) else 0)
+        return original(input, *args, **kwargs)
+
+    monkeypatch.setattr(tio, "decode_jpeg", spy)
+    return calls
+
+
+def test_device_decodes_only_complete_jpegs_torchvision_takes(tmp_path):
+    from isood.image_tensors import device_decodes
+
+    files = _gpu_files(tmp_path)[:-1]
+    taken = {f.name: device_decodes(f.read_bytes()) for f in files}
+    assert taken == {"rgb0.jpg": True, "rgb1.jpg": True, "rgb2.jpg": True, "rgb3.jpg": True, "rgb4.jpg": True,
+                     "progressive.jpg": True, "gray.jpg": True, "cmyk.jpg": False, "p.png": False,
+                     "cut.jpg": False, "twosof.jpg": True, "garbage.JPEG": False}
+    assert not device_decodes(files[0].read_bytes() + b"\0trailer")  # bytes after the image: PIL decides
+
+
+def test_gpu_decode_on_cpu_is_one_batched_call_close_to_the_reference_with_its_errors(tmp_path, jpeg_calls):
+    from isood.images import GPU_DECODE, REFERENCE_DECODE, image_decoder
+
+    files = _gpu_files(tmp_path)
+    names = [f.name for f in files]
+    pp = _clip_transform(32)
+    ref = image_decoder(pp, REFERENCE_DECODE).decode([str(f) for f in files], names)
+    assert jpeg_calls == []
+    gpu = image_decoder(pp, GPU_DECODE).decode([str(f) for f in files], names)
+    # the 8 JPEGs torchvision takes, in ONE call; twosof.jpg fails it, so each is decoded alone after; the others
+    # (CMYK, PNG, cut short, garbage, missing) by the reference path
+    assert jpeg_calls == [8] + [0] * 8
+    assert [err for _, err in gpu] == [err for _, err in ref]  # the same rejected files, worded the same
+    assert [t is None for t, _ in ref] == [False] * 9 + [True] * 4 and "broken data stream" in ref[10][1]
+    for (t, _), (r, _), name in zip(gpu, ref, names):
+        if r is None:
+            continue
+        diff = (t - r).abs()
+        assert t.shape == r.shape and float(diff.mean()) <= 0.5 * LEVEL, name  # libjpeg + torch's resize vs PIL's
+        if name in ("cmyk.jpg", "p.png"):
+            assert torch.equal(t, r)  # taken by the reference path itself
+    assert [item.sha256 for item in gpu] == [item.sha256 for item in ref]
+
+
+def test_a_jpeg_the_device_refuses_is_decoded_alone_then_by_the_reference(tmp_path, monkeypatch, jpeg_calls):
+    """decode_jpeg returns nothing when one image of the batch fails (nvJPEG refusing an odd JPEG): the others
+    are decoded one by one, the refused one by the reference path (its features the reference's)."""
+    import torchvision.io as tio
+
+    from isood.images import GPU_DECODE, REFERENCE_DECODE, image_decoder
+
+    files = _gpu_files(tmp_path)[:5]
+    odd = files[1].read_bytes()
+    spied = tio.decode_jpeg
+
+    def refuses_odd(input, *args, **kwargs):
+        inputs = input if isinstance(input, list) else [input]
+        if any(x.numel() == len(odd) and bytes(x.numpy()) == odd for x in inputs):
+            spied(input, *args, **kwargs)  # still counted
+            raise RuntimeError("nvjpeg: unsupported JPEG")
+        return spied(input, *args, **kwargs)
+
+    monkeypatch.setattr(tio, "decode_jpeg", refuses_odd)
+    pp = _clip_transform(32)
+    gpu = image_decoder(pp, GPU_DECODE).decode([str(f) for f in files])
+    ref = image_decoder(pp, REFERENCE_DECODE).decode([str(f) for f in files])
+    assert jpeg_calls == [5, 0, 0, 0, 0, 0]  # the batch, then each image alone
+    assert all(err == "" for _, err in gpu)
+    assert torch.equal(gpu[1][0], ref[1][0]) and not torch.equal(gpu[0][0], ref[0][0])
+
+
+def test_tensor_batch_equals_one_image_at_a_time():
+    from isood.image_tensors import pil_to_uint8, tensor_preprocess
+
+    steps = tensor_preprocess(_clip_transform(32))
+    images = [pil_to_uint8(_scene(w, h, seed=i)) for i, (w, h) in enumerate([(90, 60), (50, 70), (90, 60), (33, 33)])]
+    batch = steps.batch(images)
+    assert batch.shape == (4, 3, 32, 32) and steps.batch([]) is None
+    for x, row in zip(images, batch):
+        assert torch.equal(steps(x), row)

@@ -176,7 +176,7 @@ def test_load_build_config_merges_defaults_toml_and_command_line(tmp_path):
 
 @pytest.mark.parametrize("overrides, match", [
     (dict(test="b", out="c"), "--id is required"),
-    (dict(id="a", test="b", out="c", levels=0), "--levels must be an integer from 1 to 32"),
+    (dict(id="a", test="b", out="c", levels=0), "--levels must be an integer in \\[1, 32\\]"),
     (dict(id="a", test="b", out="c", na_threshold=-1), "--na-threshold"),
 ])
 def test_load_build_config_rejects_bad_values(overrides, match):

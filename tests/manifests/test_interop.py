@@ -74,19 +74,21 @@ def test_export_writes_openood_imglists_and_configs(tmp_path, worlds):
     assert len(lines) == 10 and lines[0] == "n09100025/n09100025_0.JPEG -1"
     # every non-empty (subset, cell) has a list; only non-N/A ones are registered for OpenOOD
     assert len(r.imglists) == 6
-    assert sorted(r.registered) == ["in21k_train_cov_0_sem_0", "in21k_train_cov_2_sem_5", "in21k_val_cov_2_sem_5",
-                                    "syn_is_cov_1_sem_6"]
+    assert sorted(r.registered) == ["isood_in21k_train_cov_0_sem_0", "isood_in21k_train_cov_2_sem_5",
+                                    "isood_in21k_val_cov_2_sem_5", "isood_syn_is_cov_1_sem_6"]
     info = json.loads((out / EXPORT_INFO).read_text())
-    near, far = info["ood"]["near"], info["ood"]["far"]
-    assert near["datasets"] == ["in21k_train_cov_0_sem_0"]  # semantic level < 4 of 8
-    assert sorted(far["datasets"]) == ["in21k_train_cov_2_sem_5", "in21k_val_cov_2_sem_5", "syn_is_cov_1_sem_6"]
-    entry = far["in21k_val_cov_2_sem_5"]
+    near, far = info["data_info"]["ood"]["near"], info["data_info"]["ood"]["far"]
+    assert near["datasets"] == ["isood_in21k_train_cov_0_sem_0"]  # semantic level < 4 of 8
+    assert sorted(far["datasets"]) == ["isood_in21k_train_cov_2_sem_5", "isood_in21k_val_cov_2_sem_5",
+                                       "isood_syn_is_cov_1_sem_6"]
+    entry = far["isood_in21k_val_cov_2_sem_5"]
     assert entry == {"data_dir": "images/",  # one image root: the listed paths are relative to it
                      "imglist_path": "benchmark_imglist/isood/in21k-val/test_cov_2_sem_5.txt"}
     assert (out / entry["imglist_path"]).is_file()
     cfg = yaml.safe_load((out / EXPORT_YAML).read_text())["ood_dataset"]
     assert cfg["dataset_class"] == "ImglistDataset" and cfg["split_names"] == ["nearood", "farood"]
-    assert cfg["farood"]["syn_is_cov_1_sem_6"]["imglist_pth"] == "./data/benchmark_imglist/isood/syn-is/test_cov_1_sem_6.txt"
+    assert cfg["farood"]["isood_syn_is_cov_1_sem_6"]["imglist_pth"] == (
+        "./data/benchmark_imglist/isood/syn-is/test_cov_1_sem_6.txt")
     # OpenOOD's ImglistDataset parsing: split at the first space, int label
     for f in (out / "benchmark_imglist").rglob("*.txt"):
         for line in f.read_text().splitlines():
@@ -102,9 +104,9 @@ def test_export_of_a_pipeline_splits_manifest_skips_rows_without_level(tmp_path,
     m = worlds.write_splits(tmp_path / "s")
     r = export_openood(m.root, tmp_path / "o")
     assert r.skipped == worlds.NO_LEVEL_ROWS
-    assert sorted(r.registered) == ["cov_0_sem_0", "cov_2_sem_5", "cov_7_sem_7"]
+    assert sorted(r.registered) == ["s_cov_0_sem_0", "s_cov_2_sem_5", "s_cov_7_sem_7"]  # named after its folder
     assert len(r.imglists) == len(worlds.PLANTED_CELLS)
-    text = (tmp_path / "o/benchmark_imglist/isood/test_cov_2_sem_5.txt").read_text()
+    text = (tmp_path / "o/benchmark_imglist/s/test_cov_2_sem_5.txt").read_text()
     assert text.count("\n") == 12 and "n09000025/n09000025_0.JPEG -1\n" in text
 
 
@@ -117,7 +119,7 @@ def test_image_list_round_trips(tmp_path):
     assert imgs["wnid"].tolist()[:2] == ["n01234567", "n07654321"] and pd.isna(imgs["wnid"][2])
     assert (imgs["label"] == -1).all()
     export_openood(a.root, tmp_path / "ea")
-    exported = tmp_path / "ea/benchmark_imglist/isood/test_isood.txt"
+    exported = tmp_path / "ea/benchmark_imglist/a/test_a.txt"
     assert exported.read_text().splitlines()[1] == "foo/n07654321_9.JPEG -1"
     b = import_openood_imglist(exported, tmp_path / "b")
     pd.testing.assert_frame_equal(a.frame("images"), b.frame("images"))
@@ -207,9 +209,10 @@ def test_cli_import_and_export(tmp_path, worlds):
     res = runner.invoke(app, ["export", "openood", str(tmp_path / "m"), "--out", str(tmp_path / "o")])
     assert res.exit_code == 0, res.output
     info = json.loads((tmp_path / "o" / EXPORT_INFO).read_text())
-    assert len(info["datasets"]) == 6 and sum(not d["na"] for d in info["datasets"]) == 4
+    datasets = info["benchmarks"]["rel"]["datasets"]
+    assert len(datasets) == 6 and sum(not d["na"] for d in datasets) == 4
     assert [int(n) for n in re.findall(r"\d+", res.stdout)[:4]] == [6, 4, 2, 52]  # imglists, registered, N/A, rows
-    assert info["name"] == "rel" and (tmp_path / "o/imglist/rel/in21k-val/cov_2_sem_5.txt").is_file()
+    assert list(info["benchmarks"]) == ["rel"] and (tmp_path / "o/imglist/rel/in21k-val/cov_2_sem_5.txt").is_file()
     # re-export into the same folder replaces the earlier export; a foreign non-empty folder is refused
     assert runner.invoke(app, ["export", "openood", str(tmp_path / "m"), "--out", str(tmp_path / "o")]).exit_code == 0
     (tmp_path / "busy").mkdir()

@@ -12,12 +12,13 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 import manifests
 from isood.cli import app
 from isood.errors import BadInputError
-from isood.stages.interop import EXPORT_INFO, EXPORT_YAML, export_openood, import_isood_lists
+from isood.stages.interop import EXPORT_INFO, EXPORT_YAML, export_openood, import_imagenet_ood, import_isood_lists
 
 DATASET_NUM_TH = 10
 LEVELS = 8
@@ -163,11 +164,13 @@ def test_export_is_read_unchanged_by_the_release_loader_and_registers_pooled_cel
                     == (folder / f"{split}/{cell}.txt").read_bytes())
     expected = {c: v for c, v in release_loader(tmp_path / "release", data_dir="").items() if v is not None}
     info = json.loads((out / EXPORT_INFO).read_text())
-    registered = info["ood"]["near"]["datasets"] + info["ood"]["far"]["datasets"]
-    assert sorted(set(registered)) == sorted(expected) == sorted(r.registered)  # one dataset per pooled cell
+    ood = info["data_info"]["ood"]
+    registered = ood["near"]["datasets"] + ood["far"]["datasets"]
+    expected = {f"imagenet21k_{c}": v for c, v in expected.items()}  # one dataset per pooled cell, named per benchmark
+    assert sorted(set(registered)) == sorted(expected) == sorted(r.registered)
     for group in ("near", "far"):
-        for ds in info["ood"][group]["datasets"]:
-            entry = info["ood"][group][ds]
+        for ds in ood[group]["datasets"]:
+            entry = ood[group][ds]
             assert entry["data_dir"] == "images/in21k/"  # one image root for both subsets
             with open(out / entry["imglist_path"]) as f:  # OpenOOD's ImglistDataset: split at the first space
                 names = [line.strip("\n").split(" ", 1)[0] for line in f.readlines()]
@@ -221,3 +224,203 @@ def test_import_memory_does_not_grow_with_the_rows(tmp_path):
         assert max(groups.row_group(i).num_rows for i in range(groups.num_row_groups)) <= 20_000
     slope = (peaks[large] - peaks[small]) / (large - small)
     assert slope < 100, f"{slope:.0f} bytes per row ({peaks})"
+
+
+# ------------------------------------------------------------------------------------------ 5. one data root (issue 18)
+# Copies of the two loaders' rules, written from their code (nothing imported from either):
+# - the release's datasets.py, get_id_ood_dataloader_level_split(data_root): its BaseDataset takes the whole line
+#   (strip('\n')) as the image path under one data_dir: ID lists imglist/imagenet1k/{train,val,test}_imagenet.txt
+#   under data_root/imagenet1k; the imagenet21k cells pool imglist/imagenet21k/{train,val}/<cell>.txt under
+#   data_root/imagenet21k; the SynIS cells imglist/SynIS/<cell>.txt under data_root/SynIS; a cell with fewer than
+#   10 images has no loader;
+# - OpenOOD v1.5's evaluation_api: get_id_ood_dataloader(id_name, data_root) builds an ImglistDataset for every
+#   DATA_INFO[id_name]['id'] split, every 'csid' dataset, the 'ood' 'val' entry and every dataset of the 'near' and
+#   'far' groups, each os.path.join(data_root, imglist_path / data_dir); ImglistDataset splits a line at its first
+#   space (a line without one fails), refuses a path starting with '/', reads the rest with ast.literal_eval (an
+#   int label) and indexes a soft label of num_classes with a label >= 0; Evaluator.hyperparam_search (APS mode)
+#   reads dataloader_dict['id']['val'] and ['ood']['val'], eval_ood averages each of near and far (empty fails).
+def release_data(data_root):
+    """The release's loader on ``data_root``: {'id': split -> files, 'ood' / 'SynIS': cell -> files or None}."""
+    data = {"id": {}, "ood": {}, "SynIS": {}}
+    for split in ("train", "val", "test"):
+        with open(os.path.join(data_root, "./imglist/imagenet1k/{}_imagenet.txt".format(split))) as f:
+            data["id"][split] = [os.path.join(data_root, "imagenet1k", ln.strip("\n")) for ln in f.readlines()]
+    data["ood"] = release_loader(data_root, data_dir=os.path.join(data_root, "imagenet21k"))
+    for cell in CELLS:
+        with open(os.path.join(data_root, "./imglist/SynIS/{}.txt".format(cell))) as f:
+            items = [os.path.join(data_root, "SynIS", ln.strip("\n")) for ln in f.readlines()]
+        data["SynIS"][cell] = None if len(items) < DATASET_NUM_TH else items
+    return data
+
+
+def openood_data(data_root, info):
+    """OpenOOD's loaders on ``data_root`` for the DATA_INFO entry ``info``: {'id': {split: items}, 'csid': ...,
+    'ood': {'val': items, 'near': {name: items}, 'far': ...}} with items = [(file, label)]."""
+    import ast
+
+    def dataset(entry):
+        data_dir = os.path.join(data_root, entry["data_dir"])
+        items = []
+        with open(os.path.join(data_root, entry["imglist_path"])) as f:
+            for line in f.readlines():
+                tokens = line.strip("\n").split(" ", 1)
+                image_name, extra = tokens[0], tokens[1]
+                if data_dir != "" and image_name.startswith("/"):
+                    raise RuntimeError('image_name starts with "/"')
+                label = int(ast.literal_eval(extra))
+                if label >= 0:
+                    assert label < info["num_classes"], line  # soft_label[label] = 1
+                items.append((os.path.join(data_dir, image_name), label))
+        return items
+
+    out = {"id": {s: dataset(e) for s, e in info["id"].items()},
+           "csid": {n: dataset(info["csid"][n]) for n in info["csid"]["datasets"]}, "ood": {}}
+    for split, cfg in info["ood"].items():
+        out["ood"][split] = dataset(cfg) if split == "val" else {n: dataset(cfg[n]) for n in cfg["datasets"]}
+    assert out["id"]["val"] is not None and out["ood"]["val"] is not None  # hyperparam_search (APS mode)
+    assert out["id"]["test"] and out["ood"]["near"] and out["ood"]["far"]  # eval_ood
+    return out
+
+
+ID_WNIDS = ["n01440764", "n01443537", "n01484850"]
+
+
+def _touch(root, rels):
+    for rel in rels:
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.touch()
+
+
+@pytest.fixture
+def sources(tmp_path, release):
+    """What a user has: the release's imagenet21k lists, its SynIS lists, an ImageNet-OOD list, ImageNet train/ and
+    val/ in class folders and a labelled test list, all imported or on disk; the images placed where the user
+    links them (``images/<benchmark>/...``), from the sources, not from any export."""
+    folder, counts = release
+    src = tmp_path / "src"
+    syn = src / "SynIS"
+    syn.mkdir(parents=True)
+    syn_counts = {cell: (i * 7) % 15 for i, cell in enumerate(CELLS)}
+    for cell, n in syn_counts.items():
+        (syn / f"{cell}.txt").write_text("".join(f"anime/{cell}_{k}.png\n" for k in range(n)))
+    (src / "imagenet_ood.txt").write_text("".join(f"n0999{i:04d}/n0999{i:04d}_{i}.JPEG\n" for i in range(12)))
+    images = tmp_path / "images"
+    for split, n in (("train", 4), ("val", 2)):
+        _touch(images / "imagenet1k", [f"{split}/{w}/{w}_{k}.JPEG" for w in ID_WNIDS for k in range(n)])
+    test_lines = [f"test/ILSVRC2012_val_{k:08d}.JPEG {k % 3}" for k in range(1, 10)]
+    (src / "test_imagenet.txt").write_text("".join(ln + "\n" for ln in test_lines))
+    _touch(images / "imagenet1k", [ln.split()[0] for ln in test_lines])
+    for split in ("train", "val"):
+        _touch(images / "imagenet21k", [ln.strip() for f in (folder / split).glob("*.txt")
+                                        for ln in f.read_text().splitlines()])
+    _touch(images / "SynIS", [ln for f in syn.glob("*.txt") for ln in f.read_text().splitlines()])
+    _touch(images / "imagenet_ood", (src / "imagenet_ood.txt").read_text().splitlines())
+    manifests_ = {"imagenet21k": import_isood_lists(folder, tmp_path / "m21k").root,
+                  "SynIS": import_isood_lists(syn, tmp_path / "msyn").root,
+                  "imagenet_ood": import_imagenet_ood(src / "imagenet_ood.txt", tmp_path / "mood").root}
+    return src, images, manifests_, counts, syn_counts
+
+
+def _link_images(out, images):
+    for p in images.iterdir():
+        (out / p.name).symlink_to(p)
+
+
+def test_one_data_root_for_every_benchmark_read_unchanged_by_both_loaders(tmp_path, sources):
+    src, images, ms, counts, syn_counts = sources
+    out = tmp_path / "data"
+    r = export_openood(ms["imagenet21k"], out, val_cells="cov_5_sem_0,cov_7_sem_7", id_train=images / "imagenet1k/train",
+                       id_val=images / "imagenet1k/val", id_test=src / "test_imagenet.txt")
+    assert r.ready["release"][0].startswith("imglist/SynIS/")  # the release also opens the SynIS lists
+    export_openood(ms["SynIS"], out)
+    r = export_openood(ms["imagenet_ood"], out, name="imagenet_ood")
+    assert r.ready == {"openood": [], "release": []}
+    _link_images(out, images)
+    info = json.loads((out / EXPORT_INFO).read_text())
+    assert sorted(info["benchmarks"]) == ["SynIS", "imagenet21k", "imagenet_ood"]
+
+    # the release's loader: every list, every image found, the ID lists bare paths, the cells as the sources say
+    rel = release_data(out)
+    assert rel["ood"] == release_loader(tmp_path / "release", data_dir=os.path.join(out, "imagenet21k"))
+    assert {c: (v is None) for c, v in rel["SynIS"].items()} == {c: n < DATASET_NUM_TH for c, n in syn_counts.items()}
+    assert [len(rel["id"][s]) for s in ("train", "val", "test")] == [12, 6, 9]
+    files = [f for part in rel.values() for v in part.values() if v for f in v]
+    assert files and all(os.path.isfile(f) for f in files)
+
+    # OpenOOD's loaders on the same folder: every file found, ID labels = class index, OOD labels -1
+    data = openood_data(out, info["data_info"])
+    for split, items in data["id"].items():
+        assert [os.path.realpath(f) for f, _ in items] == [os.path.realpath(f) for f in rel["id"][split]]
+    train = dict(data["id"]["train"])
+    assert {os.path.basename(os.path.dirname(f)): lab for f, lab in train.items()} == {w: i for i, w in
+                                                                                     enumerate(ID_WNIDS)}
+    assert [lab for _, lab in data["id"]["test"]] == [k % 3 for k in range(1, 10)]
+    groups = {**data["ood"]["near"], **data["ood"]["far"]}
+    held = {"cov_5_sem_0", "cov_7_sem_7"}
+    usable = {f"imagenet21k_{c}" for c, v in rel["ood"].items() if v is not None and c not in held}
+    usable |= {f"SynIS_{c}" for c, v in rel["SynIS"].items() if v is not None} | {"imagenet_ood"}
+    assert set(groups) == usable
+    for name, items in groups.items():
+        assert items and all(os.path.isfile(f) and lab == -1 for f, lab in items), name
+        if name.startswith("imagenet21k_"):
+            assert [f for f, _ in items] == rel["ood"][name[len("imagenet21k_"):]]  # same images, same order
+    near = set(data["ood"]["near"])
+    assert all((int(n.split("_sem_")[1]) < 4) == (n in near) for n in usable - {"imagenet_ood"})
+    assert "imagenet_ood" in near  # an image list joins --group (default near)
+    val = [f for f, _ in data["ood"]["val"]]
+    assert val == sorted(rel["ood"]["cov_5_sem_0"] + rel["ood"]["cov_7_sem_7"], key=val.index)
+    assert sorted(val) == sorted(rel["ood"]["cov_5_sem_0"] + rel["ood"]["cov_7_sem_7"])
+
+    # the older config pipeline: dataset + ood_dataset blocks, APS's 'val' in both
+    cfg = yaml.safe_load((out / EXPORT_YAML).read_text())
+    assert cfg["dataset"]["split_names"] == ["train", "val", "test"]
+    assert cfg["ood_dataset"]["split_names"] == ["val", "nearood", "farood"]
+    assert set(cfg["ood_dataset"]["nearood"]["datasets"]) | set(cfg["ood_dataset"]["farood"]["datasets"]) == usable
+
+
+def test_a_re_export_replaces_only_its_own_benchmark(tmp_path, sources):
+    src, images, ms, *_ = sources
+    out = tmp_path / "data"
+    for name in ("imagenet21k", "SynIS", "imagenet_ood"):
+        export_openood(ms[name], out, name=name)
+    before = json.loads((out / EXPORT_INFO).read_text())
+    kept = {p: p.read_bytes() for p in out.rglob("*.txt") if "SynIS" not in str(p)}
+    export_openood(ms["SynIS"], out, near_axis="cov", near_below=2, val_cells="cov_0_sem_1")
+    after = json.loads((out / EXPORT_INFO).read_text())
+    assert {k: v for k, v in after["benchmarks"].items() if k != "SynIS"} == {
+        k: v for k, v in before["benchmarks"].items() if k != "SynIS"}
+    assert after["benchmarks"]["SynIS"]["rule"]["near_axis"] == "cov"
+    assert {p: p.read_bytes() for p in out.rglob("*.txt") if "SynIS" not in str(p)} == kept
+    assert not (out / "benchmark_imglist/SynIS/test_cov_0_sem_1.txt").exists()  # held out: in val_SynIS.txt
+    assert (out / "benchmark_imglist/SynIS/val_SynIS.txt").read_text().count("\n") == 7
+    assert (out / "imglist/SynIS/cov_0_sem_1.txt").is_file()  # the release evaluates every cell
+    with pytest.raises(BadInputError, match="OOD val split comes from 'SynIS'"):
+        export_openood(ms["imagenet21k"], out, val_cells="cov_5_sem_0")
+    assert json.loads((out / EXPORT_INFO).read_text()) == after  # refused before anything was written
+
+
+def test_a_file_no_export_wrote_is_never_overwritten(tmp_path, sources):
+    src, images, ms, *_ = sources
+    out = tmp_path / "data"
+    export_openood(ms["imagenet_ood"], out, name="imagenet_ood")
+    mine = out / "benchmark_imglist/SynIS/test_cov_0_sem_1.txt"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("my notes\n")
+    with pytest.raises(BadInputError, match="test_cov_0_sem_1.txt exists and was not written by an isood export"):
+        export_openood(ms["SynIS"], out)
+    assert mine.read_text() == "my notes\n" and not (out / "imglist/SynIS").exists()
+    assert list(json.loads((out / EXPORT_INFO).read_text())["benchmarks"]) == ["imagenet_ood"]
+
+
+def test_a_pipeline_grid_exported_as_imagenet21k_is_read_by_the_release(tmp_path, worlds):
+    m = worlds.write_splits(tmp_path / "s")
+    out = tmp_path / "data"
+    export_openood(m.root, out, name="imagenet21k")
+    images = m.frame("images")
+    images = images[images["cov_level"] >= 0]
+    got = release_loader(out, data_dir="")  # train/ holds the grid, val/ is empty: the pool is the grid's cell
+    for cell in CELLS:
+        expected = images.loc[images["cell"] == cell, "path"].tolist()
+        assert got[cell] == (None if len(expected) < DATASET_NUM_TH else expected)
+    assert (out / "imglist/imagenet21k/val/cov_0_sem_0.txt").read_text() == ""

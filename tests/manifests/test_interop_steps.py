@@ -16,14 +16,11 @@ from isood.stages.interop import (
     cell_datasets,
     cell_of_list,
     check_subsets,
-    data_info,
     export_lines,
     image_list_table,
     list_order,
     missing_lists,
     na_flags,
-    near_far,
-    ood_dataset_config,
     parse_lines,
     release_cells,
     release_edges,
@@ -31,7 +28,6 @@ from isood.stages.interop import (
 )
 from isood.stages.interop.lines import OddLines, WnidLookup, parse_line_array, path_hashes
 from isood.stages.interop.openood import cell_keys
-from manifests import Manifest
 from wordnet_tools.wnids import wnid_from_path
 
 
@@ -228,31 +224,3 @@ def test_release_list_names_every_cell_but_the_missing():
     assert len(names) == 7 and "imglist/r/val/cov_1_sem_0.txt" not in names
     assert names[0] == "imglist/r/train/cov_0_sem_0.txt"
     assert release_list_names([""], 1, base="imglist/s") == ["imglist/s/cov_0_sem_0.txt"]
-
-
-def test_near_far_split_by_semantic_level():
-    ds = [{"dataset": n, "sem_level": s, "na": na} for n, s, na in
-          (("low", 1, False), ("high", 5, False), ("mid", 4, False), ("gone", 0, True))]
-    near, far = near_far(ds, 8)
-    assert [d["dataset"] for d in near] == ["low"] and [d["dataset"] for d in far] == ["high", "mid"]
-    near, far = near_far(ds[:1], 8)  # no far cell: both groups get every usable dataset
-    assert near == far == ds[:1]
-    single = [{"dataset": "all", "sem_level": None, "na": False}]
-    assert near_far(single, 1) == (single, single)
-
-
-def test_data_info_and_ood_dataset_config():
-    datasets = [
-        {"dataset": "cov_0_sem_1", "sem_level": 1, "na": False, "data_dir": "img/", "imglist_path": "bl/x/t1.txt"},
-        {"dataset": "cov_0_sem_6", "sem_level": 6, "na": False, "data_dir": "img/", "imglist_path": "bl/x/t6.txt"},
-    ]
-    m = Manifest(root=Path("/m"), meta={"kind": "splits", "dataset_version": "1.2.0", "content_sha256": "ab"})
-    info = data_info(datasets, 8, name="x", num_classes=10, manifest=m)
-    assert info["ood"]["near"] == {"datasets": ["cov_0_sem_1"],
-                                   "cov_0_sem_1": {"data_dir": "img/", "imglist_path": "bl/x/t1.txt"}}
-    assert info["ood"]["far"]["datasets"] == ["cov_0_sem_6"] and info["num_classes"] == 10
-    assert info["manifest"] == {"path": "/m", "kind": "splits", "dataset_version": "1.2.0", "content_sha256": "ab"}
-    cfg = ood_dataset_config(datasets, 8, name="x", num_classes=10, data_root="./data/")["ood_dataset"]
-    assert cfg["name"] == "x_ood" and cfg["split_names"] == ["nearood", "farood"]
-    assert cfg["farood"]["cov_0_sem_6"] == {"data_dir": "./data/img/", "imglist_pth": "./data/bl/x/t6.txt"}
-    assert cfg["nearood"]["datasets"] == ["cov_0_sem_1"]

@@ -50,9 +50,7 @@ def _splits(root: Path, test_root: Path, rng, colour) -> None:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    import timm
-    import torch
-    from safetensors.torch import save_file
+    from isood.tiny_models import build_tiny_classifier
 
     root = tmp_path_factory.mktemp("evaluate_matrix")
     rng = np.random.default_rng(0)
@@ -63,9 +61,7 @@ def world(tmp_path_factory):
         for i in range(2):
             _image(root / "val" / w / f"{w}_{i}.png", colour[w], rng)
     _splits(root / "splits", root / "test", rng, colour)
-    torch.manual_seed(0)
-    model = timm.create_model("test_resnet", pretrained=False, num_classes=3)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(root / "test_resnet.safetensors"))
+    build_tiny_classifier(root / "test_resnet.safetensors", num_classes=3)
     return root
 
 

@@ -7,7 +7,7 @@ row, waits), then calls the ``isood`` entry point. No test hook lives in the pro
 
 | row                        | guard                                                                             |
 |----------------------------|-----------------------------------------------------------------------------------|
-| kill -9 / SIGINT, rerun    | extract: ``featurestore.extraction._reusable`` (content shard key) + ``write_shard`` (rows, then .npy, atomically); build-splits: the same, per feature set; generate-syn: ``generation.outputs.prepare_outputs`` (content keys, valid PNG); evaluate: ``evaluation.capture.OutputCache``; all: ``manifests.writing`` (the work waits in a staging folder beside --out, resumed by the rerun, swapped in when complete) |
+| kill -9 / SIGINT, rerun    | extract: ``featurestore.extraction._reusable`` (content shard key) + ``write_shard`` (rows, then .npy, atomically); build-splits: the same, per feature set; generate-syn: ``generation.outputs.prepare_outputs`` (content keys, valid PNG); evaluate: ``evaluation.capture.OutputCache``; extract-gpu / evaluate-gpu (issue 20): the same, with ``--decode gpu``, decoding processes and (evaluate) ``--precision bf16``; all: ``manifests.writing`` (the work waits in a staging folder beside --out, resumed by the rerun, swapped in when complete) |
 | SIGINT: exit 130, one line | ``isood.cli._app.FriendlyGroup.invoke`` (``except KeyboardInterrupt``)                |
 | second writer refused      | the lock beside --out (``isood.files.lock_path``) ``manifests.writing`` takes (``output_lock`` for exports) |
 | --out of another kind, or foreign files (issue 17) | ``manifests.output.check_output``, before any work; the demo: ``isood.demo.check_demo_out`` |
@@ -163,27 +163,22 @@ def one_error_line(stderr: str, *, others: bool = False) -> str:
 
 
 def _tiny_sdxl(folder: Path) -> Path:
-    """The tiny SDXL pipeline of tests/generation/conftest.py, saved with save_pretrained."""
-    import importlib.util
+    """The tiny SDXL pipeline (``isood.tiny_models``), saved with save_pretrained."""
+    from isood.tiny_models import build_tiny_sdxl
 
-    spec = importlib.util.spec_from_file_location("isood_generation_fixtures",
-                                                  Path(__file__).parents[1] / "generation" / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.build_tiny_sdxl().save_pretrained(folder)
+    build_tiny_sdxl().save_pretrained(folder)
     return folder
 
 
-def _timm_world(root: Path) -> dict[str, Path]:
-    """ID train / val image folders, test images, a splits manifest over them, a test_resnet checkpoint."""
+def _timm_world(root: Path, ext: str = ".png") -> dict[str, Path]:
+    """ID train / val image folders, test images (``ext``: .png, or .jpg for `--decode gpu`), a splits manifest
+    over them, a test_resnet checkpoint."""
     import numpy as np
     import pandas as pd
-    import timm
-    import torch
     from PIL import Image
-    from safetensors.torch import save_file
 
     from isood.grid import cell_name, cell_table, edges_table
+    from isood.tiny_models import build_tiny_classifier
     from isood.stages.splits import write_splits
 
     rng = np.random.default_rng(0)
@@ -196,15 +191,15 @@ def _timm_world(root: Path) -> dict[str, Path]:
 
     for w in ids:
         for i in range(4):
-            image(root / "train" / w / f"{w}_{i}.png", w)
+            image(root / "train" / w / f"{w}_{i}{ext}", w)
         for i in range(2):
-            image(root / "val" / w / f"{w}_{i}.png", w)
+            image(root / "val" / w / f"{w}_{i}{ext}", w)
     rows = []
     for c in range(2):
         for s in range(2):
             for i in range(3):
                 w = (ids if s == 0 else oods)[i % 2]
-                rel = f"{w}/{w}_c{c}s{s}_{i}.png"
+                rel = f"{w}/{w}_c{c}s{s}_{i}{ext}"
                 image(root / "test" / rel, w, 50.0 * c)
                 rows.append({"path": rel, "wnid": w, "d_sem": 0.2 + s, "d_cov": 0.2 + c, "sem_level": s,
                              "cov_level": c, "cell": cell_name(c, s)})
@@ -212,9 +207,7 @@ def _timm_world(root: Path) -> dict[str, Path]:
     write_splits(root / "splits", images=images, cells=cell_table(images["cov_level"], images["sem_level"], 2, 2),
                  edges=edges_table([0.0, 1.0, 2.0], [0.0, 1.0, 2.0]), argv=["isood", "build-splits"],
                  config={"test_root": str(root / "test"), "n_levels": 2, "na_threshold": 2})
-    torch.manual_seed(0)
-    model = timm.create_model("test_resnet", pretrained=False, num_classes=2)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(root / "resnet.safetensors"))
+    build_tiny_classifier(root / "resnet.safetensors", num_classes=2)
     return {"train": root / "train", "val": root / "val", "splits": root / "splits", "ckpt": root / "resnet.safetensors"}
 
 
@@ -241,7 +234,8 @@ def inputs(tmp_path_factory, tiny_clip_spec, image_dataset_factory):
     (root / "labels.txt").write_text("\n".join(LABELS) + "\n")
     return {"root": root, "images": images, "test_images": test_images, "clip": tiny_clip_spec,
             "features": root / "features", "laid": root / "laid.safetensors", "labels": root / "labels.txt",
-            "sdxl": _tiny_sdxl(root / "sdxl"), "timm": _timm_world(root / "timm")}
+            "sdxl": _tiny_sdxl(root / "sdxl"), "timm": _timm_world(root / "timm"),
+            "timm_jpeg": _timm_world(root / "timm_jpeg", ".jpg")}
 
 
 def _args(name: str, i: dict) -> list[str]:
@@ -262,6 +256,14 @@ def _args(name: str, i: dict) -> list[str]:
                      "--id-train", str(i["timm"]["train"]), "--model", "test_resnet", "--checkpoint",
                      str(i["timm"]["ckpt"]), "--detectors", "msp,energy,knn:k=3", "--na-threshold", "2",
                      "--plot-metrics", "auroc", "--cache-dir", "{CACHE}", *small, "--out", "{OUT}"],
+        # issue 20: JPEGs decoded by the batched decode_jpeg path (on the CPU here), in decoding processes
+        "extract-gpu": ["extract", "--images", str(i["images"]), "--clip", i["clip"], "--shard-size", "4",
+                        "--workers", "2", "--decode", "gpu", *small, "--out", "{OUT}"],
+        "evaluate-gpu": ["evaluate", "--splits", str(i["timm_jpeg"]["splits"]), "--id-test", str(i["timm_jpeg"]["val"]),
+                         "--id-train", str(i["timm_jpeg"]["train"]), "--model", "test_resnet", "--checkpoint",
+                         str(i["timm_jpeg"]["ckpt"]), "--detectors", "msp,energy,knn:k=3", "--na-threshold", "2",
+                         "--plot-metrics", "auroc", "--cache-dir", "{CACHE}", "--decode", "gpu", "--precision",
+                         "bf16", "--workers", "1", *small, "--out", "{OUT}"],
     }[name]
 
 
@@ -280,6 +282,10 @@ SCENARIOS = {
     # second cached model output
     "evaluate": ("cache/**/*.safetensors", {"target": "manifests.store:atomic_write_bytes", "nth": 3},
                  {"target": "isood.evaluation.capture:OutputCache.save", "nth": 2}),
+    "extract-gpu": ("out/features-*", {"target": "isood.featurestore.extraction:write_shard", "nth": 2},
+                    {"target": "isood.featurestore.extraction:write_shard", "nth": 3}),
+    "evaluate-gpu": ("cache/**/*.safetensors", {"target": "isood.evaluation.capture:OutputCache.save", "nth": 3},
+                     {"target": "isood.evaluation.capture:OutputCache.save", "nth": 2}),
 }
 
 

@@ -22,7 +22,6 @@ stage's own function) on tiny data made here and names its guard.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -201,9 +200,7 @@ ID, OOD = ["n01440764", "n01443537"], ["n02084071", "n04399382"]
 def world(tmp_path_factory):
     """ID train / val folders, test images with a splits manifest (written by the splits writer), a test_resnet
     checkpoint; every image a 20 x 20 BMP (so an overwrite keeps the file size)."""
-    import timm
-    import torch
-    from safetensors.torch import save_file
+    from isood.tiny_models import build_tiny_classifier
 
     from isood.grid import cell_name, cell_table, edges_table
     from isood.stages.splits import write_splits
@@ -235,9 +232,7 @@ def world(tmp_path_factory):
     write_splits(root / "splits", images=images, cells=cell_table(images["cov_level"], images["sem_level"], 2, 2),
                  edges=edges_table([0.0, 1.0, 2.0], [0.0, 1.0, 2.0]), argv=["test"],
                  config={"test_root": str(root / "test"), "n_levels": 2, "na_threshold": 2})
-    torch.manual_seed(0)
-    model = timm.create_model("test_resnet", pretrained=False, num_classes=2)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(root / "resnet.safetensors"))
+    build_tiny_classifier(root / "resnet.safetensors", num_classes=2)
     return root
 
 
@@ -306,11 +301,9 @@ def test_truncated_output_cache_entry_is_a_miss_with_one_warning(world, cli, tmp
 
 # ------------------------------------------------------------------------------------ S3: weights by content
 def _tiny_sdxl():
-    spec = importlib.util.spec_from_file_location("isood_generation_fixtures",
-                                                  Path(__file__).parents[1] / "generation" / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.build_tiny_sdxl
+    from isood.tiny_models import build_tiny_sdxl
+
+    return build_tiny_sdxl
 
 
 def test_new_weights_in_the_same_pipeline_folder_regenerate(tmp_path, isood_cache):
@@ -345,7 +338,7 @@ def test_weights_fingerprint_is_cached_and_follows_content(tmp_path, isood_cache
     re-reads one and keeps the fingerprint; a same-size rewrite changes it."""
     import isood.content
     from isood.clip import parse_clip_spec
-    from tests.conftest import build_tiny_clip
+    from isood.tiny_models import build_tiny_clip
 
     monkeypatch.setattr(isood.content, "RACY_NS", 0)
     folder = build_tiny_clip(tmp_path / "clip")

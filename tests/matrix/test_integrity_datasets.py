@@ -14,7 +14,6 @@ card (the imports, `splits clean`, Syn-IS, the WordNet jobs, the evaluation) pin
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -99,11 +98,9 @@ def world(tmp_path_factory, tiny_clip_spec, tiny_images, tiny_encoder, image_dat
     (root / "imagenet_ood.txt").write_text("n02084071/a.JPEG\nn04399382/b.JPEG\nn00288000/c.JPEG\n")
     (root / "openood.txt").write_text("n02084071/a.JPEG 3\nn04399382/b.JPEG 4\n")
     (root / "candidates.txt").write_text("n00005787\nn00288000\nn02084071\nn02085620\n")
-    spec = importlib.util.spec_from_file_location("isood_generation_fixtures",
-                                                  Path(__file__).parents[1] / "generation" / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.build_tiny_sdxl().save_pretrained(root / "sdxl")
+    from isood.tiny_models import build_tiny_sdxl
+
+    build_tiny_sdxl().save_pretrained(root / "sdxl")
     return root
 
 

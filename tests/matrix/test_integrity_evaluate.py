@@ -79,9 +79,7 @@ def world(tmp_path_factory):
     """ID train (4 per class) / ID test (2 per class) folders, a 2 x 2 splits manifest (4 images per cell, its
     threshold 2), a Syn-IS manifest (3 images in each of two cells, stored N/A at its threshold 10), a tiny
     timm ResNet checkpoint."""
-    import timm
-    import torch
-    from safetensors.torch import save_file
+    from isood.tiny_models import build_tiny_classifier
 
     from isood.grid import cell_name
 
@@ -104,9 +102,7 @@ def world(tmp_path_factory):
                              "cov_level": c, "cell": cell_name(c, s)})
     _write_splits(root / "splits", root / "test", rows, n_levels=2, na_threshold=2)
     _write_syn(root / "syn", rng, colour, per_cell=3)
-    torch.manual_seed(0)
-    model = timm.create_model("test_resnet", pretrained=False, num_classes=3)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(root / "test_resnet.safetensors"))
+    build_tiny_classifier(root / "test_resnet.safetensors", num_classes=3)
     return root
 
 
@@ -384,7 +380,7 @@ def test_default_plots_are_auroc_and_fpr95_and_all_draws_every_metric(world, cli
     """Guard: options.plot_metrics / plots.plot_metric_names. By default the heatmaps and level curves of AUROC
     and FPR@95 only (the report embeds exactly those and says where the rest is); --plot-metrics all draws every
     computed metric."""
-    from isood.evaluation.plots import heatmap_name, level_curve_name
+    from isood.evaluation.plots import VECTOR_FORMATS, compare_name, heatmap_name, level_curve_name
 
     args = _args(world, tmp_path / "ev", detectors="msp,energy")
     del args[args.index("--plot-metrics"):args.index("--plot-metrics") + 2]
@@ -392,12 +388,16 @@ def test_default_plots_are_auroc_and_fpr95_and_all_draws_every_metric(world, cli
     assert r.exit_code == 0, r.output
     ev = manifests.read(tmp_path / "ev", kind="evaluation")
     plots = sorted(p.name for p in (tmp_path / "ev" / "plots").iterdir())
-    want = sorted(Path(n).name for m in ("auroc", "fpr95") for n in
-                  [heatmap_name("splits", d, m) for d in ("msp", "energy")]
-                  + [level_curve_name("splits", ax, m) for ax in ("sem", "cov")])
+    paper = [n for m in ("auroc", "fpr95") for n in [compare_name("splits", m)]
+             + [level_curve_name("splits", ax, m) for ax in ("sem", "cov")]]  # + SVG and PDF beside each PNG
+    want = sorted([Path(n).name for m in ("auroc", "fpr95") for n in [heatmap_name("splits", d, m)
+                                                                       for d in ("msp", "energy")]]
+                  + [Path(n).name for n in paper]
+                  + [Path(n).name[:-3] + fmt for n in paper for fmt in VECTOR_FORMATS])
     assert plots == want
     html = (tmp_path / "ev" / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == len(want) and "--plot-metrics all" in html
+    assert html.count("data:image/png;base64,") == len([p for p in want if p.endswith(".png")])
+    assert "--plot-metrics all" in html
     computed = [m for m in M.METRICS if m in ev.cell_metrics.columns and ev.cell_metrics[m].notna().any()]
     assert len(computed) > 8  # every metric is still in the tables
 
@@ -405,7 +405,8 @@ def test_default_plots_are_auroc_and_fpr95_and_all_draws_every_metric(world, cli
     del args[args.index("--plot-metrics"):args.index("--plot-metrics") + 2]
     r = cli.invoke(args)
     assert r.exit_code == 0, r.output
-    assert len(list((tmp_path / "all" / "plots").iterdir())) == len(computed) * (2 + 2)
+    # per metric: 2 heatmaps, its comparison and 2 level curves, those 3 paper figures also as SVG and PDF
+    assert len(list((tmp_path / "all" / "plots").iterdir())) == len(computed) * (2 + 3 * (1 + len(VECTOR_FORMATS)))
 
 
 # ============================================================================ finding 9: every unreadable image

@@ -7,7 +7,6 @@ the ANN report against a real exact build (S13) and `isood publish` without feat
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -156,7 +155,7 @@ LATIN1_ROWS = [  # (file name, its first line, arguments given the file and the 
                  id="generate_syn_styles-styles.parse_style_file"),
     pytest.param("candidates.txt", b"n01440764\n", lambda p, i: ["wordnet", "filter", "--candidates", p],
                  id="wordnet_filter_candidates-synsets.load_synset_list"),
-    pytest.param("id.txt", b"n01440764\n", lambda p, i: ["wordnet", "filter", "--candidates", "1k", "--id", p],
+    pytest.param("id.txt", b"n01440764\n", lambda p, i: ["wordnet", "filter", "--candidates", "1k", "--id-classes", p],
                  id="wordnet_filter_id-synsets.load_synset_list"),
     pytest.param("audit.txt", b"n01440764\n", lambda p, i: ["wordnet", "audit", p],
                  id="wordnet_audit-jobs.read_list_file"),
@@ -207,9 +206,7 @@ def _image(path: Path, colour, rng) -> None:
 def eval_world(tmp_path_factory):
     """Image folders (train / val with 3 ID classes), a 2 x 2 splits manifest written by the splits writer, and
     a tiny timm ResNet with random weights saved as a local checkpoint."""
-    import timm
-    import torch
-    from safetensors.torch import save_file
+    from isood.tiny_models import build_tiny_classifier
 
     from isood.grid import cell_name, cell_table, edges_table
     from isood.stages.splits import write_splits
@@ -234,9 +231,7 @@ def eval_world(tmp_path_factory):
     write_splits(root / "splits", images=images, cells=cell_table(images["cov_level"], images["sem_level"], 2, 2),
                  edges=edges_table([0.0, 1.0, 2.0], [0.0, 1.0, 2.0]), argv=["test"],
                  config={"test_root": str(root / "test"), "n_levels": 2, "na_threshold": 2})
-    torch.manual_seed(0)
-    model = timm.create_model("test_resnet", pretrained=False, num_classes=3)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(root / "test_resnet.safetensors"))
+    build_tiny_classifier(root / "test_resnet.safetensors", num_classes=3)
     return root
 
 
@@ -317,7 +312,7 @@ def test_syn_is_export_lists_every_generated_image_per_cell(syn_manifest, cli, t
     r = cli.invoke(["export", "openood", syn_manifest, "--out", out])
     assert r.exit_code == 0, r.output
     written = {}
-    for f in (out / "benchmark_imglist" / "isood").glob("test_*.txt"):
+    for f in (out / "benchmark_imglist" / "syn").glob("test_*.txt"):  # named after the manifest's folder
         for ln in f.read_text().splitlines():
             path, label = ln.rsplit(" ", 1)
             written[path] = (f.name, label)
@@ -325,7 +320,8 @@ def test_syn_is_export_lists_every_generated_image_per_cell(syn_manifest, cli, t
                 for p, c, s in zip(images["path"], images["cov_level"], images["sem_level"])}
     assert written == expected
     info = json.loads((out / "openood_data_info.json").read_text())
-    assert info["manifest"]["kind"] == "syn-is" and sum(d["n"] for d in info["datasets"]) == len(images)
+    record = info["benchmarks"]["syn"]
+    assert record["manifest"]["kind"] == "syn-is" and sum(d["n"] for d in record["datasets"]) == len(images)
 
 
 def _empty_manifest(root: Path, kind: str) -> Path:
@@ -460,24 +456,17 @@ def test_a_checker_failing_on_an_image_is_one_line(syn_inputs, tiny_clip_spec, t
     assert "\n" not in str(e.value)
 
 
-def _tiny_sdxl_module():
-    """tests/generation/conftest.py as a module: its tiny SDXL pipeline builder (one home for it)."""
-    spec = importlib.util.spec_from_file_location("_generation_conftest",
-                                                  Path(__file__).parents[1] / "generation" / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_generate_syn_terminal_shows_only_isood_lines(syn_inputs, tmp_path):
     """Guard: generation.sdxl.quiet_libraries: a real run (a subprocess, so the libraries' loggers write to the
     real stderr) prints isood's progress lines and nothing of diffusers / transformers (their accelerate
     warning, "Loading pipeline components" and "Loading weights" bars)."""
     import torch
 
+    from isood.tiny_models import build_tiny_sdxl
+
     torch.set_num_threads(1)
     pipe_dir = tmp_path / "tiny_sdxl"
-    _tiny_sdxl_module().build_tiny_sdxl().save_pretrained(pipe_dir)
+    build_tiny_sdxl().save_pretrained(pipe_dir)
     args = [str(a) for a in syn_inputs["base"]] + ["--pipeline", f"local-dir:{pipe_dir}", "--size", "64", "--out",
                                                    str(tmp_path / "syn")]
     r = subprocess.run([sys.executable, "-c", "import sys; from isood.cli import main; sys.exit(main())", *args],
@@ -494,14 +483,14 @@ def test_import_levels_beyond_the_bound_is_refused_before_reading(release, cli, 
     for bad in ("1000", "33"):
         line = cli.one_line_error(cli.invoke(["import", "isood-lists", release, "--out", tmp_path / "m", "--levels",
                                               bad, "--allow-missing"]))
-        assert f"--levels must be an integer from 1 to 32, got {bad}" in line and "IS-OOD uses 8" in line, line
+        assert f"--levels must be an integer in [1, 32], got {bad}" in line and "IS-OOD uses 8" in line, line
     assert not (tmp_path / "m").exists()
 
 
 def test_build_splits_levels_beyond_the_bound_is_refused(cli, tmp_path):
     line = cli.one_line_error(cli.invoke(["build-splits", "--id", tmp_path / "id", "--test", tmp_path / "test",
                                           "--out", tmp_path / "out", "--levels", "1000"]))
-    assert "--levels must be an integer from 1 to 32" in line, line
+    assert "--levels must be an integer in [1, 32]" in line, line
 
 
 def test_generate_syn_levels_beyond_the_bound_is_refused(syn_inputs, nothing_loads, tiny_clip_spec, tmp_path):
@@ -509,7 +498,7 @@ def test_generate_syn_levels_beyond_the_bound_is_refused(syn_inputs, nothing_loa
     from isood.errors import BadInputError
 
     root = syn_inputs["root"]
-    with pytest.raises(BadInputError, match=r"n_levels must be an integer from 1 to 32, got 33"):
+    with pytest.raises(BadInputError, match=r"n_levels must be an integer in \[1, 32\], got 33"):
         run_generate_syn(SynOptions(out=tmp_path / "o", labels=str(root / "labels.txt"), clip=tiny_clip_spec,
                                     laid=str(root / "laid.safetensors"), id_features=str(root / "id"),
                                     prompts_only=True, n_levels=33, progress=False))

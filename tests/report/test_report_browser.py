@@ -49,10 +49,21 @@ for (let e = h.nextElementSibling; e && e.tagName !== 'H2'; e = e.nextElementSib
 }
 return null;"""
 
-# Anything that would make the page fetch another file (the report promises to be one self-contained file).
+# Anything that would make the page fetch another file (the report promises to be one self-contained file); a link
+# to a section of the page itself (the table of contents: <a href="#id">) fetches nothing.
 _EXTERNAL_JS = """return Array.from(document.querySelectorAll('script, link, iframe, object, embed, [src], [href]'))
   .map(e => e.tagName + ' ' + (e.getAttribute('src') || e.getAttribute('href') || ''))
-  .filter(s => !s.startsWith('IMG data:image/png;base64,'));"""
+  .filter(s => !s.startsWith('IMG data:image/png;base64,') && !/^A #[a-z0-9-]+$/.test(s));"""
+
+# The table of contents: each link's text, target and whether an element with that id exists; and every <h2>.
+_TOC_JS = """const nav = document.querySelector('nav.toc');
+if (!nav) return null;
+return {links: Array.from(nav.querySelectorAll('a')).map(a => ({text: a.textContent, href: a.getAttribute('href'),
+          found: !!document.getElementById(a.getAttribute('href').slice(1)),
+          heading: (document.getElementById(a.getAttribute('href').slice(1)) || {}).tagName})),
+        h2: Array.from(document.querySelectorAll('h2')).map(h => ({id: h.id, text: h.textContent})),
+        before_first_h2: !!(nav.compareDocumentPosition(document.querySelector('h2')) &
+                            Node.DOCUMENT_POSITION_FOLLOWING)};"""
 
 # The <h2> texts, and the <h3> texts inside the "Heatmaps: <dataset>" sections (one per detector).
 _HEADINGS_JS = """const h2 = [], h3 = []; let heat = false;
@@ -68,6 +79,7 @@ class Page:
     """What the browser showed for one load of a report."""
     images: list[dict]
     severe: list[dict]
+    toc: dict | None
     external: list[str]
     h2: list[str]
     heatmap_h3: list[str]
@@ -89,6 +101,7 @@ def open_report(driver, html: Path, screenshot: Path) -> Page:
     screenshot.write_bytes(base64.b64decode(shot["data"]))
     headings = driver.execute_script(_HEADINGS_JS)
     return Page(images=images, severe=[e for e in driver.get_log("browser") if e["level"] == "SEVERE"],
+                toc=driver.execute_script(_TOC_JS),
                 external=driver.execute_script(_EXTERNAL_JS), h2=headings[0], heatmap_h3=headings[1],
                 table1=driver.execute_script(_TABLE_JS, "Table 1"),
                 per_cell=driver.execute_script(_TABLE_JS, "Per-cell"), screenshot=screenshot)
@@ -149,8 +162,14 @@ def test_no_console_error_and_nothing_else_is_loaded(page):
 
 
 def test_table1_shows_the_manifest_summary(page, demo_evaluation):
-    summary = manifests.read(demo_evaluation, kind="evaluation").frame("table1").set_index(
-        ["detector", "dataset", "metric", "axis"])
+    m = manifests.read(demo_evaluation, kind="evaluation")
+    summary = m.frame("table1").set_index(["detector", "dataset", "metric", "axis"])
+    intervals = {}
+    if "table1_intervals" in m.meta["tables"]:
+        for r in m.frame("table1_intervals").itertuples():
+            intervals[(r.detector, r.dataset, r.metric, r.axis)] = {
+                "corr": (r.correlation_low, r.correlation_high), "sens": (r.sensitivity_low, r.sensitivity_high)}
+        assert intervals  # the demo passes per-image scores: Table 1 has its intervals
     t = page.table1
     assert t is not None, page.h2
     labels = {"fpr95": "FPR@95", "auroc": "AUROC"}  # IS-OOD's Table 1: FPR@95 and AUROC, both axes
@@ -163,10 +182,15 @@ def test_table1_shows_the_manifest_summary(page, demo_evaluation):
         for header, shown in zip(t["headers"][2:], row[2:]):
             metric, kind, axis = columns[header]
             ref = summary.loc[(row[0], row[1], metric, axis), "correlation" if kind == "corr" else "sensitivity"]
+            value, _, interval = shown.partition(" ")  # "0.912 [0.884, 0.935]": the bootstrap 95% interval
             if math.isnan(ref):
-                assert shown == "N/A", (row[0], header)
+                assert value == "N/A", (row[0], header)
             else:
-                assert float(shown) == pytest.approx(ref, abs=5e-4), (row[0], header)
+                assert float(value) == pytest.approx(ref, abs=5e-4), (row[0], header)
+            ci = intervals.get((row[0], row[1], metric, axis))
+            if ci is not None and not math.isnan(ci[kind][0]):
+                low, high = (float(x) for x in interval.strip("[]").split(", "))
+                assert (low, high) == (pytest.approx(ci[kind][0], abs=5e-4), pytest.approx(ci[kind][1], abs=5e-4))
 
 
 def test_per_cell_table_and_one_heatmap_section_per_detector(page, demo_evaluation):
@@ -178,6 +202,33 @@ def test_per_cell_table_and_one_heatmap_section_per_detector(page, demo_evaluati
     shown = {(r[0], r[2]) for r in t["rows"]}  # (detector, cell)
     assert shown == set(zip(cells["detector"], cells["cell"]))
     assert page.heatmap_h3 == list(dict.fromkeys(cells["detector"]))
+
+
+def test_table_of_contents_links_every_section(browser, page, demo_evaluation, tmp_path):
+    toc = page.toc
+    assert toc is not None and toc["before_first_h2"]
+    assert [(a["href"], a["text"]) for a in toc["links"]] == [(f"#{h['id']}", h["text"]) for h in toc["h2"]]
+    assert all(a["found"] and a["heading"] == "H2" for a in toc["links"])
+    assert len({h["id"] for h in toc["h2"]}) == len(toc["h2"]) == len(page.h2)
+    assert any(t.startswith("Detectors compared") for t in page.h2) and "Per-cell bootstrap intervals" in page.h2
+    # following a link scrolls its section to the top of the window (the page itself, nothing loaded)
+    target = next(a for a in toc["links"] if a["text"].startswith("Level curves"))  # with page enough below it
+    browser.find_element("css selector", f'nav.toc a[href="{target["href"]}"]').click()
+    top = browser.execute_script("return document.getElementById(arguments[0]).getBoundingClientRect().top;",
+                                 target["href"][1:])
+    assert abs(top) < 5 and browser.current_url.endswith(target["href"])
+    assert browser.execute_script("return window.scrollY;") > 300
+
+
+def test_comparison_figures_are_embedded_and_written_as_vectors(page, demo_evaluation):
+    m = manifests.read(demo_evaluation, kind="evaluation")
+    files = {r["path"] for r in m.meta["files"]}
+    compared = sorted(f for f in files if f.startswith("plots/compare_") and f.endswith(".png"))
+    assert compared
+    for f in compared:
+        assert {f[:-3] + "svg", f[:-3] + "pdf"} <= files
+    shown = [i for i in page.images if i["section"].startswith("Detectors compared")]
+    assert len(shown) == len(compared)
 
 
 def test_screenshot_shows_the_page_and_its_plots(page, demo_evaluation):

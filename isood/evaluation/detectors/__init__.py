@@ -11,8 +11,8 @@ arrays that the model adapter puts into ``ForwardOutputs``), and pytorch-ood's d
 
 from .base import (CAPTURE_KINDS, KINDS, Detector, DetectorInputError, ForwardOutputs, TemperatureDetector,
                    energy, global_average_pool, softmax)
-from .registry import (UnknownDetectorError, available_detectors, detector_class, get_detector, parse_detectors,
-                       register_detector, register_namespace)
+from .registry import (UnknownDetectorError, available_detectors, detector_class, detector_parameters, get_detector,
+                       parse_detectors, register_detector, register_namespace)
 
 # importing the modules registers the built-in detectors
 from .msp import MSP  # noqa: E402
@@ -28,16 +28,20 @@ from .ash import ASH, ash_shape  # noqa: E402
 from .rankfeat import RankFeat, remove_rank1  # noqa: E402
 from .gradnorm import GradNorm  # noqa: E402
 from .klm import KLMatching  # noqa: E402
+from .mcm import GLMCM, MCM, local_max_softmax  # noqa: E402
 
 BUILTIN_DETECTORS = tuple(available_detectors())
-"""The 13 built-in detector names (sorted)."""
-POST_HOC_DETECTORS = tuple(n for n in BUILTIN_DETECTORS if "input" not in detector_class(n).requires)
-"""The built-in detectors that score captured outputs (all but ODIN, which perturbs the input)."""
+"""The 15 built-in detector names (sorted)."""
+POST_HOC_DETECTORS = tuple(n for n in BUILTIN_DETECTORS
+                           if not {"input", "local_logits"} & set(detector_class(n).requires))
+"""The built-in detectors that score any classifier's captured outputs (all but ODIN, which perturbs the input,
+and GL-MCM, which needs a CLIP model's local similarities)."""
 
 __all__ = [
     "CAPTURE_KINDS", "KINDS", "BUILTIN_DETECTORS", "POST_HOC_DETECTORS", "Detector", "TemperatureDetector",
     "DetectorInputError", "ForwardOutputs", "UnknownDetectorError", "available_detectors", "detector_class",
+    "detector_parameters",
     "get_detector", "parse_detectors", "register_detector", "register_namespace", "energy", "global_average_pool",
     "softmax", "MSP", "MaxLogit", "Energy", "ODIN", "MDS", "KNN", "ViM", "ReAct", "DICE", "ASH", "RankFeat",
-    "GradNorm", "KLMatching", "ash_shape", "remove_rank1", "default_vim_dim",
+    "GradNorm", "KLMatching", "MCM", "GLMCM", "local_max_softmax", "ash_shape", "remove_rank1", "default_vim_dim",
 ]

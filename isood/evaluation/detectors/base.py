@@ -6,6 +6,8 @@ A detector declares in ``requires`` what it needs from the classifier's forward 
 - ``'features'``     (N, D) penultimate features (the input of the final linear layer);
 - ``'feature_maps'`` (N, C', H, W) the last feature maps before global pooling;
 - ``'block3'``       (N, C'', H'', W'') the output of the block before the last (a ResNet's ``layer3``);
+- ``'local_logits'`` (N, P, C) class logits of P local features per image (a CLIP model's patch features against
+  its class prompts: GL-MCM);
 - ``'fc'``           the final linear layer ``logits = features @ W.T + b`` (``fc_weight`` (C, D), ``fc_bias`` (C,));
 - ``'tail'``         the model's last block + pooling + fc as a function ``block3 maps -> logits`` (RankFeat);
 - ``'input'``        the model itself on the input batch (gradient-based input perturbation; only ODIN).
@@ -45,9 +47,9 @@ __all__ = [
     "global_average_pool", "energy", "softmax", "ArrayFn",
 ]
 
-CAPTURE_KINDS = ("logits", "features", "feature_maps", "block3")
+CAPTURE_KINDS = ("logits", "features", "feature_maps", "block3", "local_logits")
 KINDS = CAPTURE_KINDS + ("fc", "tail", "input")
-_PER_IMAGE = ("logits", "features", "feature_maps", "block3", "labels")
+_PER_IMAGE = ("logits", "features", "feature_maps", "block3", "local_logits", "labels")
 
 
 class DetectorInputError(IsoodError):
@@ -78,6 +80,7 @@ class ForwardOutputs:
     features: np.ndarray | None = None
     feature_maps: np.ndarray | None = None
     block3: np.ndarray | None = None
+    local_logits: np.ndarray | None = None
     fc_weight: np.ndarray | None = None
     fc_bias: np.ndarray | None = None
     labels: np.ndarray | None = None
@@ -85,16 +88,17 @@ class ForwardOutputs:
     tail: ArrayFn | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_arrays(cls, *, logits=None, features=None, feature_maps=None, block3=None, fc_weight=None,
-                    fc_bias=None, labels=None, pool: ArrayFn | None = None,
+    def from_arrays(cls, *, logits=None, features=None, feature_maps=None, block3=None, local_logits=None,
+                    fc_weight=None, fc_bias=None, labels=None, pool: ArrayFn | None = None,
                     tail: ArrayFn | None = None) -> "ForwardOutputs":
         """Outputs from arrays (numpy, torch tensors or lists): logits (N, C), features (N, D), feature_maps
-        (N, C', H, W), block3 (N, C'', H'', W''), fc_weight (C, D), fc_bias (C,), labels (N,); per-image arrays
-        must agree on N. ``pool``: feature maps -> features; ``tail``: block3 maps -> logits (numpy functions)."""
-        ranks = {"logits": 2, "features": 2, "feature_maps": 4, "block3": 4, "fc_weight": 2, "fc_bias": 1,
-                 "labels": 1}
+        (N, C', H, W), block3 (N, C'', H'', W''), local_logits (N, P, C), fc_weight (C, D), fc_bias (C,), labels
+        (N,); per-image arrays must agree on N. ``pool``: feature maps -> features; ``tail``: block3 maps ->
+        logits (numpy functions)."""
+        ranks = {"logits": 2, "features": 2, "feature_maps": 4, "block3": 4, "local_logits": 3, "fc_weight": 2,
+                 "fc_bias": 1, "labels": 1}
         given = {"logits": logits, "features": features, "feature_maps": feature_maps, "block3": block3,
-                 "fc_weight": fc_weight, "fc_bias": fc_bias, "labels": labels}
+                 "local_logits": local_logits, "fc_weight": fc_weight, "fc_bias": fc_bias, "labels": labels}
         arrays = {k: None if v is None else as_array(v, k, ndim=ranks[k]) for k, v in given.items()}
         sizes = {k: arrays[k].shape[0] for k in _PER_IMAGE if arrays[k] is not None}
         if len(set(sizes.values())) > 1:

@@ -24,7 +24,7 @@ from isood.errors import BadInputError, DetectorParamError, IsoodError
 from .base import KINDS, Detector
 
 __all__ = ["UnknownDetectorError", "register_detector", "register_namespace", "get_detector", "detector_class",
-           "available_detectors", "parse_detectors"]
+           "available_detectors", "parse_detectors", "detector_parameters"]
 
 _REGISTRY: dict[str, type[Detector]] = {}
 _ALIASES: dict[str, str] = {}
@@ -48,7 +48,7 @@ def register_detector(name: str, cls: type[Detector] | None = None, *, aliases: 
                       overwrite: bool = False) -> Callable[[type[Detector]], type[Detector]] | type[Detector]:
     """Register ``cls`` under ``name`` (and ``aliases``) and set ``cls.name``; usable as a decorator
     ``@register_detector('x')``. The class must subclass ``Detector`` and declare ``requires`` within
-    ``{'logits', 'features', 'feature_maps', 'fc', 'input'}``."""
+    ``KINDS`` (logits, features, feature_maps, block3, local_logits, fc, tail, input)."""
 
     def add(c: type[Detector]) -> type[Detector]:
         if not (isinstance(c, type) and issubclass(c, Detector)):
@@ -118,6 +118,15 @@ def get_detector(name: str, **params) -> Detector:
 def available_detectors() -> list[str]:
     """Registered detector names, sorted."""
     return sorted(_REGISTRY)
+
+
+def detector_parameters() -> dict[str, dict]:
+    """The documentation of every registered detector, by name: ``{'parameters': {name: default}`` (the
+    hyper-parameters, passed as ``name:key=value`` in ``--detectors``), ``'requires'`` (what it needs from the
+    forward pass, ``KINDS``), ``'fitted'`` (whether it is fitted on ID training images)``}``."""
+    return {name: {"parameters": dict(cls.parameters(settings=False)), "requires": sorted(cls.requires),
+                   "fitted": bool(cls.needs_fit)}
+            for name, cls in sorted(_REGISTRY.items())}
 
 
 def _value(text: str):

@@ -21,29 +21,43 @@ Imports (each: parse the list files -> build the tables (pure) -> write a manife
 The wnid of an image path is `wordnet_tools.wnids.wnid_from_path` (None when the path names no class).
 
 Export: `export_openood(MANIFEST, OUT)` reads a splits, syn-is or image-list manifest one row group at a time
-and writes, with NAME the imported release's folder name (`imagenet21k`) or `isood` (`--name`):
+and writes into OUT, one OpenOOD data root (and the release's `data_root`) shared by any number of exports, with
+NAME the imported release's folder name (`imagenet21k`) or `isood` (`--name`):
 
 - `OUT/imglist/NAME/[<subset>/]cov_{c}_sem_{s}.txt` (grid manifests): the release's own layout and line format
   (paths exactly as imported, `path` alone for OOD label -1), every cell of every subset (empty lists
-  included, lists the release lacked left out), so the release's evaluation code (`datasets.py`: data_root
-  holding `imglist/imagenet21k/{train,val}/`, one image root) reads the export unchanged;
+  included, lists the release lacked left out), so the release's evaluation code (`datasets.py`) reads the
+  export unchanged. A grid without subsets exported as `imagenet21k` goes to `train/` with empty `val/` lists
+  (the release pools the two); as `SynIS` it stays at the top, as the release reads it;
 - `OUT/benchmark_imglist/NAME/[<source>/]test_cov_{c}_sem_{s}.txt`: OpenOOD v1.5 imglists (`path label`),
-  one per cell with images, the pooled cell's subsets one after the other (per source for per-subset
-  manifests);
-- `OUT/openood_data_info.json`: an entry shaped like OpenOOD's `evaluation_api.datasets.DATA_INFO[...]["ood"]`
-  (`near` / `far` groups of datasets with `data_dir` (one image root, `--data-dir`) and `imglist_path`
-  relative to OpenOOD's data root), one dataset per non-N/A cell (N/A as the manifest's `cells` table says:
-  pooled cells for a pooled import), so `Evaluator.eval_ood()` reports every cell as its own row. OpenOOD
-  averages each group, so cells are grouped by semantic level: near = lower half of the levels, far = upper
-  half (a group with no cell gets every cell). N/A cells' lists are written too (round trips keep every row)
-  but not registered.
-- `OUT/openood_ood_dataset.yml`: the same as an OpenOOD `configs/datasets/...` `ood_dataset:` block.
+  one per cell with images but the held-out ones, the pooled cell's subsets one after the other (per source
+  for per-subset manifests); an image list gives `test_NAME.txt` (`val_NAME.txt` with `--group val`);
+- `OUT/benchmark_imglist/NAME/val_NAME.txt`: the OOD val split of a grid, the images of its held-out cells
+  (`--val-cells`), which are then neither registered nor written as test lists (the release-format lists keep
+  every cell: the release evaluates them all);
+- ID lists (`--id-train / --id-val / --id-test`, ``id_lists``): `OUT/imglist/imagenet1k/<split>_imagenet.txt`
+  (the release: the path alone) and `OUT/benchmark_imglist/imagenet1k/<split>_imagenet1k.txt` (OpenOOD:
+  `path label`, a class index per line), both relative to `OUT/imagenet1k/`;
+- `OUT/openood_data_info.json` (``openood_info``): a record per benchmark (its manifest, its datasets with their
+  group, its near/far rule, its val split), the ID lists, `data_info` (OpenOOD's `DATA_INFO[...]` entry built from
+  every record: id train/val/test, ood val/near/far, one dataset per usable cell or list, each with its
+  `data_dir`, by default `NAME/`: the release's image root of that benchmark) and `ready` (what OpenOOD's
+  `Evaluator` and the release's `datasets.py` still lack in OUT). A re-export of NAME replaces its record and
+  its own files only (a ledger records what each export wrote); a second OOD val split, another `--num-classes`
+  or a dataset name taken by another benchmark is refused in one line before anything is written;
+- `OUT/openood_ood_dataset.yml`: the same as OpenOOD `configs/datasets/...` blocks (`dataset:` with the ID
+  lists, `ood_dataset:` with val / nearood / farood).
+
+Near / far: a grid cell is near when its semantic level is below K (`--near-axis sem`, `--near-below K`,
+default the lower half of the levels), far otherwise; a list joins `--group` (default near); see
+``openood_info``.
 
 Round trips are exact: `import_isood_lists(OUT/imglist/NAME)` of an export of an imported release gives the same
 tables and the same content hash; likewise for image lists through `import_openood_imglist`. Malformed lines
 raise `ListFormatError` naming the file and line number. Modules: `lines` (Arrow line parsing and writing),
-`imports` (the exact line parser and the image-list imports), `release` (the IS-OOD release import) and
-`openood` (the export); their public names are re-exported here.
+`imports` (the exact line parser and the image-list imports), `release` (the IS-OOD release import),
+`openood` (the export), `openood_info` (the folder's merged data info, pure) and `id_lists` (the ID lists);
+their public names are re-exported here.
 """
 
 from __future__ import annotations
@@ -57,21 +71,30 @@ from isood.stages.interop.imports import (
     parse_lines,
     parse_list,
 )
+from isood.stages.interop.id_lists import IdSource, id_labels, id_list_paths, load_id_lists, read_id_source
 from isood.stages.interop.openood import (
     BENCHMARK_DIR,
     EXPORT_INFO,
     EXPORT_KINDS,
+    EXPORT_LEDGER,
     EXPORT_YAML,
     RELEASE_DIR,
     ExportResult,
     cell_datasets,
-    data_info,
     export_lines,
     export_openood,
     na_flags,
-    near_far,
-    ood_dataset_config,
     release_list_names,
+)
+from isood.stages.interop.openood_info import (
+    GroupRule,
+    assign_groups,
+    data_info_entry,
+    dataset_config,
+    merge_info,
+    missing_for_openood,
+    missing_for_release,
+    release_loader_files,
 )
 from isood.stages.interop.release import (
     LIST_NAME_RE,
@@ -94,6 +117,8 @@ __all__ = [
     "parse_list", "cell_of_list", "find_cell_lists", "missing_lists", "check_subsets", "list_order",
     "scan_release", "release_cells", "release_edges", "import_isood_lists", "image_list_table",
     "import_imagenet_ood", "import_openood_imglist", "EXPORT_INFO", "EXPORT_YAML", "EXPORT_KINDS", "BENCHMARK_DIR",
-    "RELEASE_DIR", "ExportResult", "export_lines", "na_flags", "cell_datasets", "release_list_names", "near_far",
-    "data_info", "ood_dataset_config", "export_openood",
+    "RELEASE_DIR", "EXPORT_LEDGER", "ExportResult", "export_lines", "na_flags", "cell_datasets",
+    "release_list_names", "export_openood", "GroupRule", "assign_groups", "merge_info", "data_info_entry",
+    "dataset_config", "release_loader_files", "missing_for_release", "missing_for_openood", "IdSource",
+    "read_id_source", "id_labels", "id_list_paths", "load_id_lists",
 ]

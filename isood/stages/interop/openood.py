@@ -1,6 +1,7 @@
-"""Export of a splits, syn-is or image-list manifest as OpenOOD v1.5 benchmark imglists plus its configs, and
-of a grid manifest as release-format lists (read the manifest one row group at a time -> lines per file (pure,
-vectorised) -> write staged files, committed together); see ``isood.stages.interop`` for the layout."""
+"""Export of a splits, syn-is or image-list manifest as OpenOOD v1.5 benchmark imglists, of a grid manifest as
+release-format lists too, and of ID lists, into one OpenOOD data root shared by any number of exports (read the
+manifest one row group at a time -> lines per file (pure, vectorised) -> write staged files, committed together
+-> merge the folder's data info, ``openood_info``); see ``isood.stages.interop`` for the layout."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -19,17 +20,21 @@ import yaml
 
 from isood.defaults import DEFAULT_VERIFY, NA_THRESHOLD, OOD_LABEL
 from isood.errors import BadInputError
-from isood.grid import cell_name
+from isood.files import TMP_PREFIX, atomic_write_bytes, output_lock
+from isood.grid import cell_name, parse_cell_name
 from isood.kinds import GRID_KINDS, IMAGE_LIST, SPLITS, SYN_IS, SplitsView
-from isood.files import TMP_PREFIX, atomic_write_bytes
+from isood.stages.interop.id_lists import IdSource, id_list_paths, load_id_lists
 from isood.stages.interop.lines import has_bytes, has_odd_bytes, string_bytes, write_lines
+from isood.stages.interop.openood_info import (ID_NAME, RELEASE_GRIDS, GroupRule, assign_groups, benchmark_record,
+                                               dataset_config, dataset_name, merge_info, missing_for_openood,
+                                               missing_for_release, upgrade_info)
 from manifests import Manifest, read
+from manifests.paths import is_inside
 from manifests.stream import StagedFile
 
 __all__ = [
-    "EXPORT_INFO", "EXPORT_YAML", "EXPORT_KINDS", "BENCHMARK_DIR", "RELEASE_DIR", "ExportResult", "has_class_label",
-    "export_lines",
-    "na_flags", "cell_datasets", "cell_keys", "near_far", "data_info", "ood_dataset_config", "release_list_names",
+    "EXPORT_INFO", "EXPORT_YAML", "EXPORT_KINDS", "EXPORT_LEDGER", "BENCHMARK_DIR", "RELEASE_DIR", "ExportResult",
+    "has_class_label", "export_lines", "na_flags", "cell_datasets", "cell_keys", "release_list_names",
     "export_openood",
 ]
 
@@ -44,11 +49,16 @@ EXPORT_KINDS = (SPLITS, SYN_IS, IMAGE_LIST)
 @dataclass
 class ExportResult:
     out: Path
-    imglists: dict[str, str] = field(default_factory=dict)  # dataset name -> imglist path (relative to out)
-    registered: list[str] = field(default_factory=list)  # datasets in openood_data_info.json (non-N/A)
+    name: str | None = None  # the benchmark exported (None: ID lists only)
+    imglists: dict[str, str] = field(default_factory=dict)  # dataset name -> OpenOOD imglist (relative to out)
+    registered: list[str] = field(default_factory=list)  # datasets of this export in OpenOOD's near / far groups
+    groups: dict[str, str] = field(default_factory=dict)  # dataset -> near / far / val / na
     rows: int = 0
     skipped: int = 0  # rows without a cell (level -1)
     release_lists: list[str] = field(default_factory=list)  # release-format lists written (relative to out)
+    val: dict | None = None  # this export's OOD val split
+    id_lists: dict[str, int] = field(default_factory=dict)  # ID split -> images written
+    ready: dict[str, list[str]] = field(default_factory=dict)  # "openood" / "release" -> what the folder lacks
 
 
 # ------------------------------------------------------------------------------------------------ pure steps
@@ -86,22 +96,21 @@ def na_flags(cells: pd.DataFrame) -> dict[tuple[str, str], bool]:
     return {(s, str(c)): bool(na) for s, c, na in zip(src, cells["cell"], cells["na"])}
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"\W+", "_", text).strip("_")
-
-
 def cell_datasets(counts: Mapping[tuple[str, int, int], int], na_of: Mapping[tuple[str, str], bool], *,
-                  base: str, data_dir: str, na_threshold: int = NA_THRESHOLD) -> list[dict]:
-    """One dataset record per (source, cov, sem) with rows (pure): its imglist `base/[<source>/]test_<cell>.txt`,
-    one `data_dir` for all (the paths are relative to one root), N/A from `na_of` (``na_flags``), else a count
-    below `na_threshold`."""
+                  base: str, data_dir: str, na_threshold: int = NA_THRESHOLD, benchmark: str = "",
+                  val_cells: Sequence[str] = ()) -> list[dict]:
+    """One dataset record per (source, cov, sem) with rows (pure): its name (``openood_info.dataset_name``:
+    ``<benchmark>_[<source>_]<cell>``), its imglist `base/[<source>/]test_<cell>.txt` (none for a held-out
+    ``val_cells`` cell: its images are in the val list), one `data_dir` for all (the paths are relative to one
+    root), N/A from `na_of` (``na_flags``), else a count below `na_threshold`."""
     out = []
     for (s, c, sem), n in sorted(counts.items()):
         cell = cell_name(c, sem)
         na = na_of.get((s, cell), na_of.get(("", cell), n < na_threshold))
-        out.append({"dataset": f"{_slug(s)}_{cell}" if s else cell, "source": s, "cell": cell, "cov_level": int(c),
+        out.append({"dataset": dataset_name(benchmark, s, cell), "source": s, "cell": cell, "cov_level": int(c),
                     "sem_level": int(sem), "n": int(n), "na": bool(na), "data_dir": data_dir,
-                    "imglist_path": "/".join(x for x in (base, s, f"test_{cell}.txt") if x)})
+                    "imglist_path": None if cell in val_cells else
+                    "/".join(x for x in (base, s, f"test_{cell}.txt") if x)})
     return out
 
 
@@ -113,55 +122,6 @@ def release_list_names(subsets: Sequence[str], n_levels: int, *, base: str,
     return ["/".join(x for x in (base, s, f"{cell_name(c, sem)}.txt") if x)
             for s in subsets for c in range(n_levels) for sem in range(n_levels)
             if cell_name(c, sem) not in missing.get(s, ())]
-
-
-def near_far(datasets: Sequence[dict], n_levels: int) -> tuple[list[dict], list[dict]]:
-    """OpenOOD's near / far groups of the non-N/A datasets: semantic level in the lower / upper half of the
-    levels (a dataset without a level is in both); when a group would be empty both get every dataset."""
-    usable = [d for d in datasets if not d["na"]]
-    half = n_levels / 2
-    near = [d for d in usable if d["sem_level"] is None or d["sem_level"] < half]
-    far = [d for d in usable if d["sem_level"] is None or d["sem_level"] >= half]
-    if not near or not far:
-        near = far = usable
-    return near, far
-
-
-def _group(datasets: Sequence[dict], *, root: str, key: str) -> dict:
-    g: dict[str, Any] = {"datasets": [d["dataset"] for d in datasets]}
-    for d in datasets:
-        g[d["dataset"]] = {"data_dir": root + d["data_dir"], key: root + d["imglist_path"]}
-    return g
-
-
-def data_info(datasets: Sequence[dict], n_levels: int, *, name: str, num_classes: int, manifest: Manifest) -> dict:
-    """The `openood_data_info.json` record: OpenOOD's `DATA_INFO[...]["ood"]` shape plus every dataset (pure)."""
-    near, far = near_far(datasets, n_levels)
-    return {
-        "format": "isood openood export 1",
-        "name": name,
-        "num_classes": num_classes,
-        "ood": {"near": _group(near, root="", key="imglist_path"), "far": _group(far, root="", key="imglist_path")},
-        "usage": "from openood.evaluation_api.datasets import DATA_INFO; "
-                 f"DATA_INFO['imagenet']['ood'] = json.load(open('{EXPORT_INFO}'))['ood']; "
-                 f"copy {BENCHMARK_DIR}/ into OpenOOD's data root and put the images under data_dir",
-        "datasets": list(datasets),
-        "manifest": {"path": str(manifest.root), "kind": manifest.kind, "dataset_version": manifest.dataset_version,
-                     "content_sha256": manifest.content_sha256},
-    }
-
-
-def ood_dataset_config(datasets: Sequence[dict], n_levels: int, *, name: str, num_classes: int,
-                       data_root: str) -> dict:
-    """The OpenOOD `configs/datasets/...` `ood_dataset:` block of an export (pure)."""
-    near, far = near_far(datasets, n_levels)
-    return {"ood_dataset": {
-        "name": f"{name}_ood", "num_classes": num_classes, "dataset_class": "ImglistDataset",
-        "interpolation": "bilinear", "batch_size": 256, "shuffle": False, "pre_size": 256, "image_size": 224,
-        "num_workers": 8, "split_names": ["nearood", "farood"],
-        "nearood": _group(near, root=data_root, key="imglist_pth"),
-        "farood": _group(far, root=data_root, key="imglist_pth"),
-    }}
 
 
 # ------------------------------------------------------------------------------------------------ streaming
@@ -182,8 +142,22 @@ class _LineFiles:
             f.commit()
 
     def abort(self) -> None:
+        """Delete every staged file and the folders staging created (those left empty)."""
         for f in self.files.values():
             f.abort()
+        for rel in self.files:
+            _remove_empty_parents(self.out, self.out / rel)
+
+
+def _remove_empty_parents(out: Path, p: Path) -> None:
+    """Remove the folders between ``out`` and ``p`` that are empty, deepest first."""
+    for parent in p.parents:
+        if parent == out or not parent.is_relative_to(out):
+            break
+        try:
+            parent.rmdir()
+        except OSError:
+            break
 
 
 def _write_grouped(files: _LineFiles, keys: np.ndarray, names: Mapping[int, str], lines: pa.Array) -> None:
@@ -223,9 +197,12 @@ def cell_keys(batch: pa.Table, column: str | None, n_levels: int) -> tuple[np.nd
     return codes, keys
 
 
-def _stream_grid(m: Manifest, files: _LineFiles, *, base: str, release_base: str) -> _Stream:
+def _stream_grid(m: Manifest, files: _LineFiles, *, base: str, release_base: str, val_list: str | None = None,
+                 val_cells: Sequence[str] = (), flat_subset: str = "") -> _Stream:
     """One pass over a grid manifest's images: every row with a cell goes to its OpenOOD imglist (per source
-    and cell) and its release-format list (per subset and cell)."""
+    and cell; ``val_list`` for the held-out ``val_cells``) and its release-format list (per subset and cell;
+    rows without a subset in ``flat_subset``)."""
+    held = set(val_cells)
     schema, n_levels = m.schema("images"), m.n_levels
     names = schema.names
     src_col = "source" if "source" in names else None
@@ -244,12 +221,14 @@ def _stream_grid(m: Manifest, files: _LineFiles, *, base: str, release_base: str
         codes, keys = cell_keys(batch, src_col, n_levels)
         for code, n in zip(*np.unique(codes, return_counts=True)):
             st.counts[keys[int(code)]] = st.counts.get(keys[int(code)], 0) + int(n)
-        _write_grouped(files, codes, {k: "/".join(x for x in (base, s, f"test_{cell_name(c, sem)}.txt") if x)
+        _write_grouped(files, codes, {k: val_list if cell_name(c, sem) in held else
+                                      "/".join(x for x in (base, s, f"test_{cell_name(c, sem)}.txt") if x)
                                       for k, (s, c, sem) in keys.items()}, openood)
         if sub_col != src_col:
             codes, keys = cell_keys(batch, sub_col, n_levels)
         st.subsets.update(s for s, _, _ in keys.values())
-        _write_grouped(files, codes, {k: "/".join(x for x in (release_base, s, f"{cell_name(c, sem)}.txt") if x)
+        _write_grouped(files, codes, {k: "/".join(x for x in (release_base, s or flat_subset,
+                                                               f"{cell_name(c, sem)}.txt") if x)
                                       for k, (s, c, sem) in keys.items()}, release)
     return st
 
@@ -264,29 +243,77 @@ def _missing_cells(cells: pd.DataFrame) -> dict[str, list[str]]:
     return out
 
 
-def _export_grid(m: Manifest, files: _LineFiles, *, name: str, data_dir: str) -> tuple[list[dict], int, _Stream]:
+def _held_out(val_cells: Sequence[str] | str | None, n_levels: int) -> list[str]:
+    """The ``--val-cells`` names, each a cell of the grid (one-line errors otherwise)."""
+    if val_cells is None:
+        return []
+    names = [c.strip() for c in val_cells.split(",")] if isinstance(val_cells, str) else [str(c) for c in val_cells]
+    names = [c for c in names if c]
+    if not names:
+        raise BadInputError("--val-cells is empty: pass cell names such as cov_0_sem_7,cov_1_sem_7")
+    for c in names:
+        cov, sem = parse_cell_name(c) or (-1, -1)
+        if not (0 <= cov < n_levels and 0 <= sem < n_levels):
+            raise BadInputError(f"--val-cells {c!r} is not a cell of this {n_levels}x{n_levels} grid: pass names "
+                                f"cov_{{c}}_sem_{{s}} with c, s in 0..{n_levels - 1}")
+    return list(dict.fromkeys(names))
+
+
+@dataclass
+class _Exported:
+    """One benchmark's export before its files are committed: its datasets (with groups), the levels of its
+    grid (None for a list), its val split (None) and the rows streamed."""
+
+    datasets: list[dict]
+    n_levels: int | None
+    val: dict | None
+    stream: _Stream
+
+
+def _export_grid(m: Manifest, files: _LineFiles, *, name: str, data_dir: str, rule: GroupRule,
+                 val_cells: Sequence[str]) -> _Exported:
     base, release_base = f"{BENCHMARK_DIR}/{name}", f"{RELEASE_DIR}/{name}"
-    st = _stream_grid(m, files, base=base, release_base=release_base)
     cells = m.cells
-    datasets = cell_datasets(st.counts, na_flags(cells), base=base, data_dir=data_dir, na_threshold=m.na_threshold)
-    subsets = (m.subsets if isinstance(m, SplitsView) else []) or sorted(st.subsets) or [""]
+    known = [s for s in (m.subsets if isinstance(m, SplitsView) else []) if s]
+    has_subsets = bool(known) or "source" in m.schema("images").names
+    release_subsets = RELEASE_GRIDS.get(name) if not has_subsets else None  # the release's folders for this name
+    val_list = f"{base}/val_{name}.txt" if val_cells else None
+    st = _stream_grid(m, files, base=base, release_base=release_base, val_list=val_list, val_cells=val_cells,
+                      flat_subset=release_subsets[0] if release_subsets else "")
+    datasets = cell_datasets(st.counts, na_flags(cells), base=base, data_dir=data_dir, na_threshold=m.na_threshold,
+                             benchmark=name, val_cells=val_cells)
+    subsets = list(release_subsets or (m.subsets if isinstance(m, SplitsView) else []) or sorted(st.subsets) or [""])
     for rel in release_list_names(subsets, m.n_levels, base=release_base, missing=_missing_cells(cells)):
         if rel not in files.files:
             files.write(rel, pa.array([], pa.string()))
-    return datasets, m.n_levels, st
+    val = None
+    if val_cells:
+        n = sum(d["n"] for d in datasets if d["cell"] in val_cells)
+        if not n:
+            raise BadInputError(f"--val-cells {','.join(val_cells)}: no image lies in these cells; pass cells "
+                                "that hold images")
+        val = {"dataset": f"{name}_val", "cells": list(val_cells), "n": n, "data_dir": data_dir,
+               "imglist_path": val_list}
+    return _Exported(assign_groups(datasets, m.n_levels, rule, val_cells), m.n_levels, val, st)
 
 
-def _export_list(m: Manifest, files: _LineFiles, *, name: str, data_dir: str) -> tuple[list[dict], int, _Stream]:
-    rel, st = f"{BENCHMARK_DIR}/{name}/test_{name}.txt", _Stream()
+def _export_list(m: Manifest, files: _LineFiles, *, name: str, data_dir: str, rule: GroupRule,
+                 val_cells: Sequence[str] = ()) -> _Exported:
+    prefix = "val" if rule.group == "val" else "test"
+    rel, st = f"{BENCHMARK_DIR}/{name}/{prefix}_{name}.txt", _Stream()
     for batch in m.batches("images", columns=["path", "label"] if has_class_label(m.schema("images")) else ["path"]):
         files.write(rel, export_lines(batch, where=str(m.root))[0])
         st.rows += batch.num_rows
     files.write(rel, pa.array([], pa.string()))
-    return [{"dataset": name, "source": "", "cell": None, "cov_level": None, "sem_level": None, "n": st.rows,
-             "na": False, "data_dir": data_dir, "imglist_path": rel}], 1, st
+    record = {"dataset": name, "source": "", "cell": None, "cov_level": None, "sem_level": None, "n": st.rows,
+              "na": False, "data_dir": data_dir, "imglist_path": rel}
+    if rule.group == "val":
+        return _Exported([], None, {**record, "cells": []}, st)
+    return _Exported(assign_groups([record], None, rule), None, None, st)
 
 
-#: The files each export wrote, by benchmark name: a re-export removes its own earlier files, nothing else.
+#: The files each export wrote, by benchmark name (``@id:<split>`` for the ID lists): a re-export removes its
+#: own earlier files, nothing else.
 EXPORT_LEDGER = f"{TMP_PREFIX}isood-export.json"
 
 
@@ -298,7 +325,21 @@ def _ledger(out: Path) -> dict[str, list[str]]:
     return {str(k): [str(x) for x in v] for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-def _prepare_out(out: Path, name: str) -> None:
+def _read_info(out: Path) -> dict | None:
+    """The folder's ``openood_data_info.json`` (None when there is none); a one-line error when it is not ours."""
+    p = out / EXPORT_INFO
+    if not p.is_file():
+        return None
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise BadInputError(f"{p} cannot be read ({type(e).__name__}); remove it or pass a new --out") from None
+    if not isinstance(data, dict):
+        raise BadInputError(f"{p} is not an isood export's data info; pass a new --out")
+    return data
+
+
+def _prepare_out(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise BadInputError(f"--out {out} is a file; pass a folder")
     if out.is_dir() and any(not p.name.startswith(TMP_PREFIX) for p in out.iterdir()):  # not the --out lock
@@ -307,58 +348,169 @@ def _prepare_out(out: Path, name: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def _forget_old_files(out: Path, name: str, written: Sequence[str]) -> None:
-    """Remove the files an earlier export of ``name`` wrote and this one did not (the ledger says which: a file
-    isood did not write is never removed), then record this export's files."""
+def _check_written(out: Path, keys: Sequence[str], written: Sequence[str]) -> None:
+    """Refuse to overwrite a file another entry of the ledger wrote, or one no isood export wrote."""
     ledger = _ledger(out)
-    for rel in sorted(set(ledger.get(name, [])) - set(written)):
-        p = out / rel
-        if p.is_file():
-            p.unlink()
-        for parent in p.parents:
-            if parent == out:
-                break
-            try:
-                parent.rmdir()
-            except OSError:
-                break
-    ledger[name] = sorted(written)
+    owner = {f: k for k, fs in ledger.items() if k not in keys for f in fs}
+    ours = {f for k in keys for f in ledger.get(k, [])}
+    for rel in written:
+        if rel in owner:
+            raise BadInputError(f"{out / rel} belongs to the export {owner[rel]!r} in this folder; pass another --name")
+        if rel not in ours and (out / rel).exists():
+            raise BadInputError(f"{out / rel} exists and was not written by an isood export; move it or pass "
+                                "another --out")
+
+
+def _forget_old_files(out: Path, written: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    """For each ledger key of ``written``: remove the files its earlier export wrote and this one did not (the
+    ledger says which: a file isood did not write is never removed), then record this export's files. Returns
+    the ledger."""
+    ledger = _ledger(out)
+    for key, files in written.items():
+        for rel in sorted(set(ledger.get(key, [])) - set(files)):
+            p = out / rel
+            if p.is_file():
+                p.unlink()
+            _remove_empty_parents(out, p)
+        ledger[key] = sorted(files)
     atomic_write_bytes(out / EXPORT_LEDGER, json.dumps(ledger, indent=1, sort_keys=True).encode())
+    return ledger
 
 
 def _default_name(m: Manifest) -> str:
-    """An imported release keeps its folder name (`imagenet21k`), so its loader finds `imglist/imagenet21k/`."""
+    """An imported release keeps its folder name (`imagenet21k`), so its loader finds `imglist/imagenet21k/`;
+    another manifest is named after its folder (`out/imagenet-ood` -> `imagenet-ood`), so exports of different
+    manifests into one folder do not replace each other; `isood` when the folder name is not a usable name."""
     release = m.release_name if isinstance(m, SplitsView) else None
-    return release if release and re.fullmatch(r"[A-Za-z0-9][\w.-]*", release) else "isood"
+    for candidate in (release, Path(m.root).name):
+        if candidate and re.fullmatch(r"[A-Za-z0-9][\w.-]*", candidate):
+            return candidate
+    return "isood"
 
 
-def export_openood(manifest_dir: str | os.PathLike, out: str | os.PathLike, *, name: str | None = None,
-                   data_root: str = "./data/", data_dir: str = "images_largescale/",
-                   num_classes: int = 1000, verify: str = DEFAULT_VERIFY) -> ExportResult:
-    """Write OpenOOD v1.5 imglists per cell plus configs, and a grid's release-format lists (see the module
-    docstring of ``isood.stages.interop``); the images are read one row group at a time."""
+def _manifest_record(m: Manifest) -> dict:
+    return {"path": str(m.root), "kind": m.kind, "dataset_version": m.dataset_version,
+            "content_sha256": m.content_sha256}
+
+
+def _read_manifest(manifest_dir, out: Path, verify: str) -> Manifest:
+    m = read(manifest_dir, kind=EXPORT_KINDS, verify=verify)
+    if is_inside(os.path.abspath(out), os.path.abspath(m.root)):
+        raise BadInputError(f"--out {out} is inside the manifest {m.root}; pass a folder outside it")
+    return m
+
+
+def export_openood(manifest_dir: str | os.PathLike | None, out: str | os.PathLike, *, name: str | None = None,
+                   data_root: str = "./data/", data_dir: str | None = None, num_classes: int = 1000,
+                   verify: str = DEFAULT_VERIFY, near_axis: str | None = None, near_below: int | None = None,
+                   group: str | None = None, val_cells: Sequence[str] | str | None = None,
+                   id_train: str | os.PathLike | None = None, id_val: str | os.PathLike | None = None,
+                   id_test: str | os.PathLike | None = None, id_root: str | os.PathLike | None = None,
+                   classes: str | os.PathLike | None = None) -> ExportResult:
+    """Export a splits, syn-is or image-list manifest (or none) and/or ID lists into the OpenOOD data root
+    ``out``, merged with the exports already there (see the module docstring of ``isood.stages.interop``); holds
+    ``out``'s lock (``isood.files.output_lock``). The images are read one row group at a time."""
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise BadInputError(f"--num-classes must be an integer >= 1 (the ID classifier's classes), got {num_classes!r}")
-    m = read(manifest_dir, kind=EXPORT_KINDS, verify=verify)
-    name = name or _default_name(m)
-    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name):
-        raise BadInputError(f"--name {name!r}: use letters, digits, '_', '-' or '.'")
+    ids = {"train": id_train, "val": id_val, "test": id_test}
+    if manifest_dir is None and not any(ids.values()):
+        raise BadInputError("nothing to export: pass a manifest, or ID lists (--id-train / --id-val / --id-test)")
     out = Path(out)
-    _prepare_out(out, name)
-    files = _LineFiles(out)
+    m = _read_manifest(manifest_dir, out, verify) if manifest_dir is not None else None
+    grid = m is not None and m.kind in GRID_KINDS
+    if grid and group is not None:
+        raise BadInputError(f"--group {group} is for an image list; a grid's cells are grouped by --near-axis and "
+                            "--near-below (held out with --val-cells)")
+    if m is not None and not grid and (near_axis is not None or near_below is not None):
+        raise BadInputError("--near-axis / --near-below group a grid's cells; an image list joins --group near, "
+                            "far or val")
+    rule = GroupRule(axis=near_axis or "sem", below=near_below, group=group or "near").check(
+        m.n_levels if grid else None)
+    name = name or (_default_name(m) if m is not None else None)
+    if name is not None and not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name):
+        raise BadInputError(f"--name {name!r}: use letters, digits, '_', '-' or '.'")
+    held = _held_out(val_cells, m.n_levels) if m is not None and m.kind in GRID_KINDS else []
+    if m is not None and m.kind not in GRID_KINDS and val_cells:
+        raise BadInputError("--val-cells needs a grid (splits or syn-is manifest); to use an image list as the OOD "
+                            "val split, export it with --group val")
+    with output_lock(out):
+        _prepare_out(out)
+        old = _read_info(out)
+        merge_info(old, name or "", None, num_classes=num_classes)  # --num-classes / format refusals before work
+        gives_val = bool(held) or (m is not None and m.kind not in GRID_KINDS and rule.group == "val")
+        if gives_val:
+            others = [k for k, v in upgrade_info(old)["benchmarks"].items() if v.get("val") and k != name]
+            if others:
+                raise BadInputError(f"an OOD val split comes from {others[0]!r} already (OpenOOD takes one): "
+                                    f"re-export {others[0]!r} without it, or leave --val-cells / --group val out")
+        sources, tables = load_id_lists({s: v for s, v in ids.items() if v is not None}, num_classes=num_classes,
+                                        id_root=id_root, classes=classes)
+        return _export(m, out, name=name, data_root=data_root, data_dir=data_dir, num_classes=num_classes,
+                       rule=rule, held=held, old=old, sources=sources, tables=tables)
+
+
+def _export(m: Manifest | None, out: Path, *, name: str | None, data_root: str, data_dir: str | None,
+            num_classes: int, rule: GroupRule, held: Sequence[str], old: dict | None, sources: Mapping[str, IdSource],
+            tables: Mapping[str, pa.Table]) -> ExportResult:
+    """The export steps under the lock: stream the benchmark and the ID lists into staged files, merge the data
+    info (its refusals abort every staged file), commit, forget the old files, write the JSON and the YAML."""
+    groups: dict[str, _LineFiles] = {}
+    exported = None
+    id_info = {}
     try:
-        export = _export_grid if m.kind in GRID_KINDS else _export_list
-        datasets, n_levels, st = export(m, files, name=name, data_dir=data_dir)
-        files.commit()
+        if m is not None:
+            groups[name] = files = _LineFiles(out)
+            export = _export_grid if m.kind in GRID_KINDS else _export_list
+            exported = export(m, files, name=name, data_dir=data_dir if data_dir is not None else f"{name}/",
+                              rule=rule, val_cells=held)
+        for split, table in tables.items():
+            groups[f"@id:{split}"] = files = _LineFiles(out)
+            release_rel, openood_rel = id_list_paths(split)
+            openood_lines, _ = export_lines(table, where=f"--id-{split} {sources[split].source}")
+            files.write(release_rel, table.column("path").combine_chunks())
+            files.write(openood_rel, openood_lines)
+            id_info[split] = {"n": table.num_rows, "source": sources[split].source, "root": sources[split].root,
+                              "data_dir": f"{ID_NAME}/", "imglist_path": openood_rel, "release_path": release_rel}
+        record = None
+        if exported is not None:
+            release_n = sum(1 for rel in groups[name].files if rel.startswith(RELEASE_DIR + "/"))
+            record = benchmark_record(exported.datasets, kind=m.kind, manifest=_manifest_record(m),
+                                      n_levels=exported.n_levels, rule=rule, val=exported.val,
+                                      release_lists=release_n)
+        info = merge_info(old, name or "", record, num_classes=num_classes, id_lists=id_info, data_root=data_root)
+        _check_written(out, list(groups), [rel for g in groups.values() for rel in g.files])
+        for g in groups.values():
+            g.commit()
     except BaseException:
-        files.abort()
+        for g in groups.values():
+            g.abort()
         raise
-    _forget_old_files(out, name, list(files.files))
-    info = data_info(datasets, n_levels, name=name, num_classes=num_classes, manifest=m)
+    ledger = _forget_old_files(out, {k: list(g.files) for k, g in groups.items()})
+    present = {f for fs in ledger.values() for f in fs}
+    info["ready"] = {"openood": missing_for_openood(info), "release": missing_for_release(present)}
+    info["usage"] = USAGE
     atomic_write_bytes(out / EXPORT_INFO, (json.dumps(info, indent=2) + "\n").encode())
-    config = ood_dataset_config(datasets, n_levels, name=name, num_classes=num_classes, data_root=data_root)
-    atomic_write_bytes(out / EXPORT_YAML, yaml.safe_dump(config, sort_keys=False).encode())
-    release = sorted(rel for rel in files.files if rel.startswith(RELEASE_DIR + "/"))
-    return ExportResult(out=out, imglists={d["dataset"]: d["imglist_path"] for d in datasets},
-                        registered=[d["dataset"] for d in datasets if not d["na"]], rows=st.rows,
-                        skipped=st.skipped, release_lists=release)
+    atomic_write_bytes(out / EXPORT_YAML, yaml.safe_dump(dataset_config(info), sort_keys=False).encode())
+    return _result(out, name, exported, groups, info)
+
+
+def _result(out: Path, name: str | None, exported: _Exported | None, groups: Mapping[str, _LineFiles],
+            info: dict) -> ExportResult:
+    r = ExportResult(out=out, name=name, ready=info["ready"])
+    r.id_lists = {k.split(":", 1)[1]: info["id"][k.split(":", 1)[1]]["n"] for k in groups if k.startswith("@id:")}
+    if exported is not None:
+        ds = exported.datasets
+        r.imglists = {d["dataset"]: d["imglist_path"] for d in ds if d["imglist_path"]}
+        r.registered = [d["dataset"] for d in ds if d["group"] in ("near", "far")]
+        r.groups = {d["dataset"]: d["group"] for d in ds}
+        r.rows, r.skipped = exported.stream.rows, exported.stream.skipped
+        r.release_lists = sorted(rel for rel in groups[name].files if rel.startswith(RELEASE_DIR + "/"))
+        r.val = exported.val
+    return r
+
+
+USAGE = ("OpenOOD v1.5: from openood.evaluation_api import datasets; "
+         "datasets.DATA_INFO['imagenet'] = json.load(open('openood_data_info.json'))['data_info']; "
+         "datasets.benchmarks_dict['imagenet'] = []; Evaluator(net, id_name='imagenet', data_root=<this folder>, ...). "
+         "Images: <this folder>/<data_dir of each dataset>/ (imagenet1k/ for the ID lists). "
+         "The IS-OOD release: its datasets.py with data_root=<this folder>.")

@@ -323,8 +323,8 @@ def import_isood_lists(directory: str | os.PathLike, out: str | os.PathLike, *, 
     `images` (path as listed, wnid, NaN shifts, levels, cell, subset, label) streamed in row groups of
     ``row_group_rows``, `cells` by ``na_rule``, `edges` (unknown bounds), a copy of every list under `lists/`."""
     check_levels(n_levels)
-    if isinstance(na_threshold, bool) or not isinstance(na_threshold, int) or na_threshold < 0:
-        raise BadInputError(f"--na-threshold must be an integer >= 0, got {na_threshold!r}")
+    if isinstance(na_threshold, bool) or not isinstance(na_threshold, int) or na_threshold < 1:
+        raise BadInputError(f"--na-threshold must be an integer >= 1, got {na_threshold!r}")
     rel = scan_release(directory, n_levels=n_levels, na_rule=na_rule, allow_missing=allow_missing)
     with writing(out, SPLITS, inputs=[directory]) as o:
         counts, stream, copies = _stream_lists(rel, o.work, per_subset=na_rule != "pooled",

@@ -1,0 +1,146 @@
+"""L2: Table 1 by the IS-OOD release's own rule, and its ``results/<method>.csv`` (pure, frames in, frames out).
+
+The published IS-OOD release computes its per-cell metrics with its ``evaluate.py`` (``eval_ood``), writes them
+with pandas (``to_csv(float_format='{:.2f}'.format)``) as ``results/<method>.csv`` and reads that file back with
+``analyze_metrics.py``. Its rule, as those two files apply it:
+
+* a cell's value is the metric in percent, written with two decimals (Python's ``format(100 * x, '.2f')``, read
+  back as a float); an N/A cell (fewer than 10 images: no loader) is written as ``0.00``;
+* the file has a header ``,FPR@95,AUROC,AUPR_IN,AUPR_OUT`` and one row per cell named ``cov_{c}_sem_{s}``, covariate
+  level outer, semantic level inner: the 64 ImageNet-21K cells, then the 64 Syn-IS cells (128 rows); its FPR@95 is
+  OpenOOD's (isood's ``fpr95_openood``);
+* per level, the mean over the cells of that level whose value is > 1e-16: a true 0 (FPR@95 = 0 in an easy cell)
+  drops out of the mean exactly like an N/A cell; a level whose every value is 0 divides 0 by 0 (NaN);
+* sensitivity = |least-squares slope of the level means on i = 1..n|, correlation = Pearson's r of the level
+  means and i; both printed with two decimals.
+
+isood's default (``TABLE_CONVENTIONS[0]``, ``"exact"``: ``levels.summary_table``) keeps every value as computed
+(fractions, no rounding), leaves N/A cells out and keeps a measured 0. ``table1(per_cell, convention)`` gives
+either; ``release_summary`` has the layout of ``levels.summary_table`` (``SUMMARY_COLUMNS``; ``first`` / ``last``
+are level means in percent). ``release_results_csv`` writes the release's results file from a per-cell table.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from isood.errors import BadInputError
+
+from .levels import AXES, SUMMARY_COLUMNS, metric_columns, summary_table
+
+__all__ = ["TABLE_CONVENTIONS", "RELEASE_METRICS", "RELEASE_ZERO", "release_value", "release_grid",
+           "release_level_means", "release_line_fit", "release_summary", "table1", "check_convention",
+           "release_results_csv"]
+
+#: The Table 1 conventions: isood's exact one (default) and the release's.
+TABLE_CONVENTIONS = ("exact", "release")
+#: The release's result columns -> isood's per-cell metric columns (the release's FPR@95 is OpenOOD's procedure).
+RELEASE_METRICS: Mapping[str, str] = {"FPR@95": "fpr95_openood", "AUROC": "auroc", "AUPR_IN": "aupr_in",
+                                      "AUPR_OUT": "aupr_out"}
+#: Values at or below this drop out of a level mean (``analyze_metrics.py``: ``np.greater(values, 1e-16)``).
+RELEASE_ZERO = 1e-16
+
+
+def check_convention(convention: str) -> str:
+    """``convention`` if it is one of ``TABLE_CONVENTIONS``, else a one-line error naming them."""
+    if convention not in TABLE_CONVENTIONS:
+        raise BadInputError(f"--table-convention {convention!r}: pass one of {', '.join(TABLE_CONVENTIONS)}")
+    return convention
+
+
+def release_value(x: float) -> float:
+    """A metric as the release's results file holds it: percent with two decimals (``'{:.2f}'.format``, read back
+    as a float); NaN (an N/A cell) is 0."""
+    x = float(x)
+    return 0.0 if np.isnan(x) else float(f"{100.0 * x:.2f}")
+
+
+def release_grid(rows: pd.DataFrame, metric: str, n_levels: int) -> np.ndarray:
+    """The (cov, sem) grid of one detector and dataset's per-cell ``rows`` as the release stores it:
+    ``release_value`` of ``metric`` (0 for an N/A cell and for a cell the table does not list)."""
+    grid = np.zeros((n_levels, n_levels), dtype=np.float64)
+    na = rows["na"].astype(bool).to_numpy() if "na" in rows.columns else np.zeros(len(rows), bool)
+    for c, s, v, is_na in zip(rows["cov_level"].astype(int), rows["sem_level"].astype(int),
+                              rows[metric].to_numpy(dtype=np.float64), na):
+        grid[c, s] = 0.0 if is_na else release_value(v)
+    return grid
+
+
+def release_level_means(grid: np.ndarray, axis: str) -> np.ndarray:
+    """Per level of ``axis`` ('sem': columns, 'cov': rows): the sum over the level's cells divided by the number
+    of its cells whose value is > ``RELEASE_ZERO`` (0 / 0 = NaN for a level of zeros, as the release divides)."""
+    over = 0 if axis == "sem" else 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return grid.sum(axis=over) / np.greater(grid, RELEASE_ZERO).sum(axis=over)
+
+
+def release_line_fit(means: np.ndarray) -> tuple[float, float]:
+    """``(correlation, sensitivity)`` of level means against i = 1..n: Pearson's r and |least-squares slope|
+    (NaN when a mean is NaN or the means are constant)."""
+    y = np.asarray(means, dtype=np.float64)
+    i = np.arange(1, y.size + 1, dtype=np.float64)
+    if y.size < 2 or not np.all(np.isfinite(y)):
+        return float("nan"), float("nan")
+    yc, ic = y - y.mean(), i - i.mean()
+    slope = float((yc * ic).sum() / (ic * ic).sum())
+    denom = float(np.sqrt((yc * yc).sum() * (ic * ic).sum()))
+    corr = float((yc * ic).sum() / denom) if denom > 0 else float("nan")
+    return corr, abs(slope)
+
+
+def _n_levels(rows: pd.DataFrame) -> int:
+    return 1 + int(max(rows["cov_level"].max(), rows["sem_level"].max())) if len(rows) else 0
+
+
+def release_summary(per_cell: pd.DataFrame, metrics: Sequence[str] | None = None) -> pd.DataFrame:
+    """Table 1 by the release's rule (module docstring): per detector, dataset, axis and metric the correlation
+    and sensitivity of the release's level means, with ``first`` / ``last`` (the first and last finite level
+    means, percent) and ``n_levels`` (levels with a finite mean); the layout of ``levels.summary_table``."""
+    metrics = list(metrics) if metrics is not None else metric_columns(per_cell)
+    rows = []
+    if per_cell.empty:
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+    for (det, ds), g in per_cell.groupby(["detector", "dataset"], sort=False):
+        n = _n_levels(g)
+        for ax in AXES:
+            for m in metrics:
+                means = release_level_means(release_grid(g, m, n), ax)
+                corr, sens = release_line_fit(means)
+                defined = means[np.isfinite(means)]
+                rows.append({"detector": det, "dataset": ds, "axis": ax, "metric": m, "correlation": corr,
+                             "sensitivity": sens, "first": float(defined[0]) if defined.size else np.nan,
+                             "last": float(defined[-1]) if defined.size else np.nan, "n_levels": int(defined.size)})
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def table1(per_cell: pd.DataFrame, convention: str = "exact", metrics: Sequence[str] | None = None) -> pd.DataFrame:
+    """Table 1 of a per-cell table by ``convention``: ``'exact'`` (``levels.summary_table``) or ``'release'``
+    (``release_summary``)."""
+    check_convention(convention)
+    return summary_table(per_cell, metrics) if convention == "exact" else release_summary(per_cell, metrics)
+
+
+def release_results_csv(per_cell: pd.DataFrame, detector: str, datasets: Sequence[str]) -> str:
+    """The release's ``results/<method>.csv`` of one detector: the header ``,FPR@95,AUROC,AUPR_IN,AUPR_OUT``, then
+    for each of ``datasets`` (grid datasets, in order: the release writes ImageNet-21K, then Syn-IS) one row per
+    cell ``cov_{c}_sem_{s}`` (covariate outer, semantic inner, every cell of the n x n grid) with
+    ``release_value`` of each metric (N/A and unlisted cells ``0.00``)."""
+    rows = per_cell[per_cell["detector"] == detector]
+    missing = [m for m in RELEASE_METRICS.values() if m not in rows.columns]
+    if missing:
+        raise BadInputError(f"the per-cell table lacks {', '.join(missing)}: the release's results file needs "
+                            f"{', '.join(RELEASE_METRICS.values())}")
+    lines = ["," + ",".join(RELEASE_METRICS)]
+    for ds in datasets:
+        g = rows[rows["dataset"] == ds]
+        if g.empty:
+            raise BadInputError(f"detector '{detector}' has no per-cell rows on {ds}: pass a grid dataset")
+        n = _n_levels(g)
+        grids = [release_grid(g, m, n) for m in RELEASE_METRICS.values()]
+        for c in range(n):
+            for s in range(n):
+                lines.append(f"cov_{c}_sem_{s}," + ",".join(f"{grid[c, s]:.2f}" for grid in grids))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,105 @@
+"""Each option is defined once (``isood.optspec``: the field of its command's options dataclass) and the same
+bounds are enforced everywhere: this test walks every command built from an options class
+(``isood.cli.options.COMMANDS``) and, for each bounded option, passes a value just outside its bounds on the
+command line, with dummies for the required options: one line naming the flag and the bound, exit 2, before any
+work. It also checks that a flag means one thing across commands (one kind, one set of bounds and choices) and
+that ``--help`` shows each option's default or that it is required, and its bounds."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from isood.cli import app
+from isood.cli.options import COMMANDS
+from isood.optspec import REQUIRED, option_fields
+
+
+def _num(x) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def _rows():
+    for words, cls in COMMANDS:
+        for f, spec, kind in option_fields(cls):
+            if spec.cli:
+                yield words, cls, f, spec, kind
+
+
+def _dummies(cls, skip: str) -> list[str]:
+    """Values for the required options of ``cls`` (paths that do not exist: refused only after the check)."""
+    args, positional = [], []
+    for f, spec, kind in option_fields(cls):
+        if f.name == skip or (f.default is not dataclasses.MISSING and f.default is not REQUIRED
+                               and not spec.required):
+            continue
+        value = "/nonexistent/x" if kind in ("path", "list") else "x"
+        if spec.argument:
+            positional.append(value)
+        else:
+            args += [spec.flag_name(f.name), value]
+    return positional + args
+
+
+BOUNDED = [pytest.param(words, cls, f, spec, kind, id=f"{' '.join(words)} {spec.flag_name(f.name)}")
+           for words, cls, f, spec, kind in _rows() if kind in ("int", "float") and
+           (spec.least is not None or spec.most is not None)]
+
+
+def test_every_command_is_walked():
+    names = {" ".join(words) for words, _ in COMMANDS}
+    assert {"wordnet filter", "wordnet audit", "verify", "publish", "card", "merge", "demo", "splits clean",
+            "import isood-lists", "import imagenet-ood", "import openood-imglist"} <= names
+    assert len(BOUNDED) >= 3
+
+
+@pytest.mark.parametrize("words, cls, field, spec, kind", BOUNDED)
+def test_a_value_outside_the_bounds_is_refused_in_one_line_before_any_work(words, cls, field, spec, kind,
+                                                                           tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    flag = spec.flag_name(field.name)
+    bad = []
+    if spec.least is not None:
+        bad.append(spec.least - 1)
+    if spec.most is not None:
+        bad.append(spec.most + 1)
+    if kind == "float":
+        bad.append(math.nan)
+    for value in bad:
+        text = str(int(value)) if kind == "int" else repr(value)
+        r = CliRunner().invoke(app, [*words, *_dummies(cls, field.name), flag, text])
+        assert r.exit_code == 2, (words, flag, r.output)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and flag in lines[0] and "must be" in lines[0], lines
+        assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_a_flag_means_one_thing_across_commands():
+    meaning: dict[str, set] = {}
+    for words, _cls, f, spec, kind in _rows():
+        if spec.argument:  # a positional argument has no flag to share
+            continue
+        key = (kind, spec.least, spec.most, spec.choices, spec.argument)
+        meaning.setdefault(spec.flag_name(f.name), set()).add(key)
+    mixed = {flag: keys for flag, keys in meaning.items() if len(keys) > 1}
+    assert not mixed, mixed
+
+
+@pytest.mark.parametrize("words, cls", COMMANDS, ids=[" ".join(w) for w, _ in COMMANDS])
+def test_help_shows_defaults_required_and_bounds(words, cls, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    out = " ".join(CliRunner().invoke(app, [*words, "--help"]).output.split())
+    for f, spec, kind in option_fields(cls):
+        if not spec.cli:
+            continue
+        default = f.default
+        if default is REQUIRED:
+            assert "[required" in out.split(spec.help.split(".")[0], 1)[1][:len(spec.help) + 40], f.name
+        elif default not in (None, False, ()):
+            assert f"default: {default}" in out, (words, f.name)
+        if kind in ("int", "float") and spec.least is not None and spec.most is not None:
+            assert f"in [{_num(spec.least)}, {_num(spec.most)}]" in out, (words, f.name)
+        assert "<" + "str>" not in out and "list[" not in out  # no Python types in --help
