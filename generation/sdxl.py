@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 import warnings
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -43,7 +46,7 @@ from isood.progress import progress_bar
 __all__ = [
     "DEFAULT_PIPELINE", "LOCAL_PREFIX", "MAX_SIZE", "BATCH_COLUMNS", "GeneratorSettings", "dtype_for",
     "quiet_libraries", "load_pipeline", "pipeline_weights", "generator_fingerprint", "expected_fingerprint",
-    "fingerprint_of", "plan_fingerprint", "SDXLGenerator", "GeneratorWorker", "plan_batches", "generate_images",
+    "fingerprint_of", "plan_fingerprint", "SDXLGenerator", "GeneratorWorker", "IN_FLIGHT", "default_write_threads", "plan_batches", "generate_images",
 ]
 
 LOCAL_PREFIX = "local-dir:"
@@ -293,21 +296,43 @@ class SDXLGenerator:
 BATCH_COLUMNS = ("path", "prompt", "negative_prompt", "seed", "done")
 
 
+#: Generation batches in flight at most in :meth:`GeneratorWorker.stream`: one being encoded and written on the
+#: thread pool while the next one generates (so at most two batches of images are held in memory).
+IN_FLIGHT = 2
+
+
+def default_write_threads() -> int:
+    """Threads that encode, hash, check and write the PNGs of a batch while the next one generates: up to 4 (PNG
+    encoding releases the GIL; 4 threads keep up with an H100 at 512 px, by the bench's per-image encode cost),
+    at most the CPUs there are."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
 class GeneratorWorker:
     """A ``BatchEngine`` worker: one generator per process or actor; each call generates one plan slice in one
     pipeline call and writes its images (or rejection markers) into ``root``.
 
-    Built with ``(root, settings, fingerprint, image_checker=None, generator=None, on_image=None)``: without a
-    ``generator`` the pipeline is loaded from ``settings`` and its fingerprint must be ``fingerprint``;
-    ``image_checker`` is a callable or a ``package.module:function`` name (imported here, e.g. in each actor);
-    ``on_image(row)`` is called after each accepted image is written (local runs; tests interrupt with it).
-    A call returns, per row, ``path``, ``sha256`` ('' when rejected or not written), ``rejected`` (reason or
-    '') and ``written`` (False for rows that were already done).
+    Built with ``(root, settings, fingerprint, image_checker=None, generator=None, on_image=None,
+    write_threads=None)``: without a ``generator`` the pipeline is loaded from ``settings`` and its fingerprint
+    must be ``fingerprint``; ``image_checker`` is a callable or a ``package.module:function`` name (imported
+    here, e.g. in each actor); ``on_image(row)`` is called after each accepted image is written (local runs;
+    tests interrupt with it), in plan order, from the calling thread. A call returns, per row, ``path``,
+    ``sha256`` ('' when rejected or not written), ``rejected`` (reason or '') and ``written`` (False for rows
+    that were already done).
+
+    :meth:`stream` (the local engine's path) keeps the device busy: while batch ``i + 1`` generates, the
+    images of batch ``i`` are PNG-encoded, hashed, safety-checked and written (by rename, as a call does) on
+    ``write_threads`` threads (default :func:`default_write_threads`; 0 = in line, as a call), at most
+    :data:`IN_FLIGHT` batches at a time. The files are byte-identical to the calls' (the same images through
+    the same ``write_image``); an ``image_checker`` must then be safe to call from several threads. An error
+    (e.g. a failing checker: one line) stops the stream: writes not yet started are cancelled, the ones running
+    finish, so an interrupted run may have written a few images past the one it stopped at (each complete, by
+    rename; a rerun keeps them).
     """
 
     def __init__(self, root: str, settings: GeneratorSettings, fingerprint: Mapping[str, Any],
                  image_checker: Callable | str | None = None, generator: Callable | None = None,
-                 on_image: Callable[[dict], None] | None = None):
+                 on_image: Callable[[dict], None] | None = None, write_threads: int | None = None):
         self.root = Path(root)
         if generator is None:
             generator = SDXLGenerator.load(settings)
@@ -317,22 +342,56 @@ class GeneratorWorker:
         self.generator = generator
         self.checker = load_image_checker(image_checker) if isinstance(image_checker, str) else image_checker
         self.on_image = on_image
+        self.write_threads = default_write_threads() if write_threads is None else max(0, int(write_threads))
 
-    def __call__(self, batch: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    def _generate(self, batch: Mapping[str, Any]) -> tuple[list[dict], list]:
+        """The batch's rows and the generator's (image, flag) per row (one pipeline call)."""
         columns = list(batch)
         rows = [dict(zip(columns, vals)) for vals in zip(*(np.asarray(batch[c]).tolist() for c in columns))]
         outputs = self.generator([r["prompt"] for r in rows], [r["negative_prompt"] for r in rows],
                                  [int(r["seed"]) for r in rows])
-        sha, rejected, written = [""] * len(rows), [""] * len(rows), [False] * len(rows)
-        for j, (r, (image, flag)) in enumerate(zip(rows, outputs)):
-            if r["done"]:
-                continue
-            sha[j], rejected[j] = write_image(self.root, r, image, flag, self.checker)
-            written[j] = True
+        return rows, list(outputs)
+
+    def _result(self, rows: list[dict], written: Iterator[tuple[int, Callable[[], tuple[str, str]]]]):
+        """The call's result from ``(row index, write)`` pairs in row order, ``write()`` giving (sha, reason);
+        ``on_image`` after each accepted one."""
+        sha, rejected, done = [""] * len(rows), [""] * len(rows), [False] * len(rows)
+        for j, write in written:
+            sha[j], rejected[j] = write()
+            done[j] = True
             if self.on_image is not None and not rejected[j]:
-                self.on_image(r)
+                self.on_image(rows[j])
         return {"path": np.array([r["path"] for r in rows], dtype=object), "sha256": np.array(sha, dtype=object),
-                "rejected": np.array(rejected, dtype=object), "written": np.array(written, dtype=bool)}
+                "rejected": np.array(rejected, dtype=object), "written": np.array(done, dtype=bool)}
+
+    def __call__(self, batch: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        rows, outputs = self._generate(batch)
+        return self._result(rows, ((j, lambda r=r, o=o: write_image(self.root, r, o[0], o[1], self.checker))
+                                   for j, (r, o) in enumerate(zip(rows, outputs)) if not r["done"]))
+
+    def stream(self, batches: Iterable[Mapping[str, Any]]) -> Iterator[dict[str, np.ndarray]]:
+        """The results of ``batches`` in order, the same as the calls', with each batch's images written on
+        the thread pool while the next batch generates (class docstring)."""
+        if self.write_threads < 1:
+            yield from (self(batch) for batch in batches)
+            return
+        pool = ThreadPoolExecutor(self.write_threads, thread_name_prefix="isood-png")
+        pending: deque = deque()
+        try:
+            for batch in batches:
+                rows, outputs = self._generate(batch)
+                futures = [(j, pool.submit(write_image, self.root, r, image, flag, self.checker))
+                           for j, (r, (image, flag)) in enumerate(zip(rows, outputs)) if not r["done"]]
+                del outputs
+                pending.append((rows, futures))
+                if len(pending) >= IN_FLIGHT:
+                    rows, futures = pending.popleft()
+                    yield self._result(rows, ((j, f.result) for j, f in futures))
+            while pending:
+                rows, futures = pending.popleft()
+                yield self._result(rows, ((j, f.result) for j, f in futures))
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _column(values: list) -> np.ndarray:
@@ -373,14 +432,17 @@ def _collect(results: Iterator[dict[str, Any]], result: GenerationResult, bar, t
 def generate_images(plan: pd.DataFrame, root: str | Path, *, settings: GeneratorSettings,
                     fingerprint: Mapping[str, Any] | None = None, generator: Callable | None = None,
                     engine: BatchEngine | None = None, image_checker: Callable | str | None = None,
-                    on_image: Callable[[dict], None] | None = None, progress: bool = True) -> GenerationResult:
+                    on_image: Callable[[dict], None] | None = None, progress: bool = True,
+                    write_threads: int | None = None) -> GenerationResult:
     """Generate the planned images into ``root`` (``plan``: path, prompt, negative_prompt, seed, ...).
 
     Images already present and valid for the same content key are kept; rejected ones are not written and are
     remembered (``generation.outputs``). ``generator`` replaces the pipeline of ``settings`` (local engine only);
     ``fingerprint`` defaults to the generator's, else :func:`expected_fingerprint` on the engine's device.
     ``engine`` (default ``LocalEngine()``) runs :class:`GeneratorWorker` on the plan slices; with a cluster
-    engine ``root`` must be on a file system the workers share.
+    engine ``root`` must be on a file system the workers share. ``write_threads``: the threads that write a
+    batch's PNGs while the next generates (local engine: ``GeneratorWorker.stream``; None = its default, 0 =
+    write in line).
     """
     engine = engine or LocalEngine()
     if generator is not None and engine.name != "local":
@@ -392,7 +454,7 @@ def generate_images(plan: pd.DataFrame, root: str | Path, *, settings: Generator
     batches = plan_batches(rows, done, settings.batch_size)
     t0 = time.perf_counter()
     if batches:
-        args = (str(root), settings, dict(fingerprint), image_checker, generator, on_image)
+        args = (str(root), settings, dict(fingerprint), image_checker, generator, on_image, write_threads)
         results = engine.map(GeneratorWorker, args, batches, total=sum(len(b["path"]) for b in batches),
                              description="generating", progress=False)
         with progress_bar(progress, rate_unit="images") as bar:

@@ -78,3 +78,133 @@ def test_rerun_does_not_encode_the_prompts_again(syn_inputs, tiny_clip_spec, iso
     pd.testing.assert_frame_equal(a[cols], b[cols])
     np.testing.assert_allclose(a[["d_sem", "d_cov"]].to_numpy(), b[["d_sem", "d_cov"]].to_numpy(), atol=1e-6)
     assert any(isood_cache.rglob("text-*.npy"))
+
+
+# ------------------------------------------------------------------------------------------- pipelined writes
+def image_plan(n_labels=5, per_prompt=2, seed=0):
+    from generation.prompts import build_prompts, expand_images
+    from generation.styles import load_styles
+
+    labels = pd.DataFrame({"wnid": [""] * n_labels,
+                           "label": ["violin", "teapot", "red fox", "volcano", "sailboat"][:n_labels]})
+    return expand_images(build_prompts(labels, load_styles("sdxl:anime")), per_prompt, seed=seed)
+
+
+@pytest.fixture(scope="module")
+def tiny_sdxl(tmp_path_factory):
+    """The tiny SDXL pipeline (``isood.tiny_models``), saved and loaded as ``local-dir:`` on the CPU."""
+    import torch
+
+    from generation.sdxl import load_pipeline
+    from isood.tiny_models import build_tiny_sdxl
+
+    torch.set_num_threads(1)
+    folder = tmp_path_factory.mktemp("tiny_sdxl")
+    build_tiny_sdxl().save_pretrained(folder)
+    spec = f"local-dir:{folder}"
+    return spec, load_pipeline(spec, device="cpu")
+
+
+def folder_bytes(root):
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted((root / "images").rglob("*")) if p.is_file()}
+
+
+def test_pipelined_writes_are_byte_identical_to_in_line(tiny_sdxl, tmp_path):
+    """The tiny SDXL pipeline, 10 images in batches of 3, a checker rejecting two prompts' images: written on 3
+    threads while the next batch generates, the PNGs, the rejection markers and the hashes are those of the
+    in-line writes; the checker ran on the pool's threads (not the generating one)."""
+    import threading
+
+    from generation.sdxl import GeneratorSettings, SDXLGenerator, generate_images
+
+    spec, pipe = tiny_sdxl
+    gen = SDXLGenerator(pipe, GeneratorSettings(pipeline=spec, size=64, steps=1, batch_size=3, device="cpu"))
+    p = image_plan()
+    threads = {}
+
+    def checker(image, row):
+        threads.setdefault(row["path"], set()).add(threading.current_thread().name)
+        return "no foxes" if "fox" in row["prompt"] or "volcano" in row["prompt"] else None
+
+    results = {}
+    for n in (0, 3):
+        threads.clear()
+        results[n] = generate_images(p, tmp_path / str(n), settings=gen.settings, generator=gen,
+                                     image_checker=checker, progress=False, write_threads=n)
+        names = set().union(*threads.values())
+        assert len(threads) == len(p)
+        assert (names == {threading.current_thread().name}) if n == 0 else all(t.startswith("isood-png") for t in names)
+    a, b = folder_bytes(tmp_path / "0"), folder_bytes(tmp_path / "3")
+    assert a == b and sum(k.endswith(".rejected") for k in a) == 4 and sum(k.endswith(".png") for k in a) == 6
+    assert results[0].sha256 == results[3].sha256 and results[0].rejected == results[3].rejected
+    assert results[3].generated == 6 and results[3].batches == 4
+
+
+class SlowWrites:
+    """A generator of solid images that records when each call starts; with ``checker`` (which sleeps) it
+    shows which batches were written when the next generation began."""
+
+    fingerprint = {"generator": "slow-writes"}
+
+    def __init__(self):
+        import threading
+
+        self.lock = threading.Lock()
+        self.starts: list[set] = []  # per call: the paths whose write (check) had finished by then
+        self.finished: set = set()
+
+    def __call__(self, prompts, negatives, seeds):
+        from PIL import Image
+
+        with self.lock:
+            self.starts.append(set(self.finished))
+        return [(Image.new("RGB", (8, 8), (int(s) % 256, 0, 0)), None) for s in seeds]
+
+    def checker(self, image, row):
+        import time
+
+        time.sleep(0.05)
+        if "teapot" in row["prompt"] and row["image_index"] == 1:
+            raise RuntimeError("checker broke")
+        with self.lock:
+            self.finished.add(row["path"])
+        return None
+
+
+def test_pipelined_writes_overlap_generation_and_hold_at_most_two_batches(tmp_path):
+    """Batch k generates while batch k-1 is written (its writes are not all done when k starts), and never
+    before batch k-2 is written whole (at most 2 batches in flight)."""
+    from generation.sdxl import IN_FLIGHT, GeneratorSettings, generate_images
+
+    fake = SlowWrites()
+    p = image_plan(n_labels=5, per_prompt=2)
+    p = p[~p["prompt"].str.contains("teapot")].reset_index(drop=True)  # 8 images: no failure here
+    generate_images(p, tmp_path, settings=GeneratorSettings(size=8, batch_size=2), generator=fake,
+                    image_checker=fake.checker, progress=False, write_threads=2)
+    batches = [set(p["path"][s:s + 2]) for s in range(0, len(p), 2)]
+    assert IN_FLIGHT == 2 and len(fake.starts) == len(batches) == 4
+    for k in range(1, len(batches)):
+        assert not batches[k - 1] <= fake.starts[k]  # batch k-1 still being written when k generates
+        if k >= 2:
+            assert batches[k - 2] <= fake.starts[k]  # batch k-2 written whole before k generates
+
+
+def test_pipelined_checker_failure_is_one_line_and_stops_generating(tmp_path):
+    """A checker failing on an image written by the pool: the run stops with the one-line error naming the
+    checker and the image, after at most one more batch generated; a rerun with a working checker resumes."""
+    from generation.sdxl import GeneratorSettings, generate_images
+    from isood.errors import IsoodError
+
+    fake = SlowWrites()
+    p = image_plan(n_labels=5, per_prompt=2)  # teapot is the 2nd prompt: batch 1 of 5 (batches of 2)
+    bad = p.index[(p["prompt"].str.contains("teapot")) & (p["image_index"] == 1)][0]
+    with pytest.raises(IsoodError) as e:
+        generate_images(p, tmp_path, settings=GeneratorSettings(size=8, batch_size=2), generator=fake,
+                        image_checker=fake.checker, progress=False, write_threads=2)
+    msg = str(e.value)
+    assert "\n" not in msg and "the safety checker checker failed on" in msg and p["path"][bad] in msg
+    assert "checker broke" in msg and "pass another --safety-checker" in msg
+    assert len(fake.starts) <= bad // 2 + 2 < 5  # the failing batch and at most one more generated
+    res = generate_images(p, tmp_path, settings=GeneratorSettings(size=8, batch_size=2), generator=fake,
+                          progress=False, write_threads=2)
+    assert res.generated + res.skipped == len(p) and res.skipped >= bad
