@@ -19,6 +19,7 @@ called once per plan slice), so :func:`generate_images` runs in this process (``
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import os
 import time
@@ -256,13 +257,24 @@ class SDXLGenerator:
     """Calls a diffusers pipeline on a batch: ``generator(prompts, negative_prompts, seeds) -> [(image, flag)]``.
 
     ``flag`` is a rejection reason from the pipeline's own safety checker (pipelines that have one) or None.
-    ``calls`` counts pipeline invocations.
+    ``calls`` counts pipeline invocations, ``encoded`` the prompts whose text embeddings were computed.
+
+    Text embeddings: for an SDXL-family pipeline (its ``encode_prompt`` returns pooled embeddings) each unique
+    prompt of a batch (with its negative prompt, where classifier-free guidance uses it) is encoded once, in
+    one ``encode_prompt`` call, and the pipeline gets ``prompt_embeds`` / ``pooled_prompt_embeds`` (and the
+    negative ones) instead of the strings: a prompt's images (``--images-per-prompt``) share one encoding.
+    The images are those of passing the strings up to float rounding (the text encoders see another batch).
+    Only the batch's own prompts are encoded together, never a cache across batches: a batch's numerics do not
+    depend on what ran before it, so a resumed run regenerates a slice as the uninterrupted run did.
+    ``prompt_embeds=False`` passes the strings (other pipelines always do).
     """
 
-    def __init__(self, pipe, settings: GeneratorSettings):
+    def __init__(self, pipe, settings: GeneratorSettings, *, prompt_embeds: bool = True):
         self.pipe = pipe
         self.settings = settings
+        self.prompt_embeds = prompt_embeds
         self.calls = 0
+        self.encoded = 0
         self._weights: str | None = None
 
     @classmethod
@@ -276,16 +288,56 @@ class SDXLGenerator:
         return generator_fingerprint(self.settings, pipeline_class=type(self.pipe).__name__,
                                      dtype=getattr(self.pipe, "dtype", None), weights=self._weights or None)
 
+    def _encodes_prompts(self) -> bool:
+        """Whether the pipeline takes pooled prompt embeddings from its own ``encode_prompt`` (SDXL family)."""
+        encode = getattr(self.pipe, "encode_prompt", None)
+        if not self.prompt_embeds or encode is None:
+            return False
+        try:
+            return "pooled_prompt_embeds" in inspect.signature(encode).parameters
+        except (TypeError, ValueError):  # pragma: no cover - a builtin without a signature
+            return False
+
+    def _guided(self) -> bool:
+        """Classifier-free guidance, as the SDXL pipeline decides it (guidance > 1, a UNet without guidance
+        embedding): then the negative prompts are encoded too."""
+        unet = getattr(self.pipe, "unet", None)
+        cond = getattr(getattr(unet, "config", None), "time_cond_proj_dim", None)
+        return self.settings.guidance_scale > 1 and cond is None
+
+    def text_inputs(self, prompts: Sequence[str], negative_prompts: Sequence[str]) -> dict[str, Any]:
+        """The pipeline's text arguments for a batch: each unique prompt (and negative prompt, when guided)
+        encoded once (class docstring), or the strings themselves."""
+        if not self._encodes_prompts():
+            return {"prompt": list(prompts), "negative_prompt": list(negative_prompts)}
+        import torch
+
+        guided = self._guided()
+        keys = [(p, n if guided else "") for p, n in zip(prompts, negative_prompts)]
+        unique = list(dict.fromkeys(keys))
+        device = getattr(self.pipe, "_execution_device", None) or getattr(self.pipe, "device", None)
+        with torch.no_grad(), quiet_libraries():
+            pe, npe, ppe, nppe = self.pipe.encode_prompt(
+                prompt=[p for p, _ in unique], device=device, num_images_per_prompt=1,
+                do_classifier_free_guidance=guided, negative_prompt=[n for _, n in unique] if guided else None)
+        self.encoded += len(unique)
+        at = {k: j for j, k in enumerate(unique)}
+        rows = torch.tensor([at[k] for k in keys], device=pe.device)
+        out = {"prompt_embeds": pe[rows], "pooled_prompt_embeds": ppe[rows]}
+        if guided:
+            out.update(negative_prompt_embeds=npe[rows], negative_pooled_prompt_embeds=nppe[rows])
+        return out
+
     def __call__(self, prompts: Sequence[str], negative_prompts: Sequence[str], seeds: Sequence[int]):
         import torch
 
         s = self.settings
         generators = [torch.Generator("cpu").manual_seed(int(seed)) for seed in seeds]
+        text = self.text_inputs(prompts, negative_prompts)
         self.calls += 1
         with quiet_libraries():
-            out = self.pipe(prompt=list(prompts), negative_prompt=list(negative_prompts),
-                            num_inference_steps=s.steps, guidance_scale=s.guidance_scale, height=s.size, width=s.size,
-                            generator=generators)
+            out = self.pipe(**text, num_inference_steps=s.steps, guidance_scale=s.guidance_scale, height=s.size,
+                            width=s.size, generator=generators)
         flags = getattr(out, "nsfw_content_detected", None) or [False] * len(out.images)
         return [(img, "pipeline safety checker" if flag else None) for img, flag in zip(out.images, flags)]
 
