@@ -268,3 +268,51 @@ def test_prompt_embeddings_once_per_unique_prompt_same_images(tiny_sdxl, guidanc
     assert not torch.allclose(text["prompt_embeds"][0], text["prompt_embeds"][2], atol=1e-3)
     assert set(text) == ({"prompt_embeds", "pooled_prompt_embeds"} | ({"negative_prompt_embeds",
                          "negative_pooled_prompt_embeds"} if guidance > 1 else set()))
+
+
+# ------------------------------------------------------------------------------------------- exact search (part 2)
+def test_nearest_and_shift_search_use_the_fused_search_on_cuda_via_auto(monkeypatch):
+    """With a CUDA device present, ``nearest`` and ``shift_search`` with the default backend ('auto') run the
+    fused search (here: its index built on the CPU in place of the GPU) and answer as a float64 brute force:
+    every distance within 1e-6 (the issue asks >= 99.99% of rows) and the same level on every row."""
+    import torch
+
+    import isood.ann.fused as fused
+    from isood.grid import assign_levels, bin_with_edges
+    from isood.laid import LAID
+    from isood.shift import nearest, shift_search
+    from isood.simulate import random_orthogonal
+
+    rng = np.random.default_rng(5)
+    centres = rng.standard_normal((25, 32))
+    unit = lambda x: (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)  # noqa: E731
+    ref = unit(centres[rng.integers(0, 20, 4000)] + 0.3 * rng.standard_normal((4000, 32)))
+    query = unit(np.concatenate([centres[rng.integers(0, 25, 1500)] + 0.3 * rng.standard_normal((1500, 32)),
+                                 rng.standard_normal((500, 32))]))  # far queries: many near-ties
+    built = []
+    real = fused.FusedIndex.__init__
+
+    def on_cpu(self, reference, **kw):
+        built.append(kw.get("device"))
+        real(self, reference, **{**kw, "device": "cpu", "kernel": "torch"})
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(fused.FusedIndex, "__init__", on_cpu)
+    d, i = nearest(query, ref)
+    assert len(built) == 1
+    best = (query.astype(np.float64) @ ref.astype(np.float64).T).max(axis=1)
+    exact_d = 1.0 - best
+    assert np.mean(np.abs(d.astype(np.float64) - exact_d) <= 1e-6) == 1.0
+    levels, edges = assign_levels(exact_d)
+    assert np.array_equal(bin_with_edges(d.astype(np.float64), edges), levels)
+    assert np.allclose(np.einsum("ij,ij->i", query.astype(np.float64), ref[i].astype(np.float64)), best, atol=1e-12)
+
+    laid = LAID(random_orthogonal(32, seed=1))
+    found = shift_search(query, ref, laid)
+    assert len(built) == 3  # one resident index per LAID half
+    qs, qc = laid.transform(query)
+    rs, rc = laid.transform(ref)
+    for q, r, got in ((qs, rs, found.d_sem), (qc, rc, found.d_cov)):
+        q, r = unit(q), unit(r)
+        want = 1.0 - (q.astype(np.float64) @ r.astype(np.float64).T).max(axis=1)
+        assert np.abs(got.astype(np.float64) - np.clip(want, 0, 2)).max() < 2e-6
