@@ -316,3 +316,55 @@ def test_nearest_and_shift_search_use_the_fused_search_on_cuda_via_auto(monkeypa
         q, r = unit(q), unit(r)
         want = 1.0 - (q.astype(np.float64) @ r.astype(np.float64).T).max(axis=1)
         assert np.abs(got.astype(np.float64) - np.clip(want, 0, 2)).max() < 2e-6
+
+
+# ------------------------------------------------------------------------------------------- bench/gpu_suite.py
+@pytest.fixture
+def gpu_suite(monkeypatch):
+    import importlib
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "bench"
+    monkeypatch.syspath_prepend(str(bench))
+    return importlib.import_module("gpu_suite")
+
+
+def test_gpu_suite_without_cuda_measures_nothing_and_exits_0(gpu_suite, monkeypatch, capsys):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    called = []
+    monkeypatch.setitem(gpu_suite.BENCHES, "shift", (lambda *a: called.append(a), "x"))
+    assert gpu_suite.main([]) == 0
+    assert capsys.readouterr().out.strip().startswith("no CUDA: nothing measured") and called == []
+
+
+def test_gpu_suite_cpu_smoke(gpu_suite, monkeypatch, capsys):
+    """``--cpu-smoke`` runs the benches at tiny sizes on the CPU (here the search and the generation ones), each
+    printing its SUMMARY line with its target, collected at the end; nothing is recorded; a bench that fails is
+    one FAILED line, the others still run, exit status 1."""
+    import _results
+    import gpu_generate
+    import shift_nn
+
+    monkeypatch.setitem(shift_nn.GPU_SIZES, "smoke", (5_000, 1_000, 32, 50, 300, 300))
+    monkeypatch.setattr(gpu_generate, "SMOKE", (6, 3))
+    recorded = []
+    monkeypatch.setattr(_results, "record", lambda *a, **k: recorded.append(a))
+    assert gpu_suite.main(["--cpu-smoke", "--only", "shift,generate"]) == 0
+    out = capsys.readouterr().out
+    tail = out.split("== summary")[1]
+    shift = [x for x in tail.splitlines() if x.startswith("SUMMARY shift_nn.gpu:")]
+    gen = [x for x in tail.splitlines() if x.startswith("SUMMARY gpu_generate:")]
+    assert len(shift) == len(gen) == 1 and recorded == []
+    assert "same distance within 1e-6 100.0000%" in shift[0] and "target >= 99.99%" in shift[0]
+    assert "target >= 90%" in gen[0] and "not judged (smoke)" in gen[0]
+
+    def broken(*a):
+        raise RuntimeError("no kernel image\nsecond line")
+
+    monkeypatch.setitem(gpu_suite.BENCHES, "extract", (broken, "x"))
+    assert gpu_suite.main(["--cpu-smoke", "--only", "extract,shift"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED extract: RuntimeError: no kernel image\n" in out and "SUMMARY shift_nn.gpu:" in out.split("== summary")[1]
