@@ -49,7 +49,8 @@ LABELS = ["violin", "teapot", "red fox", "volcano", "sailboat", "lighthouse", "m
 def build_sdxl_random(device: str, seed: int = 0):
     """SDXL's full-size architecture with random weights, built on ``device`` in fp16 (no download)."""
     import torch
-    from diffusers import AutoencoderKL, EulerAncestralDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
+    from diffusers import (AutoencoderKL, EulerAncestralDiscreteScheduler, StableDiffusionXLPipeline,
+                           UNet2DConditionModel)
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
     from isood.tiny_models import clip_bpe_tokenizer
@@ -161,7 +162,8 @@ def run(device: str = "cuda", smoke: bool = False, *, images_per_prompt: int = 4
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda")
-    p.add_argument("--smoke", action="store_true", help="the tiny pipeline at 64 px (checks the script; never recorded)")
+    p.add_argument("--smoke", action="store_true",
+                   help="the tiny pipeline at 64 px (checks the script; never recorded)")
     p.add_argument("--images", type=int, default=None, help="default 256 (--smoke: 12)")
     p.add_argument("--batch-size", type=int, default=None, help="default 16 (--smoke: 3)")
     p.add_argument("--images-per-prompt", type=int, default=4)

@@ -47,7 +47,8 @@ from isood.progress import progress_bar
 __all__ = [
     "DEFAULT_PIPELINE", "LOCAL_PREFIX", "MAX_SIZE", "BATCH_COLUMNS", "GeneratorSettings", "dtype_for",
     "quiet_libraries", "load_pipeline", "pipeline_weights", "generator_fingerprint", "expected_fingerprint",
-    "fingerprint_of", "plan_fingerprint", "SDXLGenerator", "GeneratorWorker", "IN_FLIGHT", "default_write_threads", "plan_batches", "generate_images",
+    "fingerprint_of", "plan_fingerprint", "SDXLGenerator", "GeneratorWorker", "IN_FLIGHT", "default_write_threads",
+    "plan_batches", "generate_images",
 ]
 
 LOCAL_PREFIX = "local-dir:"

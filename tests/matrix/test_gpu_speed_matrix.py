@@ -322,7 +322,6 @@ def test_nearest_and_shift_search_use_the_fused_search_on_cuda_via_auto(monkeypa
 @pytest.fixture
 def gpu_suite(monkeypatch):
     import importlib
-    import sys
     from pathlib import Path
 
     bench = Path(__file__).resolve().parents[2] / "bench"
@@ -367,4 +366,5 @@ def test_gpu_suite_cpu_smoke(gpu_suite, monkeypatch, capsys):
     monkeypatch.setitem(gpu_suite.BENCHES, "extract", (broken, "x"))
     assert gpu_suite.main(["--cpu-smoke", "--only", "extract,shift"]) == 1
     out = capsys.readouterr().out
-    assert "FAILED extract: RuntimeError: no kernel image\n" in out and "SUMMARY shift_nn.gpu:" in out.split("== summary")[1]
+    assert "FAILED extract: RuntimeError: no kernel image\n" in out
+    assert "SUMMARY shift_nn.gpu:" in out.split("== summary")[1]
