@@ -356,8 +356,8 @@ IN_FLIGHT = 2
 
 def default_write_threads() -> int:
     """Threads that encode, hash, check and write the PNGs of a batch while the next one generates: up to 4 (PNG
-    encoding releases the GIL; 4 threads keep up with an H100 at 512 px, by the bench's per-image encode cost),
-    at most the CPUs there are."""
+    encoding releases the GIL), at most the CPUs there are. Whether 4 keep up with a GPU is what
+    ``bench/gpu_generate.py`` measures (not measured on a GPU yet)."""
     return max(1, min(4, os.cpu_count() or 1))
 
 
