@@ -405,7 +405,8 @@ class GeneratorWorker:
                                  [int(r["seed"]) for r in rows])
         return rows, list(outputs)
 
-    def _result(self, rows: list[dict], written: Iterator[tuple[int, Callable[[], tuple[str, str]]]]):
+    def _result(self, rows: list[dict],
+                written: Iterable[tuple[int, Callable[[], tuple[str, str]]]]) -> dict[str, np.ndarray]:
         """The call's result from ``(row index, write)`` pairs in row order, ``write()`` giving (sha, reason);
         ``on_image`` after each accepted one."""
         sha, rejected, done = [""] * len(rows), [""] * len(rows), [False] * len(rows)
@@ -419,8 +420,12 @@ class GeneratorWorker:
 
     def __call__(self, batch: Mapping[str, Any]) -> dict[str, np.ndarray]:
         rows, outputs = self._generate(batch)
-        return self._result(rows, ((j, lambda r=r, o=o: write_image(self.root, r, o[0], o[1], self.checker))
-                                   for j, (r, o) in enumerate(zip(rows, outputs)) if not r["done"]))
+
+        def writer(row: dict, image: Any, flag: str | None) -> Callable[[], tuple[str, str]]:
+            return lambda: write_image(self.root, row, image, flag, self.checker)
+
+        return self._result(rows, ((j, writer(r, image, flag))
+                                   for j, (r, (image, flag)) in enumerate(zip(rows, outputs)) if not r["done"]))
 
     def stream(self, batches: Iterable[Mapping[str, Any]]) -> Iterator[dict[str, np.ndarray]]:
         """The results of ``batches`` in order, the same as the calls', with each batch's images written on
