@@ -19,6 +19,15 @@ bench/RESULTS.md (``--no-record`` to skip).
     python bench/shift_nn.py --quick    # tiny smoke run (seconds)
     python bench/shift_nn.py --full     # 2M x 256 reference, 50k queries
     python bench/shift_nn.py --skip hnsw,pq   # leave out some of the field's indexes
+    python bench/shift_nn.py --gpu      # exact search on the device: 1M queries x 1.28M x 256 (issue 20, part 2)
+    python bench/shift_nn.py --gpu --quick --device cpu   # the same at tiny sizes on the CPU (checks the script)
+
+``--gpu`` (:func:`run_gpu`, also called by ``bench/gpu_suite.py``): ``torch-fused`` (``isood.ann.fused``: fp16
+candidates, exact re-rank, certificate) on ``--device`` over all the queries, the reference resident; beside it
+the exact float32 torch search (``backend='torch'``) on the same device on a subset (extrapolated), and the
+exactness on a sample against a float64 brute force on the device: the share of rows within 1e-6 of the float64
+distance and in the same level (8 equal-width levels between the 1st and 99th percentile of the sample's exact
+distances) as the exact one; target >= 99.99% each. Prints one SUMMARY line; appends a row to RESULTS.md.
 """
 from __future__ import annotations
 
@@ -40,11 +49,18 @@ from isood.errors import BadInputError  # noqa: E402
 from isood.shift import nearest  # noqa: E402
 
 TARGET_SPEEDUP, TARGET_RECALL, TARGET_AGREEMENT = 20.0, 0.99, 0.999
+#: --gpu: exactness target (share of rows within 1e-6 of float64 and in the same level) and the time target of
+#: 1M queries x 1.28M x 256 on one H100: issue 20's 3 s (>= 7x the 21.1 s measured there before the fused search;
+#: 0.8 s is the bf16 matmul floor).
+TARGET_EXACT, TARGET_GPU_SECONDS = 0.9999, 3.0
 SIZES = {  # n_ref, n_query, dim, n_classes, exact (flat) queries, torch queries, tuning queries
     "quick": (50_000, 4_000, 64, 100, 1_000, 300, 1_000),
     "default": (1_000_000, 20_000, 256, 1_000, 5_000, 500, 2_000),
     "full": (2_000_000, 50_000, 256, 2_000, 5_000, 1_000, 2_000),
 }
+#: --gpu sizes: n_ref, n_query, dim, n_classes, float32-baseline queries, float64-checked queries
+GPU_SIZES = {"gpu": (1_280_000, 1_000_000, 256, 1_000, 50_000, 10_000),
+             "smoke": (20_000, 4_000, 64, 100, 1_000, 1_000)}
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -162,6 +178,77 @@ def isood_ivf_rows(ref: np.ndarray, query: np.ndarray, truth: Truth, *, nlist: i
     return rows, index.centroids
 
 
+def _sync(device: str) -> None:
+    import torch
+
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def float64_best(query: np.ndarray, ref: np.ndarray, device: str, rows: int = 512) -> np.ndarray:
+    """The float64 max inner product of each query over the reference, on ``device`` (``rows`` queries at a
+    time, the reference in float64 there once)."""
+    import torch
+
+    r = torch.from_numpy(ref).to(device).double()
+    out = np.empty(len(query))
+    for s0 in range(0, len(query), rows):
+        q = torch.from_numpy(np.ascontiguousarray(query[s0:s0 + rows])).to(device).double()
+        out[s0:s0 + len(q)] = (q @ r.T).max(dim=1).values.cpu().numpy()
+    del r
+    return out
+
+
+def run_gpu(device: str = "cuda", smoke: bool = False, *, precision: str = "fp16", seed: int = 0,
+            record_row: bool = True) -> list[str]:
+    """Exact search on the device (module docstring, ``--gpu``); returns the SUMMARY line(s)."""
+    import torch
+
+    from isood.ann import FusedIndex
+    from isood.grid import assign_levels, bin_with_edges
+
+    n_ref, n_query, dim, n_classes, n_base, n_check = GPU_SIZES["smoke" if smoke else "gpu"]
+    t0 = time.perf_counter()
+    ref, query = make_data(n_ref, n_query, dim, n_classes, seed)
+    print(f"data: reference {n_ref:,} x {dim}, {n_query:,} queries ({time.perf_counter() - t0:.1f} s)", flush=True)
+    with Timer() as tb:
+        index = FusedIndex(ref, device=device, precision=precision)
+        _sync(device)
+    index.search(query[:min(1_000, n_query)])  # warm-up: kernels compiled / chosen
+    index.stats.__init__()
+    _sync(device)
+    with Timer() as ts:
+        sims, idx = index.search(query)
+        _sync(device)
+    stats = index.stats.as_dict()
+    flop = 2.0 * n_query * n_ref * dim
+    with Timer() as t32:
+        nearest(query[:n_base], ref, backend="torch", device=device)
+        _sync(device)
+    base_s = t32.wall * n_query / n_base
+    check = np.random.default_rng(seed).choice(n_query, size=min(n_check, n_query), replace=False)
+    best = float64_best(query[check], ref, device)
+    same_d = float(np.mean(np.abs(sims[check].astype(np.float64) - best) <= 1e-6))
+    levels, edges = assign_levels(1.0 - best)
+    same_l = float(np.mean(bin_with_edges(1.0 - sims[check].astype(np.float64), edges) == levels))
+    name = torch.cuda.get_device_name(0) if str(device).startswith("cuda") else str(device)
+    def verdict(ok: bool) -> str:
+        return "not judged (smoke)" if smoke else ("met" if ok else "NOT met")
+
+    text = (f"{'smoke' if smoke else 'gpu'} on {name}: ref {n_ref:,}x{dim}, {n_query:,} queries | torch-fused "
+            f"{precision} {ts.wall:.1f} s ({n_query / ts.wall:,.0f} q/s, {flop / ts.wall / 1e12:.1f} TFLOP/s "
+            f"effective; upload {tb.wall:.1f} s) vs target <= {TARGET_GPU_SECONDS:.0f} s: "
+            f"{verdict(ts.wall <= TARGET_GPU_SECONDS)} | float32 torch exact {base_s:.1f} s (from {n_base:,} "
+            f"queries): fused speed-up {base_s / ts.wall:.1f}x | on {len(check):,} rows vs float64: same distance within 1e-6 "
+            f"{same_d:.4%}, same level {same_l:.4%} vs target >= {TARGET_EXACT:.2%}: "
+            f"{verdict(min(same_d, same_l) >= TARGET_EXACT)} | "
+            f"certified {stats['certified']:,}, widened {stats['widened']:,}, full search {stats['fallback']:,}")
+    line = summary("shift_nn.gpu", text)
+    if record_row and not smoke:
+        record("shift_nn.py --gpu", f"ref {n_ref:,}x{dim}, queries {n_query:,}", text, device=device)
+    return [line]
+
+
 def print_table(rows: list[Row]) -> None:
     print(f"\n{'index':<22} {'parameters':<62} {'build s':>8} {'index MB':>9} {'RSS+ MB':>8} {'q/s':>8} "
           f"{'x flat':>7} {'x CPU':>6} {'R@1':>7} {'levels':>7}")
@@ -174,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="tiny smoke run")
     size.add_argument("--full", action="store_true", help="2M x 256 reference, 50k queries")
+    p.add_argument("--gpu", action="store_true", help="exact search on --device: 1M x 1.28M x 256 (--quick: tiny)")
+    p.add_argument("--device", default="cuda", help="--gpu: the device (cuda, cpu)")
+    p.add_argument("--precision", default="fp16", help="--gpu: the candidate precision of torch-fused")
     p.add_argument("--n-ref", type=int)
     p.add_argument("--n-query", type=int)
     p.add_argument("--dim", type=int)
@@ -189,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
     a = p.parse_args(argv)
+    if a.gpu:
+        run_gpu(a.device, a.quick, precision=a.precision, seed=a.seed, record_row=not a.no_record)
+        return 0
     mode = "quick" if a.quick else "full" if a.full else "default"
     n_ref, n_query, dim, n_classes, n_exact, n_torch, n_tune = SIZES[mode]
     n_ref, n_query, dim = a.n_ref or n_ref, a.n_query or n_query, a.dim or dim

@@ -8,6 +8,8 @@ terms, one per line. Rejected prompts and images are recorded with their reason,
 An image safety checker is any callable ``checker(image: PIL.Image.Image, item: Mapping) -> str | None``
 returning a rejection reason (or None to accept); ``item`` holds the image's row (prompt, style, label, ...).
 ``load_image_checker("package.module:function")`` imports one by name (used by the CLI's --safety-checker).
+A local run calls the checker on the threads that write the PNGs while the next batch generates
+(``generation.sdxl.GeneratorWorker.stream``): it must be safe to call from several threads at once.
 """
 
 from __future__ import annotations

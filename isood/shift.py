@@ -6,11 +6,14 @@ d = 1 - cos.
 both axes; :func:`shift_search` also returns, for a recall-tuned approximate search (``ann_recall``), what it
 achieved (:class:`isood.ann.AnnReport` per axis; :func:`level_agreement` turns one into the fraction of
 held-out images whose level under given edges the approximation left unchanged; ``isood.ann.exact_agreement``
-compares with the levels and edges of an exact build). The search itself (blocked torch, faiss flat,
-IVF; options and their measured defaults) lives in :mod:`isood.ann`: ``backend`` ('auto' = exact, 'torch',
-'faiss-flat', 'faiss-ivf'), ``memory_mb``, ``query_chunk`` / ``reference_chunk``, ``nlist`` / ``nprobe`` /
-``train_size`` / ``seed`` (IVF), ``ann_recall`` (a target recall@1: approximate search tuned on a sample of
-the queries against exact search) / ``ann_sample``, ``device``.
+compares with the levels and edges of an exact build). The search itself (blocked torch, fused torch,
+faiss flat, IVF; options and their measured defaults) lives in :mod:`isood.ann`: ``backend`` ('auto' = exact:
+'torch-fused' on a CUDA GPU, else 'faiss-flat'; 'torch', 'torch-fused', 'faiss-flat', 'faiss-ivf'),
+``memory_mb``, ``query_chunk`` / ``reference_chunk``, ``nlist`` / ``nprobe`` / ``train_size`` / ``seed``
+(IVF), ``ann_recall`` (a target recall@1: approximate search tuned on a sample of the queries against exact
+search) or ``ann_levels`` (a target share of rows whose level, on the grid of ``grid_levels`` levels between
+the ``grid_clip`` quantiles, exact search would not change) / ``ann_sample``, ``device``, ``precision`` (the
+candidate pass of 'torch-fused': fp16, bf16 or tf32; the answer is exact whatever it is).
 
 Input handling (:func:`prepare_features`): rows with NaN/inf (or all zeros) are dropped and reported with a
 warning (a dropped query row gets a NaN distance and index -1; dropped reference rows are excluded, indices
@@ -37,6 +40,7 @@ import numpy as np
 from isood.ann import (DEFAULT_MEMORY_MB, DEFAULT_SAMPLE, QUERY_CHUNK, AnnReport, ChunkedSearch, RecallOutOfReach,
                        SearchOptions, sample_rows, search_report)
 from isood.arrays import as_array, l2_normalise
+from isood.defaults import N_LEVELS, QUANTILE_CLIP
 from isood.errors import BadInputError
 from isood.grid import bin_with_edges
 from isood.laid import LAID
@@ -205,18 +209,22 @@ def _scatter(sims: np.ndarray, idx: np.ndarray, qmask: np.ndarray, ref_rows: np.
 def nearest(query: Any, reference: Any, *, backend: str = "auto", memory_mb: float = DEFAULT_MEMORY_MB,
             query_chunk: int | None = None, reference_chunk: int | None = None, nlist: int | None = None,
             nprobe: int | None = None, train_size: int | None = None, seed: int = 0, device: str | None = None,
-            ann_recall: float | None = None, ann_sample: int = DEFAULT_SAMPLE) -> Nearest:
+            ann_recall: float | None = None, ann_sample: int = DEFAULT_SAMPLE,
+            precision: str | None = None, ann_levels: float | None = None, grid_levels: int = N_LEVELS,
+            grid_clip: tuple[float, float] = QUANTILE_CLIP) -> Nearest:
     """The nearest reference row (cosine) of each query row: ``Nearest(distance (N,) float32, index (N,) int64)``.
 
     Options: see the module docstring and :class:`isood.ann.SearchOptions` (``ann_recall`` = its ``recall``,
-    ``ann_sample`` its ``sample``; the tuning report comes from :func:`isood.ann.search_report` or
+    ``ann_levels`` its ``levels``, ``ann_sample`` its ``sample``; the tuning report comes from
+    :func:`isood.ann.search_report` or
     :func:`shift_search`). Dropped query rows (NaN/inf/zero)
     get a NaN distance and index -1; dropped reference rows are excluded. Raises ``BadInputError`` on a
     dimension mismatch or an empty reference set.
     """
     options = SearchOptions(backend=backend, memory_mb=memory_mb, query_chunk=query_chunk,
                             reference_chunk=reference_chunk, nlist=nlist, nprobe=nprobe, train_size=train_size,
-                            seed=seed, device=device, recall=ann_recall, sample=ann_sample)
+                            seed=seed, device=device, recall=ann_recall, sample=ann_sample,
+                            precision=precision, levels=ann_levels, grid_levels=grid_levels, grid_clip=grid_clip)
     query, reference = as_array(query, "query"), as_array(reference, "reference")
     _check_dims(query, reference, "query", "reference")
     q, qmask = prepare_features(query, "query")
@@ -232,12 +240,15 @@ def nearest_cosine_distance(query: Any, reference: Any, *, backend: str = "auto"
                             reference_chunk: int | None = None, nlist: int | None = None,
                             nprobe: int | None = None, train_size: int | None = None, seed: int = 0,
                             device: str | None = None, ann_recall: float | None = None,
-                            ann_sample: int = DEFAULT_SAMPLE) -> np.ndarray:
+                            ann_sample: int = DEFAULT_SAMPLE, precision: str | None = None,
+                            ann_levels: float | None = None, grid_levels: int = N_LEVELS,
+                            grid_clip: tuple[float, float] = QUANTILE_CLIP) -> np.ndarray:
     """Minimum cosine distance (1 - cos) from each query row to the reference rows: an (N,) float32 array
     (NaN for a dropped query row). Same options as :func:`nearest`, which also returns the row indices."""
     return nearest(query, reference, backend=backend, memory_mb=memory_mb, query_chunk=query_chunk,
                    reference_chunk=reference_chunk, nlist=nlist, nprobe=nprobe, train_size=train_size, seed=seed,
-                   device=device, ann_recall=ann_recall, ann_sample=ann_sample).distance
+                   device=device, ann_recall=ann_recall, ann_sample=ann_sample, precision=precision,
+                   ann_levels=ann_levels, grid_levels=grid_levels, grid_clip=grid_clip).distance
 
 
 class ShiftSearch(NamedTuple):
@@ -303,19 +314,23 @@ class ShiftStream:
     of :func:`nearest`; :meth:`measure` reads the test rows (clean float32 unit rows, in order, in chunks of
     any size) and returns a :class:`ShiftSearch`. The rows are transformed and searched in consecutive blocks of
     ``block_rows`` (default :data:`BLOCK_ROWS`) rows, so the result does not depend on how they were chunked, and
-    equals :func:`shift_search` of the same rows held in memory. With ``ann_recall`` the tuning and held-out
-    queries are rows of :func:`isood.ann.sample_rows` (``n_test``, ``ann_sample``, ``seed``), gathered in a first
-    pass over the test rows; each axis's IVF index is built once."""
+    equals :func:`shift_search` of the same rows held in memory. With ``ann_recall`` / ``ann_levels`` the tuning
+    and held-out queries are rows of :func:`isood.ann.sample_rows` (``n_test``, ``ann_sample``, ``seed``),
+    gathered in a first pass over the test rows; each axis's IVF index (or resident 'torch-fused' reference) is
+    built once."""
 
     def __init__(self, id_features: Any, laid: LAID, *, n_test: int, block_rows: int | None = None,
                  backend: str = "auto", memory_mb: float = DEFAULT_MEMORY_MB, query_chunk: int | None = None,
                  reference_chunk: int | None = None, nlist: int | None = None, nprobe: int | None = None,
                  train_size: int | None = None, seed: int = 0, device: str | None = None,
-                 ann_recall: float | None = None, ann_sample: int = DEFAULT_SAMPLE):
+                 ann_recall: float | None = None, ann_sample: int = DEFAULT_SAMPLE,
+                 precision: str | None = None, ann_levels: float | None = None, grid_levels: int = N_LEVELS,
+                 grid_clip: tuple[float, float] = QUANTILE_CLIP):
         self.options = SearchOptions(backend=backend, memory_mb=memory_mb, query_chunk=query_chunk,
                                      reference_chunk=reference_chunk, nlist=nlist, nprobe=nprobe,
                                      train_size=train_size, seed=seed, device=device, recall=ann_recall,
-                                     sample=ann_sample)
+                                     sample=ann_sample, precision=precision, levels=ann_levels,
+                                     grid_levels=grid_levels, grid_clip=grid_clip)
         ids = as_array(id_features, "ID features")
         if ids.ndim == 2 and ids.shape[1] != laid.dim:
             raise BadInputError(f"feature dimension mismatch: features have {ids.shape[1]}, LAID W is "
@@ -324,7 +339,7 @@ class ShiftStream:
         _check_reference(i, imask, "ID features")
         self.laid, self.n_test, self.block_rows = laid, int(n_test), int(block_rows or BLOCK_ROWS)
         self.reference = laid_halves(_kept(i, imask), laid, block_rows=self.block_rows)
-        self.rows = sample_rows(self.n_test, ann_sample, seed) if ann_recall is not None else None
+        self.rows = sample_rows(self.n_test, ann_sample, seed) if self.options.approximate else None
 
     @property
     def reference_bytes(self) -> int:
@@ -357,8 +372,8 @@ class ShiftStream:
 
     def measure(self, chunks: Callable[[], Iterable[np.ndarray]], *,
                 on_rows: Callable[[int], None] | None = None) -> ShiftSearch:
-        """The shift of every test row: ``chunks()`` yields the test rows (called twice with ``ann_recall``);
-        ``on_rows(n)`` hears of each block of ``n`` rows searched."""
+        """The shift of every test row: ``chunks()`` yields the test rows (called twice with ``ann_recall`` /
+        ``ann_levels``); ``on_rows(n)`` hears of each block of ``n`` rows searched."""
         if self.n_test == 0:
             return ShiftSearch(np.empty(0, np.float32), np.empty(0, np.float32), None)
         samples: list[np.ndarray | None] = [None, None]
@@ -394,12 +409,16 @@ def shift_search(test_features: Any, id_features: Any, laid: LAID, *, backend: s
                  memory_mb: float = DEFAULT_MEMORY_MB, query_chunk: int | None = None,
                  reference_chunk: int | None = None, nlist: int | None = None, nprobe: int | None = None,
                  train_size: int | None = None, seed: int = 0, device: str | None = None,
-                 ann_recall: float | None = None, ann_sample: int = DEFAULT_SAMPLE) -> ShiftSearch:
+                 ann_recall: float | None = None, ann_sample: int = DEFAULT_SAMPLE,
+                 precision: str | None = None, ann_levels: float | None = None, grid_levels: int = N_LEVELS,
+                 grid_clip: tuple[float, float] = QUANTILE_CLIP) -> ShiftSearch:
     """IS-OOD shift of each test image with the search reports: :class:`ShiftSearch` (see
-    :func:`shift_distances`; with ``ann_recall`` both axes are tuned and checked on the same sampled rows).
+    :func:`shift_distances`; with ``ann_recall`` / ``ann_levels`` both axes are tuned and checked on the same
+    sampled rows).
     The test set is held in memory; :class:`ShiftStream` measures one that arrives chunk by chunk."""
     SearchOptions(backend=backend, query_chunk=query_chunk, reference_chunk=reference_chunk, nlist=nlist,
-                  nprobe=nprobe, train_size=train_size, recall=ann_recall, sample=ann_sample)  # checked first
+                  nprobe=nprobe, train_size=train_size, recall=ann_recall, sample=ann_sample, precision=precision,
+                  levels=ann_levels, grid_levels=grid_levels, grid_clip=grid_clip)  # checked first
     test = as_array(test_features, "test features")
     ids = as_array(id_features, "ID features")
     _check_dims(test, ids, "test features", "ID features")
@@ -410,7 +429,8 @@ def shift_search(test_features: Any, id_features: Any, laid: LAID, *, backend: s
     kept = np.flatnonzero(~tmask)
     stream = ShiftStream(ids, laid, n_test=len(kept), backend=backend, memory_mb=memory_mb, query_chunk=query_chunk,
                          reference_chunk=reference_chunk, nlist=nlist, nprobe=nprobe, train_size=train_size,
-                         seed=seed, device=device, ann_recall=ann_recall, ann_sample=ann_sample)
+                         seed=seed, device=device, ann_recall=ann_recall, ann_sample=ann_sample, precision=precision,
+                         ann_levels=ann_levels, grid_levels=grid_levels, grid_clip=grid_clip)
     found = stream.measure(lambda: [_kept(t, tmask)])
     out = []
     for d in (found.d_sem, found.d_cov):
@@ -426,7 +446,9 @@ def shift_distances(test_features: Any, id_features: Any, laid: LAID, *, backend
                     memory_mb: float = DEFAULT_MEMORY_MB, query_chunk: int | None = None,
                     reference_chunk: int | None = None, nlist: int | None = None, nprobe: int | None = None,
                     train_size: int | None = None, seed: int = 0, device: str | None = None,
-                    ann_recall: float | None = None, ann_sample: int = DEFAULT_SAMPLE) -> tuple[np.ndarray, np.ndarray]:
+                    ann_recall: float | None = None, ann_sample: int = DEFAULT_SAMPLE,
+                    precision: str | None = None, ann_levels: float | None = None, grid_levels: int = N_LEVELS,
+                    grid_clip: tuple[float, float] = QUANTILE_CLIP) -> tuple[np.ndarray, np.ndarray]:
     """IS-OOD shift of each test image: ``(D_sem, D_cov)``, each (N,) float32.
 
     D_sem(x) = min over ID images i of d(x_sem, i_sem), D_cov(x) = min_i d(x_cov, i_cov), with (sem, cov) =
@@ -436,5 +458,6 @@ def shift_distances(test_features: Any, id_features: Any, laid: LAID, *, backend
     found = shift_search(test_features, id_features, laid, backend=backend, memory_mb=memory_mb,
                          query_chunk=query_chunk, reference_chunk=reference_chunk, nlist=nlist, nprobe=nprobe,
                          train_size=train_size, seed=seed, device=device, ann_recall=ann_recall,
-                         ann_sample=ann_sample)
+                         ann_sample=ann_sample, precision=precision, ann_levels=ann_levels, grid_levels=grid_levels,
+                         grid_clip=grid_clip)
     return found.d_sem, found.d_cov

@@ -14,7 +14,7 @@ from generation.styles import Style, load_styles
 from generation.syn.options import SynOptions
 from isood.clip import ClipEncoder, encode_texts, load_clip
 from isood.errors import BadInputError, ManifestError
-from isood.defaults import DEFAULT_VERIFY
+from isood.defaults import DEFAULT_VERIFY, cache_dir as default_cache_dir
 from isood.featurestore.loading import open_features
 from isood.kinds import SPLITS, SplitsView
 from isood.labels import Labels, load_labels
@@ -128,7 +128,10 @@ def load_inputs(opts: SynOptions, *, warn: Callable[[str], None]) -> SynInputs:
 def measure_prompts(inputs: SynInputs, prompts: Sequence[str], *, device: str | None,
                     progress: bool) -> tuple[np.ndarray, np.ndarray]:
     """D_sem, D_cov of each prompt: its CLIP text feature through LAID, nearest cosine distance to the ID
-    image features (IS-OOD, Syn-IS)."""
-    feats = encode_texts(inputs.encoder, list(prompts), progress=progress, description="encoding prompts")
+    image features (IS-OOD, Syn-IS). The text features are cached like LAID's (``encode_texts`` under
+    ``isood.defaults.cache_dir('text-features')``, keyed by the CLIP's identity, which holds the content hash of
+    local weights, and the prompts' text), so a rerun with the same CLIP and prompts does not encode them again."""
+    feats = encode_texts(inputs.encoder, list(prompts), cache_dir=default_cache_dir("text-features"),
+                         progress=progress, description="encoding prompts")
     return shift_distances(feats, inputs.id_feats, inputs.laid.laid,
                            device=explicit_device(device))

@@ -3,17 +3,24 @@
 
 Backends (:class:`SearchOptions`):
 
-- ``torch``: exact, blocked matmul (CUDA when available, else CPU) within ``memory_mb``.
+- ``torch``: exact, blocked float32 matmul (CUDA when available, else CPU) within ``memory_mb`` (the plain
+  reference loop).
+- ``torch-fused``: exact at matrix-multiply speed (:mod:`isood.ann.fused`): the reference resident on the
+  device, candidates from a reduced-precision product (fp16 by default, ``precision``), an exact float32 /
+  float64 re-rank of the candidates, and a certificate (the rounding error bound) that the re-ranked best is the
+  exact nearest row, else a wider re-rank, else a full float32 search of that query. A Triton kernel computes the
+  candidates on CUDA without writing the similarity matrix (torch kernel: the fallback, and the CPU).
 - ``faiss-flat``: exact, ``faiss.IndexFlatIP`` per reference block (faiss GPU when available).
 - ``faiss-ivf``: approximate inverted file (:mod:`isood.ann.ivf`): spherical k-means into ``nlist`` lists
   (default ``4 * sqrt(N)`` rounded to a power of two, <= N // 39: 4096 lists for 1M rows), each query probes
   ``nprobe`` lists (default 32), scanned list by list with one matrix product per list (exact inside the
   probed lists). The index holds one copy of the reference (N * D * 4 bytes) plus the list ids.
-- ``auto``: exact -- ``torch`` on a CUDA GPU, else ``faiss-flat``, else ``torch``. Approximate search is never
-  chosen silently: it is ``backend='faiss-ivf'``, or a target ``recall`` (the user's knob, ``--ann-recall``),
-  which tunes an adaptive probe plan on a sample of the queries against exact search and reports the recall@1
-  reached on a held-out sample (:mod:`isood.ann.tune`); :mod:`isood.ann.agreement` turns that sample into the
-  share of images whose grid cell equals an exact build's, with a confidence interval.
+- ``auto``: exact -- ``torch-fused`` on a CUDA GPU, else ``faiss-flat``, else ``torch``. Approximate search is
+  never chosen silently: it is ``backend='faiss-ivf'``, or a target ``recall`` (``--ann-recall``) or
+  ``levels`` (``--ann-levels``: the share of rows whose grid level is unchanged), which tunes an adaptive probe
+  plan on a sample of the queries against exact search and reports what it reached on a held-out sample
+  (:mod:`isood.ann.tune`); :mod:`isood.ann.agreement` turns that sample into the share of images whose grid
+  cell equals an exact build's, with a confidence interval.
 
 Measured by ``bench/shift_nn.py`` on 1M x 256 clustered features, half of the queries far OOD (bench/RESULTS.md,
 2 CPU cores): exact faiss flat ~380 queries/s (at the FLOP floor); ``recall=0.995`` -> nprobe 8, 32% of the
@@ -32,14 +39,16 @@ queries no probed list answered are searched exactly at the end in one call). Ch
 from __future__ import annotations
 
 from isood.ann.agreement import (AGREEMENT_CONFIDENCE, AGREEMENT_RESAMPLES, Agreement, estimate_exact_edges,
-                                 exact_agreement, held_out_distances)
+                                 exact_agreement, held_out_distances, wilson_interval)
 from isood.ann.exact import DEFAULT_MEMORY_MB, block_sizes, search_faiss_flat, search_torch
-from isood.ann.ivf import (DEFAULT_NPROBE, QUERY_CHUNK, IVFIndex, ProbePlan, build_ivf, default_nlist, ivf_search, probe,
-                           scan_lists)
-from isood.ann.search import (BACKENDS, ChunkedSearch, SearchOptions, chunk_options, resolve_backend, search,
-                              search_faiss_ivf, search_report)
-from isood.ann.tune import (DEFAULT_SAMPLE, MAX_SCAN_FRACTION, AnnReport, Fix, IvfChunks, RecallOutOfReach, TunedSearch,
-                            probe_ladder, reachable_target, sample_rows, search_tuned, tune_plan)
+from isood.ann.fused import PRECISIONS, FusedIndex, FusedStats, error_bound, search_fused
+from isood.ann.ivf import (DEFAULT_NPROBE, QUERY_CHUNK, IVFIndex, ProbePlan, build_ivf, default_nlist, ivf_search,
+                           list_maxima, probe, scan_lists)
+from isood.ann.search import (BACKENDS, EXACT_BACKENDS, ChunkedSearch, ExactSearch, SearchOptions, chunk_options,
+                              resolve_backend, search, search_faiss_ivf, search_report)
+from isood.ann.tune import (DEFAULT_SAMPLE, MAX_SCAN_FRACTION, AnnReport, Fix, IvfChunks, RecallOutOfReach, Target,
+                            TunedSearch, probe_ladder, reachable_target, sample_rows, search_tuned, tune_plan,
+                            tune_plan_levels)
 
 __all__ = [
     "BACKENDS", "DEFAULT_NPROBE", "DEFAULT_MEMORY_MB", "DEFAULT_SAMPLE", "MAX_SCAN_FRACTION", "QUERY_CHUNK",
@@ -48,4 +57,6 @@ __all__ = [
     "probe", "scan_lists", "probe_ladder", "sample_rows", "search_tuned", "tune_plan", "ChunkedSearch",
     "chunk_options", "TunedSearch", "IvfChunks", "Fix", "RecallOutOfReach", "reachable_target", "Agreement",
     "AGREEMENT_CONFIDENCE", "AGREEMENT_RESAMPLES", "estimate_exact_edges", "exact_agreement", "held_out_distances",
+    "EXACT_BACKENDS", "ExactSearch", "PRECISIONS", "FusedIndex", "FusedStats", "error_bound", "search_fused",
+    "list_maxima", "Target", "tune_plan_levels", "wilson_interval",
 ]

@@ -37,7 +37,7 @@ from isood.errors import BadInputError
 from isood.grid import bin_with_edges
 
 __all__ = ["AGREEMENT_CONFIDENCE", "AGREEMENT_RESAMPLES", "Agreement", "held_out_distances", "estimate_exact_edges",
-           "exact_agreement"]
+           "exact_agreement", "wilson_interval"]
 
 #: Confidence of the reported interval.
 AGREEMENT_CONFIDENCE = 0.95
@@ -86,6 +86,12 @@ def estimate_exact_edges(approx_edges: Sequence[float] | np.ndarray, exact: np.n
     if hi < lo:  # a sample too small to order the two: they are within noise of each other
         lo = hi = (lo + hi) / 2
     return np.linspace(lo, hi, len(e))
+
+
+def wilson_interval(k: float, n: int, confidence: float = AGREEMENT_CONFIDENCE) -> tuple[float, float]:
+    """Wilson score interval (two-sided, ``confidence``) of a binomial proportion ``k / n`` ((0, 1) for n = 0):
+    e.g. the held-out recall@1 of a tuned search."""
+    return _wilson(k, n, NormalDist().inv_cdf(1.0 - (1.0 - float(confidence)) / 2))
 
 
 def _wilson(k: float, n: int, z: float) -> tuple[float, float]:

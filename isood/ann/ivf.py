@@ -25,8 +25,8 @@ import numpy as np
 from isood.ann.exact import import_faiss
 from isood.errors import BadInputError
 
-__all__ = ["DEFAULT_NPROBE", "IVFIndex", "ProbePlan", "build_ivf", "default_nlist", "ivf_search", "probe",
-           "scan_lists"]
+__all__ = ["DEFAULT_NPROBE", "IVFIndex", "ProbePlan", "build_ivf", "default_nlist", "ivf_search", "list_maxima",
+           "probe", "scan_lists"]
 
 #: Default probed lists of the plain (untuned) IVF search (see the package docstring).
 DEFAULT_NPROBE = 32
@@ -182,6 +182,46 @@ def scan_lists(index: IVFIndex, query: np.ndarray, lists: np.ndarray, *,
         m = b > best
         best[m], arg[m] = b[m], a[m]
     return best, arg
+
+
+def _maxima_some(index: IVFIndex, query: np.ndarray, qids: np.ndarray, lims: np.ndarray, lists: range,
+                 dense: np.ndarray) -> None:
+    """Best similarity of each query in each of the given lists (one worker's share), into ``dense``."""
+    vec, off = index.vectors, index.offsets
+    for lst in lists:
+        a, b = lims[lst + 1], lims[lst + 2]
+        o0, o1 = off[lst], off[lst + 1]
+        if a == b or o0 == o1:
+            continue
+        qi = qids[a:b]
+        dense[qi, lst] = (query[qi] @ vec[o0:o1].T).max(axis=1)
+
+
+def list_maxima(index: IVFIndex, query: np.ndarray, lists: np.ndarray, *,
+                threads: int | None = None) -> np.ndarray:
+    """(nq, p) float32: the best similarity of each query in each of its probed lists ``lists`` (nq, p), in
+    probe order (-inf for an empty list or -1). The running maximum along a row is what the first ``k`` lists
+    give that query. Lists are scanned as :func:`scan_lists` scans them (one product per list)."""
+    from threadpoolctl import threadpool_limits
+
+    nq = len(query)
+    out = np.full(lists.shape, -np.inf, dtype=np.float32)
+    step = max(1, (1 << 24) // max(1, index.nlist))  # a dense (queries, lists) block of at most 64 MB
+    threads = max(1, int(threads or os.cpu_count() or 1))
+    for q0 in range(0, nq, step):
+        part, q = lists[q0:q0 + step], query[q0:q0 + step]
+        dense = np.full((len(q), index.nlist), -np.inf, dtype=np.float32)
+        qids, lims = _group_by_list(part, index.nlist)
+        shares = [range(t, index.nlist, threads) for t in range(threads)]
+        with threadpool_limits(limits=1, user_api="blas"):
+            if threads == 1:
+                _maxima_some(index, q, qids, lims, shares[0], dense)
+            else:
+                with ThreadPoolExecutor(threads) as pool:
+                    list(pool.map(lambda s: _maxima_some(index, q, qids, lims, s, dense), shares))
+        valid = part >= 0
+        out[q0:q0 + step] = np.where(valid, dense[np.arange(len(q))[:, None], np.where(valid, part, 0)], -np.inf)
+    return out
 
 
 def _search_chunk(index: IVFIndex, q: np.ndarray, plan: ProbePlan,

@@ -1,4 +1,5 @@
-"""Approximate search tuned to a target recall@1 (the ``ann_recall`` knob).
+"""Approximate search tuned to a target: recall@1 (the ``ann_recall`` knob) or the share of rows whose grid
+level is unchanged (``ann_levels``).
 
 :func:`search_tuned` builds the IVF index, searches two disjoint seeded samples of the queries exactly (faiss
 flat / torch): the *tuning* sample picks the cheapest :class:`~isood.ann.ivf.ProbePlan` whose recall@1 on it
@@ -6,6 +7,14 @@ reaches the target plus one binomial standard error (:func:`tune_plan`), the *he
 full search achieved (recall@1, and the distances a caller needs for level agreement). Both samples get their
 exact answers in the output. A target that no plan reaches while scanning at most ``MAX_SCAN_FRACTION`` of the
 lists (beyond that exact search is as fast) is refused with one line.
+
+With a *levels* target (:func:`tune_plan_levels`) a query counts as answered when its approximate distance
+falls in the same grid level as its exact one: ``grid_levels`` equal-width levels between the ``grid_clip``
+quantiles of the tuning sample's exact distances (the grid of ``isood.grid``). Near-tie neighbours give the
+same distance, so a plan that misses the nearest row of many far queries can still leave their levels
+unchanged: the plan is cheaper than the one recall@1 asks for at the same agreement. The grid of the build
+itself comes from all the distances; ``isood.ann.agreement`` estimates the agreement of that grid with an exact
+build from the held-out sample.
 """
 
 from __future__ import annotations
@@ -17,11 +26,15 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from isood.ann.ivf import QUERY_CHUNK, IVFIndex, ProbePlan, build_ivf, ivf_search, probe, scan_lists
+from isood.ann.ivf import (QUERY_CHUNK, IVFIndex, ProbePlan, build_ivf, ivf_search, list_maxima, probe,
+                           scan_lists)
+from isood.defaults import N_LEVELS, QUANTILE_CLIP
 from isood.errors import BadInputError
+from isood.grid import assign_levels, bin_with_edges
 
 __all__ = ["AnnReport", "MAX_SCAN_FRACTION", "DEFAULT_SAMPLE", "Fix", "IvfChunks", "TunedSearch", "probe_ladder",
-           "RecallOutOfReach", "reachable_target", "sample_rows", "search_tuned", "tune_plan"]
+           "RecallOutOfReach", "reachable_target", "sample_rows", "search_tuned", "tune_plan", "tune_plan_levels",
+           "Target"]
 
 #: A plan may probe at most this fraction of the lists (a wider scan is no faster than exact search).
 MAX_SCAN_FRACTION = 0.125
@@ -31,6 +44,34 @@ DEFAULT_SAMPLE = 2000
 MIN_SAMPLE = 10
 
 Exact = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a tuned search must reach on its held-out queries: ``recall`` (recall@1) or ``levels`` (the share
+    of queries whose level, among ``grid_levels`` levels between the ``grid_clip`` quantiles, is unchanged)."""
+
+    recall: float | None = None
+    levels: float | None = None
+    grid_levels: int = N_LEVELS
+    grid_clip: tuple[float, float] = QUANTILE_CLIP
+
+    def __post_init__(self) -> None:
+        if (self.recall is None) == (self.levels is None):
+            raise BadInputError("a tuned search needs one target: ann_recall or ann_levels")
+
+    @property
+    def value(self) -> float:
+        return float(self.recall if self.recall is not None else self.levels)
+
+    @property
+    def option(self) -> str:
+        """The command-line option of the target."""
+        return "--ann-recall" if self.recall is not None else "--ann-levels"
+
+    @property
+    def measure(self) -> str:
+        return "recall@1" if self.recall is not None else "level agreement"
 
 
 @dataclass
@@ -54,15 +95,20 @@ class AnnReport:
     check_exact: np.ndarray = field(default_factory=lambda: np.empty(0, np.float32), repr=False)
     check_approx: np.ndarray = field(default_factory=lambda: np.empty(0, np.float32), repr=False)
     n_queries: int = 0  # every query searched (tuning and held-out ones included)
+    target_levels: float | None = None  # an ann_levels target (target_recall is None then)
+    levels_tune: float | None = None  # level agreement on the tuning queries (their own grid), levels target
 
     def as_dict(self) -> dict:
         plan = self.plan.as_dict() if self.plan is not None else {"nprobe": None, "reprobe": None, "margin": None}
-        return {"backend": "faiss-ivf", "target_recall": self.target_recall, "nlist": self.nlist, **plan,
-                "reprobed_fraction": round(self.reprobed, 6), "tune_queries": self.tune_queries,
-                "check_queries": self.check_queries, "queries": self.n_queries, "recall_tune": self.recall_tune,
-                "recall_heldout": self.recall_check, "build_seconds": round(self.build_seconds, 3),
-                "tune_seconds": round(self.tune_seconds, 3), "search_seconds": round(self.search_seconds, 3),
-                "index_bytes": self.index_bytes}
+        out = {"backend": "faiss-ivf", "target_recall": self.target_recall, "nlist": self.nlist, **plan,
+               "reprobed_fraction": round(self.reprobed, 6), "tune_queries": self.tune_queries,
+               "check_queries": self.check_queries, "queries": self.n_queries, "recall_tune": self.recall_tune,
+               "recall_heldout": self.recall_check, "build_seconds": round(self.build_seconds, 3),
+               "tune_seconds": round(self.tune_seconds, 3), "search_seconds": round(self.search_seconds, 3),
+               "index_bytes": self.index_bytes}
+        if self.target_levels is not None:
+            out.update(target_levels=self.target_levels, levels_tune=self.levels_tune)
+        return out
 
 
 def probe_ladder(limit: int) -> list[int]:
@@ -97,6 +143,35 @@ def _best_split(m: np.ndarray, hit1: np.ndarray, hit2: np.ndarray, need: float) 
     return k, margin
 
 
+def _cheapest(limit: int, need: float, hits: Callable[[int], np.ndarray],
+              best_after: Callable[[int], np.ndarray], csims: np.ndarray) -> tuple[float, ProbePlan, float] | None:
+    """The cheapest plan (fewest lists scanned per query on average) whose share of answered queries is
+    >= ``need``: ``hits(p)`` says which queries ``p`` lists answer, ``best_after(p)`` their best similarity
+    after ``p`` lists (the margin rule's left side). (cost, plan, share reached) or None."""
+    n = len(csims)
+    best: tuple[float, ProbePlan, float] | None = None
+    for p1 in probe_ladder(limit):
+        hit1 = hits(p1)
+        if hit1.mean() >= need:
+            cand = (float(p1), ProbePlan(p1), float(hit1.mean()))
+            best = cand if best is None or cand[0] < best[0] else best
+            break
+        if p1 >= limit or (best is not None and p1 >= best[0]):
+            continue
+        m = best_after(p1) - csims[:, p1]
+        for p2 in (p for p in probe_ladder(limit) if p > p1):
+            hit2 = hits(p2)
+            split = _best_split(m, hit1, hit2, need)
+            if split is None:
+                continue
+            k, margin = split
+            cost = p1 + k / n * (p2 - p1)
+            if best is None or cost < best[0]:
+                reached = float(np.where(m < margin, hit2, hit1).mean())
+                best = (cost, ProbePlan(p1, p2, margin), reached)
+    return best
+
+
 def tune_plan(index: IVFIndex, query: np.ndarray, exact_rows: np.ndarray, *, recall: float,
               max_fraction: float = MAX_SCAN_FRACTION, threads: int | None = None) -> tuple[ProbePlan, float]:
     """The cheapest plan (fewest lists scanned per query on average) whose recall@1 on the sample ``query``
@@ -109,54 +184,66 @@ def tune_plan(index: IVFIndex, query: np.ndarray, exact_rows: np.ndarray, *, rec
     nn_list = index.list_of_row[exact_rows]
     found = lists == nn_list[:, None]
     rank = np.where(found.any(axis=1), found.argmax(axis=1), limit)
-    best: tuple[float, ProbePlan, float] | None = None
-    for p1 in probe_ladder(limit):
-        hit1 = rank < p1
-        if hit1.mean() >= need:
-            cand = (float(p1), ProbePlan(p1), float(hit1.mean()))
-            best = cand if best is None or cand[0] < best[0] else best
-            break
-        if p1 >= limit or (best is not None and p1 >= best[0]):
-            continue
-        s1, _ = scan_lists(index, query, lists[:, :p1], threads=threads)
-        m = s1 - csims[:, p1]
-        for p2 in (p for p in probe_ladder(limit) if p > p1):
-            split = _best_split(m, hit1, rank < p2, need)
-            if split is None:
-                continue
-            k, margin = split
-            cost = p1 + k / n * (p2 - p1)
-            if best is None or cost < best[0]:
-                reached = float(np.where(m < margin, rank < p2, hit1).mean())
-                best = (cost, ProbePlan(p1, p2, margin), reached)
+    best = _cheapest(limit, need, lambda p: rank < p,
+                     lambda p: scan_lists(index, query, lists[:, :p], threads=threads)[0], csims)
     if best is None:
         raise RecallOutOfReach(recall, need, {"": float(np.mean(rank < limit))}, n, limit, index.nlist)
     return best[1], best[2]
 
 
-class RecallOutOfReach(BadInputError):
-    """A recall target no probe plan reaches, in one line: the recall@1 it needs on the ``n`` tuning queries,
-    the best reached there (per axis: ``reached``, '' for a single search), probing ``limit`` of ``nlist``
-    lists, and the highest target that every axis reaches (:func:`reachable_target`). :meth:`combine` joins the
-    refusals of the axes of one shift search."""
+def tune_plan_levels(index: IVFIndex, query: np.ndarray, exact_sims: np.ndarray, *, target: Target,
+                     max_fraction: float = MAX_SCAN_FRACTION,
+                     threads: int | None = None) -> tuple[ProbePlan, float]:
+    """The cheapest plan whose level agreement on the sample ``query`` (exact similarities ``exact_sims``) is
+    >= ``target.levels`` + one standard error: a query agrees when its approximate distance falls in the level
+    of its exact one, among ``target.grid_levels`` equal-width levels between the ``target.grid_clip`` quantiles
+    of the sample's exact distances (a query no probed list answers is searched exactly: it agrees). Returns
+    (plan, in-sample agreement); a target no plan within ``max_fraction`` of the lists reaches is refused."""
+    n = len(query)
+    need = _needed(float(target.levels), n)
+    limit = max(1, int(index.nlist * max_fraction))
+    csims, lists = probe(index, query, limit)
+    best_seen = np.maximum.accumulate(list_maxima(index, query, lists, threads=threads), axis=1)
+    exact_d = np.clip(1.0 - np.asarray(exact_sims, np.float64), 0.0, 2.0)
+    truth, edges = assign_levels(exact_d, target.grid_levels, clip=target.grid_clip)
 
-    def __init__(self, recall: float, need: float, reached: dict[str, float], n: int, limit: int, nlist: int):
+    def hits(p: int) -> np.ndarray:
+        s = best_seen[:, p - 1]
+        return ~np.isfinite(s) | (bin_with_edges(np.clip(1.0 - s.astype(np.float64), 0.0, 2.0), edges) == truth)
+
+    best = _cheapest(limit, need, hits, lambda p: best_seen[:, p - 1], csims)
+    if best is None:
+        raise RecallOutOfReach(float(target.levels), need, {"": float(hits(limit).mean())}, n, limit, index.nlist,
+                               target=Target(levels=target.levels))
+    return best[1], best[2]
+
+
+class RecallOutOfReach(BadInputError):
+    """A target no probe plan reaches, in one line: the recall@1 (or level agreement, ``target``) it needs on
+    the ``n`` tuning queries, the best reached there (per axis: ``reached``, '' for a single search), probing
+    ``limit`` of ``nlist`` lists, and the highest target that every axis reaches (:func:`reachable_target`).
+    :meth:`combine` joins the refusals of the axes of one shift search."""
+
+    def __init__(self, recall: float, need: float, reached: dict[str, float], n: int, limit: int, nlist: int, *,
+                 target: "Target | None" = None):
         self.recall, self.need, self.reached, self.n, self.limit, self.nlist = recall, need, reached, n, limit, nlist
+        self.target = target or Target(recall=recall)
+        option, measure = self.target.option, self.target.measure
         top = reachable_target(min(reached.values()), n)
-        what = f"pass --ann-recall {top:.4f} or lower" if top > 0 else "search exactly (no --ann-recall)"
+        what = f"pass {option} {top:.4f} or lower" if top > 0 else f"search exactly (no {option})"
         shown = " / ".join(f"{axis} {r:.4f}" if axis else f"{r:.4f}" for axis, r in reached.items())
         super().__init__(
-            f"--ann-recall {recall:g} is out of reach: on the {n} tuning queries it needs recall@1 >= {need:.4f} "
+            f"{option} {recall:g} is out of reach: on the {n} tuning queries it needs {measure} >= {need:.4f} "
             f"(the target plus one standard error, so that it holds beyond the sample) and the best plan, probing "
             f"{limit} of {nlist} lists (beyond that exact search is as fast), reaches {shown}; {what} "
-            "(ann_recall in the API)")
+            f"({option[2:].replace('-', '_')} in the API)")
 
     @classmethod
     def combine(cls, errors: Mapping[str, "RecallOutOfReach"]) -> "RecallOutOfReach":
         """One refusal for the axes (name -> refusal) of one search (same target and tuning queries)."""
         first = next(iter(errors.values()))
         reached = {axis: min(e.reached.values()) for axis, e in errors.items()}
-        return cls(first.recall, first.need, reached, first.n, first.limit, first.nlist)
+        return cls(first.recall, first.need, reached, first.n, first.limit, first.nlist, target=first.target)
 
 
 def _needed(recall: float, n: int) -> float:
@@ -218,14 +305,17 @@ class TunedSearch:
     the index, searches the sample exactly and tunes the plan; :meth:`search` searches the next chunk;
     :meth:`finish` returns the fixes to apply in order (queries no probed list answered; the sampled queries'
     exact answers) and the report. ``exact_chunk`` searches a whole chunk exactly when the sample is too small
-    to tune on (default ``exact``)."""
+    to tune on (default ``exact``). The target is ``recall`` (recall@1) or a :class:`Target` (``target``: a
+    recall or a levels target)."""
 
     def __init__(self, reference: np.ndarray, sample: np.ndarray, rows: tuple[np.ndarray, np.ndarray], *,
-                 n_query: int, recall: float, exact: Exact, exact_chunk: Exact | None = None,
+                 n_query: int, recall: float | None = None, exact: Exact, exact_chunk: Exact | None = None,
                  nlist: int | None = None, train_size: int | None = None, seed: int = 0,
-                 threads: int | None = None, query_chunk: int = QUERY_CHUNK):
-        self.rows, self.n_query, self.recall, self.exact = rows, int(n_query), recall, exact
+                 threads: int | None = None, query_chunk: int = QUERY_CHUNK, target: Target | None = None):
+        self.target = target if target is not None else Target(recall=recall)
+        self.rows, self.n_query, self.recall, self.exact = rows, int(n_query), self.target.recall, exact
         self.exact_chunk = exact_chunk or exact
+        self.levels_tune: float | None = None
         self.ivf: IvfChunks | None = None
         self.done = 0
         n_t = len(rows[0])
@@ -235,8 +325,12 @@ class TunedSearch:
         index = build_ivf(reference, nlist=nlist, train_size=train_size, seed=seed)
         t1 = time.perf_counter()
         self.ex_sims, self.ex_idx = exact(np.ascontiguousarray(sample))
-        plan, _ = tune_plan(index, np.ascontiguousarray(sample[:n_t]), self.ex_idx[:n_t], recall=recall,
-                            threads=threads)
+        tune_q = np.ascontiguousarray(sample[:n_t])
+        if self.target.levels is not None:
+            plan, self.levels_tune = tune_plan_levels(index, tune_q, self.ex_sims[:n_t], target=self.target,
+                                                      threads=threads)
+        else:
+            plan, _ = tune_plan(index, tune_q, self.ex_idx[:n_t], recall=float(self.recall), threads=threads)
         self.seconds = [t1 - t0, time.perf_counter() - t1, 0.0]  # build, tune, search
         self.plan = plan
         self.ivf = IvfChunks(index, plan, threads=threads, query_chunk=query_chunk)
@@ -261,7 +355,9 @@ class TunedSearch:
         if self.done != self.n_query:
             raise BadInputError(f"tuned search: {self.done} queries searched, {self.n_query} expected")
         if self.ivf is None:
-            return [], AnnReport(self.recall, 0, None, self.n_query, 0, 1.0, 1.0, n_queries=self.n_query)
+            return [], AnnReport(self.recall, 0, None, self.n_query, 0, 1.0, 1.0, n_queries=self.n_query,
+                                 target_levels=self.target.levels,
+                                 levels_tune=1.0 if self.target.levels is not None else None)
         t = time.perf_counter()
         missing = self.ivf.missing(self.exact)
         self.seconds[2] += time.perf_counter() - t
@@ -277,18 +373,21 @@ class TunedSearch:
             float(np.mean(same[n_t:])) if len(check_rows) else float("nan"), self.ivf.n_again / self.n_query,
             build_seconds=build, tune_seconds=tune, search_seconds=search, index_bytes=self.ivf.index.nbytes,
             check_rows=check_rows, check_exact=self.ex_sims[n_t:].copy(), check_approx=self.approx_sims[n_t:].copy(),
-            n_queries=self.n_query)
+            n_queries=self.n_query, target_levels=self.target.levels, levels_tune=self.levels_tune)
         return [missing, (self.both, self.ex_sims, self.ex_idx)], report
 
 
-def search_tuned(query: np.ndarray, reference: np.ndarray, *, recall: float, exact: Exact,
+def search_tuned(query: np.ndarray, reference: np.ndarray, *, recall: float | None = None, exact: Exact,
                  rows: tuple[np.ndarray, np.ndarray] | None = None, sample: int = DEFAULT_SAMPLE,
                  nlist: int | None = None, train_size: int | None = None, seed: int = 0,
-                 threads: int | None = None) -> tuple[np.ndarray, np.ndarray, AnnReport]:
+                 threads: int | None = None, levels: float | None = None, grid_levels: int = N_LEVELS,
+                 grid_clip: tuple[float, float] = QUANTILE_CLIP) -> tuple[np.ndarray, np.ndarray, AnnReport]:
     """Tuned IVF search of clean, L2-normalised ``query`` rows in ``reference`` (module docstring):
-    (similarity, row, report). ``exact(q) -> (sims, rows)`` is the exact search of some queries."""
+    (similarity, row, report). ``exact(q) -> (sims, rows)`` is the exact search of some queries. The target
+    is ``recall`` (recall@1) or ``levels`` (level agreement on the grid of ``grid_levels`` / ``grid_clip``)."""
     rows = rows if rows is not None else sample_rows(len(query), sample, seed)
-    tuned = TunedSearch(reference, query[np.concatenate(rows)], rows, n_query=len(query), recall=recall,
+    target = Target(recall=recall, levels=levels, grid_levels=grid_levels, grid_clip=tuple(grid_clip))
+    tuned = TunedSearch(reference, query[np.concatenate(rows)], rows, n_query=len(query), target=target,
                         exact=exact, nlist=nlist, train_size=train_size, seed=seed, threads=threads)
     sims, idx = tuned.search(query)
     fixes, report = tuned.finish()

@@ -62,15 +62,19 @@ def syn_inputs(tmp_path_factory, tiny_encoder):
 
 
 class CountingPipe:
-    """A diffusers pipeline wrapper counting calls and the batch size of each call."""
+    """A diffusers pipeline wrapper counting calls and the batch size of each call (prompts or prompt
+    embeddings); everything else (``encode_prompt``, ``unet``, ...) is the pipeline's."""
 
     def __init__(self, pipe):
         self.pipe, self.calls, self.batch_sizes = pipe, 0, []
         self.dtype = pipe.dtype
 
+    def __getattr__(self, name):
+        return getattr(self.pipe, name)
+
     def __call__(self, **kw):
         self.calls += 1
-        self.batch_sizes.append(len(kw["prompt"]))
+        self.batch_sizes.append(len(kw["prompt"] if kw.get("prompt") is not None else kw["prompt_embeds"]))
         return self.pipe(**kw)
 
 

@@ -120,7 +120,9 @@ def test_kill_and_resume_gives_the_uninterrupted_files(syn_inputs, tiny_clip_spe
     with pytest.raises(Stop):
         run_generate_syn(opts, generator=gen, on_image=stop_after_5)
     assert not out.exists()  # an interrupted run is visibly unfinished: its work waits in the staging folder
-    assert len(list((tmp_path / ".~killed.isood-new" / "images").rglob("*.png"))) == 5
+    # the 5 images heard of, and maybe a few the write pool finished while the next batch generated
+    written = list((tmp_path / ".~killed.isood-new" / "images").rglob("*.png"))
+    assert {(tmp_path / ".~killed.isood-new" / p) for p in count} <= set(written) and len(written) >= 5
     run_generate_syn(opts, generator=gen)
     assert manifests.verify(out).ok
     full = manifests.read(out_full).frame("images")
