@@ -103,7 +103,8 @@ class SearchOptions:
             return None
         return Target(recall=None if self.recall is None else float(self.recall),
                       levels=None if self.levels is None else float(self.levels),
-                      grid_levels=int(self.grid_levels), grid_clip=tuple(self.grid_clip))
+                      grid_levels=int(self.grid_levels),
+                      grid_clip=(float(self.grid_clip[0]), float(self.grid_clip[1])))
 
 
 def resolve_backend(backend: str, device: str | None) -> str:

@@ -62,7 +62,9 @@ class Target:
 
     @property
     def value(self) -> float:
-        return float(self.recall if self.recall is not None else self.levels)
+        value = self.recall if self.recall is not None else self.levels
+        assert value is not None  # __post_init__: exactly one target
+        return float(value)
 
     @property
     def option(self) -> str:
@@ -79,7 +81,7 @@ class AnnReport:
     """What a tuned approximate search did and achieved (JSON-able via :meth:`as_dict`; the held-out arrays
     stay in memory for level agreement)."""
 
-    target_recall: float
+    target_recall: float | None  # None for an ann_levels target
     nlist: int
     plan: ProbePlan | None
     tune_queries: int
@@ -200,6 +202,7 @@ def tune_plan_levels(index: IVFIndex, query: np.ndarray, exact_sims: np.ndarray,
     of the sample's exact distances (a query no probed list answers is searched exactly: it agrees). Returns
     (plan, in-sample agreement); a target no plan within ``max_fraction`` of the lists reaches is refused."""
     n = len(query)
+    assert target.levels is not None  # a levels target (TunedSearch calls this only then)
     need = _needed(float(target.levels), n)
     limit = max(1, int(index.nlist * max_fraction))
     csims, lists = probe(index, query, limit)
@@ -330,7 +333,7 @@ class TunedSearch:
             plan, self.levels_tune = tune_plan_levels(index, tune_q, self.ex_sims[:n_t], target=self.target,
                                                       threads=threads)
         else:
-            plan, _ = tune_plan(index, tune_q, self.ex_idx[:n_t], recall=float(self.recall), threads=threads)
+            plan, _ = tune_plan(index, tune_q, self.ex_idx[:n_t], recall=self.target.value, threads=threads)
         self.seconds = [t1 - t0, time.perf_counter() - t1, 0.0]  # build, tune, search
         self.plan = plan
         self.ivf = IvfChunks(index, plan, threads=threads, query_chunk=query_chunk)
@@ -386,7 +389,8 @@ def search_tuned(query: np.ndarray, reference: np.ndarray, *, recall: float | No
     (similarity, row, report). ``exact(q) -> (sims, rows)`` is the exact search of some queries. The target
     is ``recall`` (recall@1) or ``levels`` (level agreement on the grid of ``grid_levels`` / ``grid_clip``)."""
     rows = rows if rows is not None else sample_rows(len(query), sample, seed)
-    target = Target(recall=recall, levels=levels, grid_levels=grid_levels, grid_clip=tuple(grid_clip))
+    target = Target(recall=recall, levels=levels, grid_levels=grid_levels,
+                    grid_clip=(float(grid_clip[0]), float(grid_clip[1])))
     tuned = TunedSearch(reference, query[np.concatenate(rows)], rows, n_query=len(query), target=target,
                         exact=exact, nlist=nlist, train_size=train_size, seed=seed, threads=threads)
     sims, idx = tuned.search(query)

@@ -163,7 +163,8 @@ def ann_summary(reports: Mapping[str, AnnReport] | None, edges: pd.DataFrame, *,
                       "level_agreement_fixed_edges": agree.levels_fixed_edges[axis],
                       "edge_shift": agree.edge_shift[axis]}
         n, target = max(report.check_queries, 1), report.target_recall
-        if report.check_queries and report.recall_check < target - 2 * np.sqrt(target * (1 - target) / n):
+        low = target is not None and report.recall_check < target - 2 * np.sqrt(target * (1 - target) / n)
+        if report.check_queries and low:
             _say(warn, f"approximate search ({axis}): recall@1 {report.recall_check:.4f} on {n} held-out images, "
                        f"below --ann-recall {target:g}")
         if agree.levels[axis] < LEVEL_AGREEMENT_TARGET:
