@@ -13,7 +13,6 @@ import shutil
 import sys
 import warnings
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pandas as pd

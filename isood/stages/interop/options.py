@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from isood.defaults import NA_THRESHOLD
 from isood.optspec import REQUIRED, levels_option, na_threshold_option, option, out_option, verify_option
 
 __all__ = ["ImportListsOptions", "ImportListOptions", "ExportOpenoodOptions", "NA_RULES"]

@@ -17,7 +17,7 @@ from isood.defaults import DEFAULT_SHARD_SIZE, LAID_TRIPLETS, QUANTILE_CLIP
 from isood.errors import BadInputError
 from isood.grid import check_levels
 from isood.optspec import (batch_size_option, check, device_option, from_config, levels_option, merge_values,
-                           na_threshold_option, option, out_option, seed_option, verify_option, workers_option)
+                           na_threshold_option, option, seed_option, verify_option, workers_option)
 
 __all__ = ["BuildConfig", "load_build_config", "validate", "parse_quantile", "read_toml", "splits_config",
            "PATH_KEYS"]
