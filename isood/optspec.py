@@ -244,15 +244,18 @@ def from_config(cls: type, path: str | os.PathLike, section: str) -> dict[str, A
     except tomllib.TOMLDecodeError as e:
         raise BadInputError(f"--config {p}: invalid TOML ({' '.join(str(e).split())})") from None
     keys = {section, section.replace("-", "_")}
-    if set(data) and set(data) <= keys:
+    if len(data) == 1 and set(data) <= keys and isinstance(next(iter(data.values())), dict):  # a [section] table
         data = next(iter(data.values()))
-    known = {f.name: (spec, kind) for f, spec, kind in option_fields(cls) if not spec.argument}
+    described = [(f, spec, kind) for f, spec, kind in option_fields(cls) if not spec.argument]
+    keys = {spec.flag_name(f.name)[2:].replace("-", "_"): f.name for f, spec, _kind in described}  # the flag's
+    keys.update({f.name: f.name for f, _spec, _kind in described})  # ... or the Python API's field name
+    known = {f.name: (spec, kind) for f, spec, kind in described}
     values = {}
     for key, value in data.items():
-        name = key.replace("-", "_")
-        if name not in known:
+        name = keys.get(key.replace("-", "_"))
+        if name is None:
             raise BadInputError(f"--config {p}: unknown key {key!r} for `isood {section}`; known: "
-                                f"{', '.join(sorted(k.replace('_', '-') for k in known))}")
+                                f"{', '.join(sorted(spec.flag_name(f.name)[2:] for f, spec, _kind in described))}")
         values[name] = _resolve(value, *known[name], p.parent)
     return values
 

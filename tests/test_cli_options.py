@@ -108,3 +108,26 @@ def test_help_shows_defaults_required_and_bounds(words, cls, monkeypatch):
         if kind in ("int", "float") and spec.least is not None and spec.most is not None:
             assert f"in [{_num(spec.least)}, {_num(spec.most)}]" in out, (words, f.name)
         assert "<" + "str>" not in out and "list[" not in out  # no Python types in --help
+
+
+def _toml_value(spec, kind):
+    if spec.choices and kind != "list":
+        return f'"{spec.choices[0]}"'
+    return {"int": str(int(spec.least or 1)), "float": repr(float(spec.least or 0.5)), "bool": "true",
+            "list": '["x"]'}.get(kind, '"x"')
+
+
+@pytest.mark.parametrize("words, cls", COMMANDS, ids=[" ".join(w) for w, _ in COMMANDS])
+def test_config_keys_are_the_long_option_names(words, cls, tmp_path):
+    """--config FILE.toml takes each option under its long name (``--levels`` -> ``levels``, also where the
+    field is named otherwise, e.g. generate-syn's ``n_levels``), relative paths against the file."""
+    from isood.optspec import from_config
+
+    rows = [(f, spec, kind) for f, spec, kind in option_fields(cls) if spec.cli and not spec.argument]
+    toml = tmp_path / "c.toml"
+    toml.write_text("".join(f"{spec.flag_name(f.name)[2:]} = {_toml_value(spec, kind)}\n" for f, spec, kind in rows))
+    got = from_config(cls, toml, " ".join(words))
+    assert set(got) == {f.name for f, _spec, _kind in rows}
+    for f, spec, kind in rows:
+        if kind == "path":
+            assert got[f.name] == str(tmp_path / "x"), f.name
