@@ -247,12 +247,12 @@ def from_config(cls: type, path: str | os.PathLike, section: str) -> dict[str, A
     if len(data) == 1 and set(data) <= keys and isinstance(next(iter(data.values())), dict):  # a [section] table
         data = next(iter(data.values()))
     described = [(f, spec, kind) for f, spec, kind in option_fields(cls) if not spec.argument]
-    keys = {spec.flag_name(f.name)[2:].replace("-", "_"): f.name for f, spec, _kind in described}  # the flag's
-    keys.update({f.name: f.name for f, _spec, _kind in described})  # ... or the Python API's field name
+    names = {spec.flag_name(f.name)[2:].replace("-", "_"): f.name for f, spec, _kind in described}  # the flag's
+    names.update({f.name: f.name for f, _spec, _kind in described})  # ... or the Python API's field name
     known = {f.name: (spec, kind) for f, spec, kind in described}
     values = {}
     for key, value in data.items():
-        name = keys.get(key.replace("-", "_"))
+        name = names.get(key.replace("-", "_"))
         if name is None:
             raise BadInputError(f"--config {p}: unknown key {key!r} for `isood {section}`; known: "
                                 f"{', '.join(sorted(spec.flag_name(f.name)[2:] for f, spec, _kind in described))}")
