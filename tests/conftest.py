@@ -83,6 +83,33 @@ def image_dataset_factory():
     return make_image_dataset
 
 
+def write_syn_inputs(root, encoder) -> dict:
+    """generate-syn's inputs for ``encoder`` under ``root``: ID features (the encoder's text features of photos of
+    4 classes, written as a features.npy + index.parquet feature set), a random orthogonal LAID file and a labels
+    file (a wnid and plain labels). Returns their paths ({"root", "labels", "laid", "id_features"})."""
+    import numpy as np
+    import pandas as pd
+
+    from isood.clip import encode_texts
+    from isood.laid import LAID
+    from isood.simulate import random_orthogonal
+
+    texts = [f"a photo of a {x}." for x in ("tench", "goldfish", "hen", "ostrich")]
+    (root / "id").mkdir(parents=True)
+    np.save(root / "id" / "features.npy", encode_texts(encoder, texts))
+    pd.DataFrame({"path": [f"id/{i}.png" for i in range(len(texts))], "wnid": [""] * len(texts)}).to_parquet(
+        root / "id" / "index.parquet")
+    LAID(random_orthogonal(encoder.embed_dim, seed=3)).save(root / "laid.safetensors")
+    (root / "labels.txt").write_text("n01440764\nred fox\nsailboat\nvolcano\nteapot\nviolin\n")
+    return {"root": root, "labels": root / "labels.txt", "laid": root / "laid.safetensors", "id_features": root / "id"}
+
+
+@pytest.fixture(scope="session")
+def syn_inputs_factory(tiny_encoder):
+    """``write_syn_inputs(root)`` for the tiny CLIP: generate-syn's ID features, LAID file and labels."""
+    return lambda root: write_syn_inputs(root, tiny_encoder)
+
+
 @pytest.fixture
 def isood_cache(tmp_path, monkeypatch):
     """A fresh ISOOD_CACHE_DIR (text-feature cache, WordNet staging) for one test; returns its path."""

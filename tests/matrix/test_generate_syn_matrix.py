@@ -10,27 +10,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
 
 from isood.errors import BadInputError
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory, tiny_encoder, tiny_clip_spec):
-    from isood.clip import encode_texts
-    from isood.laid import LAID
-    from isood.simulate import random_orthogonal
-
-    root = tmp_path_factory.mktemp("syn_matrix")
-    texts = [f"a photo of a {x}." for x in ("tench", "goldfish", "hen", "ostrich")]
-    (root / "id").mkdir()
-    np.save(root / "id" / "features.npy", encode_texts(tiny_encoder, texts))
-    pd.DataFrame({"path": [f"id/{i}.png" for i in range(len(texts))], "wnid": [""] * len(texts)}).to_parquet(
-        root / "id" / "index.parquet")
-    LAID(random_orthogonal(tiny_encoder.embed_dim, seed=3)).save(root / "laid.safetensors")
-    (root / "labels.txt").write_text("n01440764\nred fox\nsailboat\nvolcano\nteapot\nviolin\n")
+def inputs(tmp_path_factory, syn_inputs_factory, tiny_clip_spec):
+    root = syn_inputs_factory(tmp_path_factory.mktemp("syn_matrix"))["root"]
     args = ["generate-syn", "--labels", root / "labels.txt", "--clip", tiny_clip_spec, "--laid",
             root / "laid.safetensors", "--id-features", root / "id", "--device", "cpu", "--styles", "sdxl:anime,clay",
             "--per-cell", "1", "--prompts-only"]

@@ -20,21 +20,9 @@ STYLES = "sdxl:photographic,anime,pixel-art"
 
 
 @pytest.fixture(scope="module")
-def syn_inputs(tmp_path_factory, tiny_encoder):
+def syn_inputs(tmp_path_factory, syn_inputs_factory):
     """ID features (tiny-CLIP text features of photos of 4 classes), a labels file and a LAID file."""
-    from isood.clip import encode_texts
-    from isood.laid import LAID
-    from isood.simulate import random_orthogonal
-
-    root = tmp_path_factory.mktemp("gpu_speed_inputs")
-    texts = [f"a photo of a {x}." for x in ("tench", "goldfish", "hen", "ostrich")]
-    (root / "id").mkdir()
-    np.save(root / "id" / "features.npy", encode_texts(tiny_encoder, texts))
-    pd.DataFrame({"path": [f"id/{i}.png" for i in range(len(texts))], "wnid": [""] * len(texts)}).to_parquet(
-        root / "id" / "index.parquet")
-    LAID(random_orthogonal(tiny_encoder.embed_dim, seed=3)).save(root / "laid.safetensors")
-    (root / "labels.txt").write_text("n01440764\nred fox\nsailboat\nvolcano\nteapot\nviolin\n")
-    return {"labels": root / "labels.txt", "laid": root / "laid.safetensors", "id_features": root / "id"}
+    return syn_inputs_factory(tmp_path_factory.mktemp("gpu_speed_inputs"))
 
 
 def syn_options(syn_inputs, out, clip, **kw):

@@ -116,20 +116,9 @@ def test_bom_is_dropped_by_every_reader_of_a_user_text_file(tmp_path, tiny_image
 
 # --------------------------------------------------------------------- a file in another encoding: one line
 @pytest.fixture(scope="module")
-def syn_inputs(tmp_path_factory, tiny_encoder, tiny_clip_spec):
+def syn_inputs(tmp_path_factory, syn_inputs_factory, tiny_clip_spec):
     """generate-syn's inputs for the tiny CLIP: ID features, a LAID file, labels; ``args``: a --prompts-only run."""
-    from isood.clip import encode_texts
-    from isood.laid import LAID
-    from isood.simulate import random_orthogonal
-
-    root = tmp_path_factory.mktemp("syn_inputs")
-    texts = [f"a photo of a {x}." for x in ("tench", "goldfish", "hen", "ostrich")]
-    (root / "id").mkdir()
-    np.save(root / "id" / "features.npy", encode_texts(tiny_encoder, texts))
-    pd.DataFrame({"path": [f"id/{i}.png" for i in range(len(texts))], "wnid": [""] * len(texts)}).to_parquet(
-        root / "id" / "index.parquet")
-    LAID(random_orthogonal(tiny_encoder.embed_dim, seed=3)).save(root / "laid.safetensors")
-    (root / "labels.txt").write_text("n01440764\nred fox\nsailboat\nvolcano\nteapot\nviolin\n")
+    root = syn_inputs_factory(tmp_path_factory.mktemp("syn_inputs"))["root"]
     options = {"--labels": root / "labels.txt", "--clip": tiny_clip_spec, "--laid": root / "laid.safetensors",
                "--id-features": root / "id", "--device": "cpu", "--styles": "sdxl:anime,clay", "--per-cell": "1"}
     return {"root": root, "options": options, "base": _syn_args(options)}
