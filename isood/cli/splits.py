@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from isood.cli._app import app, console, out_console
 from isood.cli.options import command
-from isood.stages.splits import BuildConfig, build_splits as run_build_splits, validate
+from isood.stages.splits import BuildConfig, build_splits as run_build_splits
 
 __all__ = ["build_splits", "print_warning", "ann_line"]
 
@@ -36,7 +36,6 @@ def ann_line(ann: dict) -> str:
 @command(app, "build-splits", BuildConfig,
          help="Measure each test image's semantic and covariate shift to the ID set and bin them into an 8x8 grid.")
 def build_splits(cfg: BuildConfig) -> None:
-    cfg = validate(cfg)
     r = run_build_splits(cfg, warn=print_warning)
     n_ok = int((~r.cells["na"]).sum())
     out_console.print(

@@ -39,9 +39,9 @@ import torch
 
 from isood.devices import DEFAULT_PRECISION, PRECISIONS
 from isood.errors import BadInputError, IsoodError, IsoodWarning, one_line
-from isood.image_tensors import device_decodes, draft_size, tensor_preprocess
+from isood.image_tensors import device_decodes, tensor_preprocess
 from isood.images import (EVALUATE_DECODE_MODES, FAST_DECODE, GPU_DECODE, REFERENCE_DECODE, check_decode_mode,
-                          decode_image, device_decode, place_rows, read_rgb)
+                          device_decode, image_decoder, place_rows, read_rgb)
 from isood.files import atomic_write_bytes
 from isood.progress import track
 
@@ -140,10 +140,8 @@ class ImageList(torch.utils.data.Dataset):
         self.transform = transform
         self.decode = check_decode_mode(decode, EVALUATE_DECODE_MODES)
         self.steps = tensor_preprocess(transform) if self.decode == GPU_DECODE else None
-        # fast: the transform's steps on uint8 tensors, JPEGs drafted (isood.images.image_decoder, no tail)
-        steps = tensor_preprocess(transform) if self.decode == FAST_DECODE else None
-        self.fast = None if steps is None else (
-            steps, draft_size(transform) if steps.resizes_first else None)
+        # fast: extract's decoder of that mode (the transform's steps on uint8 tensors, large JPEGs drafted)
+        self.fast = image_decoder(transform, FAST_DECODE) if self.decode == FAST_DECODE else None
 
     def __len__(self) -> int:
         return len(self.files)
@@ -155,8 +153,7 @@ class ImageList(torch.utils.data.Dataset):
             with warnings.catch_warnings():  # read_rgb refuses what PIL only warns about
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)
                 if self.fast is not None:
-                    tensor, error = decode_image(self.files[i], self.fast[0], str(self.files[i]),
-                                                 draft=self.fast[1], jpeg_tensor=True)
+                    tensor, error = self.fast.decode([str(self.files[i])])[0]
                     if tensor is None:
                         return Unreadable(str(self.files[i]), error.split(":", 1)[0]), int(self.labels[i])
                     return tensor, int(self.labels[i])
