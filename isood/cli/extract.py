@@ -23,33 +23,26 @@ from manifests.parts import read_parts
 from manifests.store import Manifest
 from manifests.verify import verify
 
-__all__ = ["extract", "merge", "build_engine", "merge_dirs", "MERGES"]
+__all__ = ["extract", "merge", "engine_of", "merge_dirs", "MERGES"]
 
 #: The merge of each kind a job array's parts combine into (the stage that writes the kind owns it).
 MERGES: dict[str, Callable[..., Manifest]] = {FEATURES: merge_feature_parts, SYN_IS: merge_syn_parts}
 
 
-def build_engine(engine: str, *, ray_address: str | None = None, ray_workers: int | None = None,
-                 num_gpus_per_worker: float | None = None, device: str | None = None) -> BatchEngine:
-    """The engine of ``--engine``: ``local`` (this process) or ``ray`` (Ray Data actors, ``isood.engines.ray``)."""
-    if engine == "local":
-        return LocalEngine()
-    if engine == "ray":
-        options = RayOptions(address=ray_address, workers=ray_workers, num_gpus_per_worker=num_gpus_per_worker)
-        return RayEngine(options, device=device)
-    raise BadInputError(f"unknown engine {engine!r}; pass --engine local or --engine ray")
-
-
 def engine_of(opts: EngineFields, *, device: str | None, workers_given: bool = False) -> BatchEngine:
-    """The engine the options name. ``workers_given``: ``--workers`` was passed with ``--engine ray``, where it
-    used to count the actors: it still does when ``--ray-workers`` is not given, with one deprecation line."""
+    """The engine of ``--engine`` (one of ``isood.defaults.ENGINES``, checked by ``isood.optspec``): ``local``
+    (this process) or ``ray`` (Ray Data actors, ``isood.engines.ray``). ``workers_given``: ``--workers`` was
+    passed with ``--engine ray``, where it used to count the actors: it still does when ``--ray-workers`` is not
+    given, with one deprecation line."""
+    if opts.engine == "local":
+        return LocalEngine()
     ray_workers = opts.ray_workers
-    if opts.engine == "ray" and workers_given and ray_workers is None:
+    if workers_given and ray_workers is None:
         warnings.warn("--workers with --engine ray counts Ray actors no more: pass --ray-workers (the old meaning is "
                       "kept for this release)", IsoodWarning, stacklevel=2)
         ray_workers = getattr(opts, "workers", None)
-    return build_engine(opts.engine, ray_address=opts.ray_address, ray_workers=ray_workers,
-                        num_gpus_per_worker=opts.num_gpus_per_worker, device=device)
+    options = RayOptions(address=opts.ray_address, workers=ray_workers, num_gpus_per_worker=opts.num_gpus_per_worker)
+    return RayEngine(options, device=device)
 
 
 @command(app, "extract", ExtractOptions,

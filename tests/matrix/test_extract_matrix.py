@@ -314,7 +314,7 @@ USER_ERRORS = [  # (images source, extra args, substrings the one line must hold
     pytest.param(None, ("--num-shards", "0"), ["--num-shards", "0"], id="num_shards_0-check_shard_args"),
     pytest.param(None, ("--num-shards", "2", "--shard-index", "2"), ["--shard-index", "2"],
                  id="shard_index_out_of_range-check_shard_args"),
-    pytest.param(None, ("--engine", "spark"), ["spark", "--engine"], id="unknown_engine-build_engine"),
+    pytest.param(None, ("--engine", "spark"), ["spark", "--engine"], id="unknown_engine-optspec.check"),
     pytest.param(None, ("--device", "tpu"), ["tpu"], id="unknown_device-resolve_device"),
 ]
 

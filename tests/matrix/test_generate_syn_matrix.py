@@ -65,7 +65,7 @@ ROWS = [  # (extra args or a function of the inputs folder returning them, subst
     pytest.param(["--num-shards", "0"], ["--num-shards", "0"], id="num_shards_0-runtime.check_shard_args"),
     pytest.param(["--num-shards", "2", "--shard-index", "5"], ["--shard-index", "5"],
                  id="shard_index_out_of_range-runtime.check_shard_args"),
-    pytest.param(["--engine", "spark"], ["spark"], id="unknown_engine-cli.build_engine"),
+    pytest.param(["--engine", "spark"], ["spark"], id="unknown_engine-optspec.check"),
     pytest.param(["--engine", "ray", "--ray-workers", "0"], ["--ray-workers must be an integer >= 1", "0"],
                  id="ray_workers_0-optspec.check"),
     pytest.param(["--styles", "sdxl:anim"], ["'anim'", "anime"], id="unknown_style-styles.select_styles"),
