@@ -22,18 +22,20 @@ are level means in percent). ``release_results_csv`` writes the release's result
 
 from __future__ import annotations
 
+import warnings
 from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from isood.errors import BadInputError
+from isood.errors import BadInputError, IsoodWarning
 
 from .levels import AXES, SUMMARY_COLUMNS, metric_columns, summary_table
 
 __all__ = ["TABLE_CONVENTIONS", "RELEASE_METRICS", "RELEASE_ZERO", "release_value", "release_grid",
            "release_level_means", "release_line_fit", "release_summary", "table1", "check_convention",
-           "release_results_csv"]
+           "release_results_csv", "RELEASE_GRIDS", "RELEASE_LEVELS", "release_files_refusal",
+           "release_results_files"]
 
 #: The Table 1 conventions: isood's exact one (default) and the release's.
 TABLE_CONVENTIONS = ("exact", "release")
@@ -78,16 +80,20 @@ def release_level_means(grid: np.ndarray, axis: str) -> np.ndarray:
 
 
 def release_line_fit(means: np.ndarray) -> tuple[float, float]:
-    """``(correlation, sensitivity)`` of level means against i = 1..n: Pearson's r and |least-squares slope|
-    (NaN when a mean is NaN or the means are constant)."""
+    """``(correlation, sensitivity)`` of level means against i = 1..n as ``analyze_metrics.py`` computes them:
+    both centred first, sensitivity = |sum(yc * ic) / sum(ic * ic)| and correlation =
+    ``scipy.stats.pearsonr(yc, ic)`` (NaN when a mean is NaN or the means are constant)."""
+    from scipy.stats import pearsonr
+
     y = np.asarray(means, dtype=np.float64)
-    i = np.arange(1, y.size + 1, dtype=np.float64)
     if y.size < 2 or not np.all(np.isfinite(y)):
         return float("nan"), float("nan")
+    i = np.array([k + 1 for k in range(y.size)])
     yc, ic = y - y.mean(), i - i.mean()
     slope = float((yc * ic).sum() / (ic * ic).sum())
-    denom = float(np.sqrt((yc * yc).sum() * (ic * ic).sum()))
-    corr = float((yc * ic).sum() / denom) if denom > 0 else float("nan")
+    with warnings.catch_warnings():  # constant means: scipy warns and returns NaN, as the release prints
+        warnings.simplefilter("ignore")
+        corr = float(pearsonr(yc, ic)[0])
     return corr, abs(slope)
 
 
@@ -144,3 +150,42 @@ def release_results_csv(per_cell: pd.DataFrame, detector: str, datasets: Sequenc
             for s in range(n):
                 lines.append(f"cov_{c}_sem_{s}," + ",".join(f"{grid[c, s]:.2f}" for grid in grids))
     return "\n".join(lines) + "\n"
+
+
+#: The grids of the release's results file: its ImageNet-21K grid, then its Syn-IS grid, each of 8 x 8 cells.
+RELEASE_GRIDS, RELEASE_LEVELS = 2, 8
+
+
+def release_files_refusal(per_cell: pd.DataFrame, grids: Sequence[str]) -> str | None:
+    """Why the release's ``results/<method>.csv`` cannot be written for the grid datasets ``grids`` (None when it
+    can). ``analyze_metrics.py`` reads a file's rows but the last 64 as ImageNet-21K and the last 64 as Syn-IS,
+    so the file is written only for exactly two grids of 8 x 8 cells (in the run's order: the first as the
+    ImageNet-21K rows, the second as the Syn-IS rows); with one grid the script fails, with three it would mix
+    two of them into one table without a word."""
+    if len(grids) != RELEASE_GRIDS:
+        return (f"{len(grids)} grid dataset(s) ({', '.join(grids) or 'none'}), but the release's analyze_metrics.py "
+                "reads exactly two (ImageNet-21K, then Syn-IS): pass --splits and --syn")
+    for ds in grids:
+        g = per_cell[per_cell["dataset"] == ds]
+        n = _n_levels(g)
+        if n != RELEASE_LEVELS or g.drop_duplicates(["cov_level", "sem_level"]).shape[0] != n * n:
+            return (f"grid {ds} has {g.drop_duplicates(['cov_level', 'sem_level']).shape[0]} cells, but the "
+                    f"release's analyze_metrics.py reads {RELEASE_LEVELS} x {RELEASE_LEVELS} = "
+                    f"{RELEASE_LEVELS ** 2} per grid")
+    return None
+
+
+def release_results_files(per_cell: pd.DataFrame, grids: Sequence[str],
+                          detectors: Sequence[str]) -> dict[str, str]:
+    """``{"results/<detector>.csv": text}`` (``release_results_csv``) of every detector for the grid datasets
+    ``grids`` in the run's order, or, when ``release_files_refusal`` says the release cannot read them, none and
+    one ``IsoodWarning`` line saying why (the per-cell rows stay in ``results/cell_metrics.csv``)."""
+    if not grids or per_cell.empty:
+        return {}
+    reason = release_files_refusal(per_cell, grids)
+    if reason is not None:
+        warnings.warn(f"results/<detector>.csv in the release's format not written: {reason}; every grid's "
+                      "per-cell rows are in results/cell_metrics.csv", IsoodWarning, stacklevel=2)
+        return {}
+    return {f"results/{det}.csv": release_results_csv(per_cell, det, grids) for det in detectors}
+

@@ -36,7 +36,7 @@ __all__ = [
     "der_threshold", "der_at_threshold", "auroc_model", "adr", "level_correlation", "level_sensitivity",
     "check_scores", "check_flags", "CellInputs", "Metric", "METRICS", "SCORES", "CORRECTNESS", "TRAINING",
     "metric", "metric_names", "metric_label", "lower_is_better", "DER_RATES", "BOOTSTRAP_METRICS",
-    "bootstrap_replicates", "percentile_interval",
+    "bootstrap_replicates", "percentile_interval", "CONSTANT_RTOL", "is_constant",
 ]
 
 FPR_CONVENTIONS = ("ood-positive", "openood", "id-positive")
@@ -86,14 +86,18 @@ def _labels_and_scores(id_s: np.ndarray, ood_s: np.ndarray) -> tuple[np.ndarray,
 
 # ------------------------------------------------------------------------------------------ AUROC / FPR
 def auroc(id_scores, ood_scores) -> float:
-    """Area under the ROC curve (ID vs OOD), ``sklearn.metrics.roc_auc_score``.
+    """Area under the ROC curve (ID vs OOD), computed as OpenOOD v1.5's ``compute_all_metrics`` and the IS-OOD
+    release's ``evaluate.py`` compute it: OOD is the positive class, the scores are negated
+    (``roc_curve(is_ood, -score)``, ID images first) and the curve is integrated with ``sklearn.metrics.auc``.
 
-    Symmetric in the choice of positive class. Ties count one half (Mann-Whitney U / (n_id n_ood)), so constant
-    scores give 0.5 and perfect separation gives 1.0.
+    The area does not depend on the positive class, but its last bit does: the ID-positive curve sums other
+    trapezoids, and 1 ulp decides how ``'{:.2f}'`` rounds a value at .xx5 (the release's results files). Ties
+    count one half (Mann-Whitney U / (n_id n_ood)), so constant scores give 0.5 and perfect separation 1.0.
     """
     id_s, ood_s = _pair(id_scores, ood_scores)
     y, s = _labels_and_scores(id_s, ood_s)
-    return float(_sklearn().roc_auc_score(y, s))
+    fprs, tprs, _ = _sklearn().roc_curve(1 - y, -s)
+    return float(_sklearn().auc(fprs, tprs))
 
 
 def fpr_at_tpr(id_scores, ood_scores, tpr: float = 0.95, *, convention: str = "ood-positive") -> float:
@@ -411,12 +415,25 @@ def level_correlation(values_per_level: Sequence[float] | np.ndarray) -> float:
 
     ``values_per_level[j]`` is the metric of level ``j + 1`` (mean over its non-N/A cells); NaN marks an N/A
     level and is skipped (the other levels keep their index). Returns ``nan`` with fewer than two levels or
-    constant values (the correlation is undefined).
+    values constant up to ``CONSTANT_RTOL`` (``is_constant``: the correlation is undefined; a mean over 7 and one
+    over 8 identical cells may differ in the last bit, and Pearson's r of such a curve is noise, up to +-0.65).
     """
     i, x = _levels(values_per_level)
-    if x.size < 2 or np.all(x == x[0]):
+    if x.size < 2 or is_constant(x):
         return float("nan")
     return float(np.corrcoef(i, x)[0, 1])
+
+
+CONSTANT_RTOL = 1e-12
+"""A level curve whose values spread by no more than this, relative to their magnitude, is constant."""
+
+
+def is_constant(values, axis: int = 0):
+    """Whether ``values`` are constant along ``axis`` up to rounding: ``max - min <= CONSTANT_RTOL * max|x|``
+    (exactly equal values included; an all-zero curve is constant). A bool, or an array of them for 2-D input."""
+    x = np.asarray(values, dtype=np.float64)
+    spread = x.max(axis=axis) - x.min(axis=axis)
+    return spread <= CONSTANT_RTOL * np.abs(x).max(axis=axis)
 
 
 def level_sensitivity(values_per_level: Sequence[float] | np.ndarray) -> float:
