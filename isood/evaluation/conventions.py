@@ -30,12 +30,14 @@ import pandas as pd
 
 from isood.errors import BadInputError, IsoodWarning
 
-from .levels import AXES, SUMMARY_COLUMNS, metric_columns, summary_table
+from .levels import AXES, SUMMARY_COLUMNS, TABLE1_INTERVAL_COLUMNS, metric_columns, summary_table
+from .metrics import percentile_interval
 
 __all__ = ["TABLE_CONVENTIONS", "RELEASE_METRICS", "RELEASE_ZERO", "release_value", "release_grid",
            "release_level_means", "release_line_fit", "release_summary", "table1", "check_convention",
            "release_results_csv", "RELEASE_GRIDS", "RELEASE_LEVELS", "release_files_refusal",
-           "release_results_files"]
+           "release_results_files", "CONVENTION_BOOTSTRAP", "release_curve_statistics",
+           "release_table1_intervals"]
 
 #: The Table 1 conventions: isood's exact one (default) and the release's.
 TABLE_CONVENTIONS = ("exact", "release")
@@ -188,4 +190,62 @@ def release_results_files(per_cell: pd.DataFrame, grids: Sequence[str],
                       "per-cell rows are in results/cell_metrics.csv", IsoodWarning, stacklevel=2)
         return {}
     return {f"results/{det}.csv": release_results_csv(per_cell, det, grids) for det in detectors}
+
+
+# ------------------------------------------------------------------------------------------ bootstrap intervals
+#: The metrics Table 1's intervals resample per convention (its FPR@95 and AUROC).
+CONVENTION_BOOTSTRAP = {"exact": ("auroc", "fpr95"), "release": ("auroc", "fpr95_openood")}
+
+
+def release_curve_statistics(values: np.ndarray, levels: np.ndarray, n_levels: int) -> tuple[np.ndarray, np.ndarray]:
+    """``release_line_fit`` of every column of ``values`` (cells x replicates, fractions; the measured cells of
+    one grid, their levels on one axis in ``levels``), vectorised: each value as the release stores it
+    (``release_value``: percent, ``'{:.2f}'``), N/A and unlisted cells 0, a level's mean over its values
+    > ``RELEASE_ZERO``; sensitivity = |slope| and correlation = ``scipy.stats.pearsonr`` of the centred means,
+    NaN for a replicate with a level of zeros (0 / 0) or constant means."""
+    from scipy.stats import pearsonr
+
+    v = np.asarray(values, dtype=np.float64)
+    stored = np.array([release_value(x) for x in v.ravel()]).reshape(v.shape)
+    lev = np.asarray(levels, dtype=np.int64)
+    sums = np.stack([stored[lev == k].sum(axis=0) for k in range(int(n_levels))])
+    counts = np.stack([np.greater(stored[lev == k], RELEASE_ZERO).sum(axis=0) for k in range(int(n_levels))])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = sums / counts
+    bad = ~np.isfinite(means).all(axis=0)
+    means[:, bad] = 0.0
+    i = np.array([k + 1 for k in range(int(n_levels))])
+    yc, ic = means - means.mean(axis=0), (i - i.mean())[:, None]
+    slope = np.abs((yc * ic).sum(axis=0) / (ic * ic).sum())
+    with warnings.catch_warnings():  # constant columns: NaN, as for the point value
+        warnings.simplefilter("ignore")
+        corr = np.asarray(pearsonr(yc, np.broadcast_to(ic, yc.shape), axis=0)[0], dtype=np.float64)
+    corr[bad], slope[bad] = np.nan, np.nan
+    return corr, slope
+
+
+def release_table1_intervals(cells: pd.DataFrame, replicates: dict[str, np.ndarray], n_levels: int, *,
+                             summary: pd.DataFrame | None = None, level: float = 0.95) -> pd.DataFrame:
+    """``levels.table1_intervals`` on the release convention's own scale: each replicate's Table 1 computed by
+    the release's rule (``release_curve_statistics``: percent, rounded as the release rounds), percentile
+    intervals at ``level``; the point values from ``summary`` (``release_summary``) when given, else from the
+    cells' own values."""
+    det, ds = cells["detector"].iloc[0], cells["dataset"].iloc[0]
+    rows = []
+    for m, reps in replicates.items():
+        for ax, col in AXES.items():
+            levels = cells[col].to_numpy(dtype=np.int64)
+            corr, sens = release_curve_statistics(reps, levels, n_levels)
+            pc, ps = (float(x[0]) for x in release_curve_statistics(cells[[m]].to_numpy(), levels, n_levels))
+            if summary is not None:
+                s = summary[(summary["detector"] == det) & (summary["dataset"] == ds) & (summary["metric"] == m)
+                            & (summary["axis"] == ax)]
+                if len(s):
+                    pc, ps = float(s["correlation"].iloc[0]), float(s["sensitivity"].iloc[0])
+            (cl, ch), (sl, sh) = percentile_interval(corr, level), percentile_interval(sens, level)
+            rows.append({"detector": det, "dataset": ds, "axis": ax, "metric": m, "correlation": pc,
+                         "correlation_low": float(cl), "correlation_high": float(ch), "sensitivity": ps,
+                         "sensitivity_low": float(sl), "sensitivity_high": float(sh),
+                         "n_boot": int(reps.shape[1])})
+    return pd.DataFrame(rows, columns=TABLE1_INTERVAL_COLUMNS)
 

@@ -192,3 +192,70 @@ def test_exact_convention_constant_level_curve_has_no_correlation():
     reps = np.stack([curve, curve * 0.5, np.linspace(0.5, 0.9, N)], axis=1)
     corr, _ = curve_statistics(reps)
     assert np.isnan(corr[0]) and np.isnan(corr[1]) and corr[2] == pytest.approx(1.0)
+
+
+# ----------------------------------------------------------------------------------- intervals on its scale
+def _release_point(values_by_cell, levels_by_cell):
+    """The release's (corr, sens) per axis of one replicate: {axis: ...} from {cell: fraction} via the release
+    reader's arithmetic (``release_analyze``'s, on a grid built cell by cell)."""
+    grid = np.zeros((N, N))
+    for (c, s), v in zip(levels_by_cell, values_by_cell):
+        grid[c, s] = float("{:.2f}".format(v * 100))
+    out = {}
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = {"cov": grid.sum(axis=1) / np.greater(grid, 1e-16).sum(axis=1),
+                 "sem": grid.sum(axis=0) / np.greater(grid, 1e-16).sum(axis=0)}
+    for axis, mean in means.items():
+        i = np.array([k + 1 for k in range(N)])
+        yc, ic = mean - mean.mean(), i - i.mean()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            corr = pearsonr(yc, ic)[0] if np.isfinite(mean).all() else np.nan
+        out[axis] = (corr, abs((yc * ic).sum() / (ic * ic).sum()))
+    return out
+
+
+def test_release_bootstrap_intervals_are_on_its_own_scale_and_cover_openoods_fpr():
+    from isood.evaluation.cells import CellEvaluation
+    from isood.evaluation.metrics import bootstrap_replicates
+    from isood.evaluation.report import table1_markdown
+    from isood.evaluation.write import bootstrap_tables
+
+    rng = np.random.default_rng(11)
+    id_s = rng.normal(1.0, 1.0, 300).round(1)
+    rows, scores = [], []
+    for c in range(N):
+        for s in range(N):
+            n = 6 if (c, s) == (2, 5) else 30
+            x = rng.normal(1.0 - 0.12 * (c + s), 1.0, n).round(1)
+            rows += [{"dataset": "splits", "cell": cell_name(c, s), "cov_level": c, "sem_level": s}] * n
+            scores.append(x)
+    images = pd.DataFrame(rows)
+    per_cell = evaluate_cells(id_s, np.concatenate(scores), images, detector="msp", dataset="splits")
+    result = CellEvaluation(per_cell, convention="release")
+    table = pd.concat([pd.DataFrame({"dataset": "id", "cell": "", "msp": id_s}),
+                       images[["dataset", "cell"]].assign(msp=np.concatenate(scores))], ignore_index=True)
+    got = bootstrap_tables(result, table, n_boot=50, seed=3, id_name="id")["table1_intervals"]
+    got = got.set_index(["metric", "axis"])
+    assert set(got.index.get_level_values("metric")) == {"auroc", "fpr95_openood"}
+    # reference: every replicate's Table 1 by the release's rule, then the percentile interval
+    measured = [k for k in range(N * N) if len(scores[k]) >= 10]
+    reps = bootstrap_replicates(id_s, [scores[k] for k in measured], n_boot=50, seed=3,
+                                metrics=("auroc", "fpr95_openood"))
+    levels = [(k // N, k % N) for k in measured]
+    point = table1(per_cell, "release").set_index(["metric", "axis"])
+    for m in ("auroc", "fpr95_openood"):
+        per_rep = [_release_point(reps[m][:, b], levels) for b in range(50)]
+        for axis in ("sem", "cov"):
+            for j, col in enumerate(("correlation", "sensitivity")):
+                vals = np.array([r[axis][j] for r in per_rep])
+                low, high = np.nanquantile(vals, [0.025, 0.975])
+                row = got.loc[(m, axis)]
+                assert row[f"{col}_low"] == pytest.approx(low, abs=1e-9)
+                assert row[f"{col}_high"] == pytest.approx(high, abs=1e-9)
+                assert row[col] == point.loc[(m, axis), col]
+        # percent scale: the sensitivity interval brackets the point value's magnitude, not a fraction of it
+        sens = got.loc[(m, "sem")]
+        assert sens["sensitivity_high"] > 0.2 * sens["sensitivity"] and sens["sensitivity_high"] > 0.05
+    text = table1_markdown(result, got.reset_index())
+    assert text.count("[") == 8  # every value of FPR@95 (OpenOOD) and AUROC, both axes, has its interval
