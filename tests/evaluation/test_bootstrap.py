@@ -1,4 +1,4 @@
-"""Issue 18, item 7: bootstrap 95% intervals per cell and in Table 1 (``metrics.bootstrap_replicates``,
+"""Bootstrap 95% intervals per cell and in Table 1 (``metrics.bootstrap_replicates``,
 ``levels.curve_statistics`` / ``table1_intervals``, ``write.bootstrap_tables``), against brute-force references:
 scikit-learn's ``roc_auc_score`` and isood's own ``fpr_at_tpr`` on the resampled arrays drawn by the documented
 protocol, the scalar ``level_correlation`` / ``level_sensitivity`` per replicate, and the coverage of the true AUROC
