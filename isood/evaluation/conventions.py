@@ -11,8 +11,13 @@ with pandas (``to_csv(float_format='{:.2f}'.format)``) as ``results/<method>.csv
   OpenOOD's (isood's ``fpr95_openood``);
 * per level, the mean over the cells of that level whose value is > 1e-16: a true 0 (FPR@95 = 0 in an easy cell)
   drops out of the mean exactly like an N/A cell; a level whose every value is 0 divides 0 by 0 (NaN);
-* sensitivity = |least-squares slope of the level means on i = 1..n|, correlation = Pearson's r of the level
-  means and i; both printed with two decimals.
+* sensitivity = |least-squares slope of the level means on i = 1..n|, correlation = ``scipy.stats.pearsonr`` of
+  the centred level means and i (the release's call, on the same operands); both printed with two decimals.
+
+Its per-cell AUROC is OpenOOD's (OOD positive, ``roc_curve(is_ood, -score)`` + ``auc``): isood's ``auroc`` column
+is computed the same way, so the printed digits agree where 1 ulp decides how ``.xx5`` rounds. The results file
+is written only for the release's two 8 x 8 grids (``release_results_files``; else one warning line), and with
+bootstrap replicates Table 1's intervals are on this convention's scale (``release_table1_intervals``).
 
 isood's default (``TABLE_CONVENTIONS[0]``, ``"exact"``: ``levels.summary_table``) keeps every value as computed
 (fractions, no rounding), leaves N/A cells out and keeps a measured 0. ``table1(per_cell, convention)`` gives
