@@ -42,7 +42,7 @@ __all__ = ["TABLE_CONVENTIONS", "RELEASE_METRICS", "RELEASE_ZERO", "release_valu
            "release_level_means", "release_line_fit", "release_summary", "table1", "check_convention",
            "release_results_csv", "RELEASE_GRIDS", "RELEASE_LEVELS", "release_files_refusal",
            "release_results_files", "CONVENTION_BOOTSTRAP", "release_curve_statistics",
-           "release_table1_intervals"]
+           "release_table1_intervals", "release_values"]
 
 #: The Table 1 conventions: isood's exact one (default) and the release's.
 TABLE_CONVENTIONS = ("exact", "release")
@@ -208,10 +208,20 @@ def release_curve_statistics(values: np.ndarray, levels: np.ndarray, n_levels: i
     (``release_value``: percent, ``'{:.2f}'``), N/A and unlisted cells 0, a level's mean over its values
     > ``RELEASE_ZERO``; sensitivity = |slope| and correlation = ``scipy.stats.pearsonr`` of the centred means,
     NaN for a replicate with a level of zeros (0 / 0) or constant means."""
+    return _stored_statistics(release_values(values), levels, n_levels)
+
+
+def release_values(values: np.ndarray) -> np.ndarray:
+    """``release_value`` of every entry of ``values`` (an array of the same shape)."""
+    v = np.asarray(values, dtype=np.float64)
+    flat = [0.0 if x != x else float(f"{100.0 * x:.2f}") for x in v.ravel().tolist()]  # NaN -> 0, as stored
+    return np.array(flat, dtype=np.float64).reshape(v.shape)
+
+
+def _stored_statistics(stored: np.ndarray, levels: np.ndarray, n_levels: int) -> tuple[np.ndarray, np.ndarray]:
+    """``release_curve_statistics`` of values already as the release stores them."""
     from scipy.stats import pearsonr
 
-    v = np.asarray(values, dtype=np.float64)
-    stored = np.array([release_value(x) for x in v.ravel()]).reshape(v.shape)
     lev = np.asarray(levels, dtype=np.int64)
     sums = np.stack([stored[lev == k].sum(axis=0) for k in range(int(n_levels))])
     counts = np.stack([np.greater(stored[lev == k], RELEASE_ZERO).sum(axis=0) for k in range(int(n_levels))])
@@ -238,9 +248,10 @@ def release_table1_intervals(cells: pd.DataFrame, replicates: dict[str, np.ndarr
     det, ds = cells["detector"].iloc[0], cells["dataset"].iloc[0]
     rows = []
     for m, reps in replicates.items():
+        stored = release_values(reps)
         for ax, col in AXES.items():
             levels = cells[col].to_numpy(dtype=np.int64)
-            corr, sens = release_curve_statistics(reps, levels, n_levels)
+            corr, sens = _stored_statistics(stored, levels, n_levels)
             pc, ps = (float(x[0]) for x in release_curve_statistics(cells[[m]].to_numpy(), levels, n_levels))
             if summary is not None:
                 s = summary[(summary["detector"] == det) & (summary["dataset"] == ds) & (summary["metric"] == m)
