@@ -11,8 +11,13 @@ with pandas (``to_csv(float_format='{:.2f}'.format)``) as ``results/<method>.csv
   OpenOOD's (isood's ``fpr95_openood``);
 * per level, the mean over the cells of that level whose value is > 1e-16: a true 0 (FPR@95 = 0 in an easy cell)
   drops out of the mean exactly like an N/A cell; a level whose every value is 0 divides 0 by 0 (NaN);
-* sensitivity = |least-squares slope of the level means on i = 1..n|, correlation = Pearson's r of the level
-  means and i; both printed with two decimals.
+* sensitivity = |least-squares slope of the level means on i = 1..n|, correlation = ``scipy.stats.pearsonr`` of
+  the centred level means and i (the release's call, on the same operands); both printed with two decimals.
+
+Its per-cell AUROC is OpenOOD's (OOD positive, ``roc_curve(is_ood, -score)`` + ``auc``): isood's ``auroc`` column
+is computed the same way, so the printed digits agree where 1 ulp decides how ``.xx5`` rounds. The results file
+is written only for the release's two 8 x 8 grids (``release_results_files``; else one warning line), and with
+bootstrap replicates Table 1's intervals are on this convention's scale (``release_table1_intervals``).
 
 isood's default (``TABLE_CONVENTIONS[0]``, ``"exact"``: ``levels.summary_table``) keeps every value as computed
 (fractions, no rounding), leaves N/A cells out and keeps a measured 0. ``table1(per_cell, convention)`` gives
@@ -22,18 +27,22 @@ are level means in percent). ``release_results_csv`` writes the release's result
 
 from __future__ import annotations
 
+import warnings
 from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from isood.errors import BadInputError
+from isood.errors import BadInputError, IsoodWarning
 
-from .levels import AXES, SUMMARY_COLUMNS, metric_columns, summary_table
+from .levels import AXES, SUMMARY_COLUMNS, TABLE1_INTERVAL_COLUMNS, metric_columns, summary_table
+from .metrics import percentile_interval
 
 __all__ = ["TABLE_CONVENTIONS", "RELEASE_METRICS", "RELEASE_ZERO", "release_value", "release_grid",
            "release_level_means", "release_line_fit", "release_summary", "table1", "check_convention",
-           "release_results_csv"]
+           "release_results_csv", "RELEASE_GRIDS", "RELEASE_LEVELS", "release_files_refusal",
+           "release_results_files", "CONVENTION_BOOTSTRAP", "release_curve_statistics",
+           "release_table1_intervals", "release_values"]
 
 #: The Table 1 conventions: isood's exact one (default) and the release's.
 TABLE_CONVENTIONS = ("exact", "release")
@@ -78,16 +87,20 @@ def release_level_means(grid: np.ndarray, axis: str) -> np.ndarray:
 
 
 def release_line_fit(means: np.ndarray) -> tuple[float, float]:
-    """``(correlation, sensitivity)`` of level means against i = 1..n: Pearson's r and |least-squares slope|
-    (NaN when a mean is NaN or the means are constant)."""
+    """``(correlation, sensitivity)`` of level means against i = 1..n as ``analyze_metrics.py`` computes them:
+    both centred first, sensitivity = |sum(yc * ic) / sum(ic * ic)| and correlation =
+    ``scipy.stats.pearsonr(yc, ic)`` (NaN when a mean is NaN or the means are constant)."""
+    from scipy.stats import pearsonr
+
     y = np.asarray(means, dtype=np.float64)
-    i = np.arange(1, y.size + 1, dtype=np.float64)
     if y.size < 2 or not np.all(np.isfinite(y)):
         return float("nan"), float("nan")
+    i = np.array([k + 1 for k in range(y.size)])
     yc, ic = y - y.mean(), i - i.mean()
     slope = float((yc * ic).sum() / (ic * ic).sum())
-    denom = float(np.sqrt((yc * yc).sum() * (ic * ic).sum()))
-    corr = float((yc * ic).sum() / denom) if denom > 0 else float("nan")
+    with warnings.catch_warnings():  # constant means: scipy warns and returns NaN, as the release prints
+        warnings.simplefilter("ignore")
+        corr = float(pearsonr(yc, ic)[0])
     return corr, abs(slope)
 
 
@@ -144,3 +157,111 @@ def release_results_csv(per_cell: pd.DataFrame, detector: str, datasets: Sequenc
             for s in range(n):
                 lines.append(f"cov_{c}_sem_{s}," + ",".join(f"{grid[c, s]:.2f}" for grid in grids))
     return "\n".join(lines) + "\n"
+
+
+#: The grids of the release's results file: its ImageNet-21K grid, then its Syn-IS grid, each of 8 x 8 cells.
+RELEASE_GRIDS, RELEASE_LEVELS = 2, 8
+
+
+def release_files_refusal(per_cell: pd.DataFrame, grids: Sequence[str]) -> str | None:
+    """Why the release's ``results/<method>.csv`` cannot be written for the grid datasets ``grids`` (None when it
+    can). ``analyze_metrics.py`` reads a file's rows but the last 64 as ImageNet-21K and the last 64 as Syn-IS,
+    so the file is written only for exactly two grids of 8 x 8 cells (in the run's order: the first as the
+    ImageNet-21K rows, the second as the Syn-IS rows); with one grid the script fails, with three it would mix
+    two of them into one table without a word."""
+    if len(grids) != RELEASE_GRIDS:
+        return (f"{len(grids)} grid dataset(s) ({', '.join(grids) or 'none'}), but the release's analyze_metrics.py "
+                "reads exactly two (ImageNet-21K, then Syn-IS): pass --splits and --syn")
+    for ds in grids:
+        g = per_cell[per_cell["dataset"] == ds]
+        n = _n_levels(g)
+        if n != RELEASE_LEVELS or g.drop_duplicates(["cov_level", "sem_level"]).shape[0] != n * n:
+            return (f"grid {ds} has {g.drop_duplicates(['cov_level', 'sem_level']).shape[0]} cells, but the "
+                    f"release's analyze_metrics.py reads {RELEASE_LEVELS} x {RELEASE_LEVELS} = "
+                    f"{RELEASE_LEVELS ** 2} per grid")
+    return None
+
+
+def release_results_files(per_cell: pd.DataFrame, grids: Sequence[str],
+                          detectors: Sequence[str]) -> dict[str, str]:
+    """``{"results/<detector>.csv": text}`` (``release_results_csv``) of every detector for the grid datasets
+    ``grids`` in the run's order, or, when ``release_files_refusal`` says the release cannot read them, none and
+    one ``IsoodWarning`` line saying why (the per-cell rows stay in ``results/cell_metrics.csv``)."""
+    if not grids or per_cell.empty:
+        return {}
+    reason = release_files_refusal(per_cell, grids)
+    if reason is not None:
+        warnings.warn(f"results/<detector>.csv in the release's format not written: {reason}; every grid's "
+                      "per-cell rows are in results/cell_metrics.csv", IsoodWarning, stacklevel=2)
+        return {}
+    return {f"results/{det}.csv": release_results_csv(per_cell, det, grids) for det in detectors}
+
+
+# ------------------------------------------------------------------------------------------ bootstrap intervals
+#: The metrics Table 1's intervals resample per convention (its FPR@95 and AUROC).
+CONVENTION_BOOTSTRAP = {"exact": ("auroc", "fpr95"), "release": ("auroc", "fpr95_openood")}
+
+
+def release_curve_statistics(values: np.ndarray, levels: np.ndarray, n_levels: int) -> tuple[np.ndarray, np.ndarray]:
+    """``release_line_fit`` of every column of ``values`` (cells x replicates, fractions; the measured cells of
+    one grid, their levels on one axis in ``levels``), vectorised: each value as the release stores it
+    (``release_value``: percent, ``'{:.2f}'``), N/A and unlisted cells 0, a level's mean over its values
+    > ``RELEASE_ZERO``; sensitivity = |slope| and correlation = ``scipy.stats.pearsonr`` of the centred means,
+    NaN for a replicate with a level of zeros (0 / 0) or constant means."""
+    return _stored_statistics(release_values(values), levels, n_levels)
+
+
+def release_values(values: np.ndarray) -> np.ndarray:
+    """``release_value`` of every entry of ``values`` (an array of the same shape)."""
+    v = np.asarray(values, dtype=np.float64)
+    flat = [0.0 if x != x else float(f"{100.0 * x:.2f}") for x in v.ravel().tolist()]  # NaN -> 0, as stored
+    return np.array(flat, dtype=np.float64).reshape(v.shape)
+
+
+def _stored_statistics(stored: np.ndarray, levels: np.ndarray, n_levels: int) -> tuple[np.ndarray, np.ndarray]:
+    """``release_curve_statistics`` of values already as the release stores them."""
+    from scipy.stats import pearsonr
+
+    lev = np.asarray(levels, dtype=np.int64)
+    sums = np.stack([stored[lev == k].sum(axis=0) for k in range(int(n_levels))])
+    counts = np.stack([np.greater(stored[lev == k], RELEASE_ZERO).sum(axis=0) for k in range(int(n_levels))])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = sums / counts
+    bad = ~np.isfinite(means).all(axis=0)
+    means[:, bad] = 0.0
+    i = np.array([k + 1 for k in range(int(n_levels))])
+    yc, ic = means - means.mean(axis=0), (i - i.mean())[:, None]
+    slope = np.abs((yc * ic).sum(axis=0) / (ic * ic).sum())
+    with warnings.catch_warnings():  # constant columns: NaN, as for the point value
+        warnings.simplefilter("ignore")
+        corr = np.asarray(pearsonr(yc, np.broadcast_to(ic, yc.shape), axis=0)[0], dtype=np.float64)
+    corr[bad], slope[bad] = np.nan, np.nan
+    return corr, slope
+
+
+def release_table1_intervals(cells: pd.DataFrame, replicates: dict[str, np.ndarray], n_levels: int, *,
+                             summary: pd.DataFrame | None = None, level: float = 0.95) -> pd.DataFrame:
+    """``levels.table1_intervals`` on the release convention's own scale: each replicate's Table 1 computed by
+    the release's rule (``release_curve_statistics``: percent, rounded as the release rounds), percentile
+    intervals at ``level``; the point values from ``summary`` (``release_summary``) when given, else from the
+    cells' own values."""
+    det, ds = cells["detector"].iloc[0], cells["dataset"].iloc[0]
+    rows = []
+    for m, reps in replicates.items():
+        stored = release_values(reps)
+        for ax, col in AXES.items():
+            levels = cells[col].to_numpy(dtype=np.int64)
+            corr, sens = _stored_statistics(stored, levels, n_levels)
+            pc, ps = (float(x[0]) for x in release_curve_statistics(cells[[m]].to_numpy(), levels, n_levels))
+            if summary is not None:
+                s = summary[(summary["detector"] == det) & (summary["dataset"] == ds) & (summary["metric"] == m)
+                            & (summary["axis"] == ax)]
+                if len(s):
+                    pc, ps = float(s["correlation"].iloc[0]), float(s["sensitivity"].iloc[0])
+            (cl, ch), (sl, sh) = percentile_interval(corr, level), percentile_interval(sens, level)
+            rows.append({"detector": det, "dataset": ds, "axis": ax, "metric": m, "correlation": pc,
+                         "correlation_low": float(cl), "correlation_high": float(ch), "sensitivity": ps,
+                         "sensitivity_low": float(sl), "sensitivity_high": float(sh),
+                         "n_boot": int(reps.shape[1])})
+    return pd.DataFrame(rows, columns=TABLE1_INTERVAL_COLUMNS)
+

@@ -74,7 +74,7 @@ from .cells import CellEvaluation
 from .classes import (class_list, imagenet_1k, label_file, labels_for, labels_from_file, outputs_labels,
                       read_class_file, wnids_of)
 from .classifiers import adapter_from_option
-from .conventions import release_results_csv
+from .conventions import release_results_files
 from .detectors import Detector, parse_detectors
 from .models import ModelAdapter, model_classes, randomized_copy, wrap_model
 from .options import (SPLITS_SET, EvaluateOptions, OodSpec, check_options, check_paths, named_values, ood_sets,
@@ -530,13 +530,10 @@ def run_inputs(opts: EvaluateOptions, inputs: Mapping[str, Any], sets: Mapping[s
 
 
 def release_files(evaluation: CellEvaluation, sets: Mapping[str, EvalSet]) -> dict[str, str]:
-    """``results/<detector>.csv`` in the IS-OOD release's format (``conventions.release_results_csv``): every grid
-    dataset in the run's order (the release's file holds ImageNet-21K, then Syn-IS)."""
+    """``results/<detector>.csv`` in the IS-OOD release's format (``conventions.release_results_files``): the grid
+    datasets in the run's order when they are the release's two 8 x 8 grids, else none and one warning line."""
     grids = [n for n, s in sets.items() if s.is_grid]
-    if not grids or evaluation.per_cell.empty:
-        return {}
-    return {f"results/{det}.csv": release_results_csv(evaluation.per_cell, det, grids)
-            for det in evaluation.detectors}
+    return release_results_files(evaluation.per_cell, grids, evaluation.detectors)
 
 
 # ================================================================================================ the job

@@ -20,7 +20,8 @@ import pandas as pd
 
 from isood.errors import BadInputError
 
-from .metrics import METRICS, level_correlation, level_sensitivity, lower_is_better, percentile_interval
+from .metrics import (METRICS, is_constant, level_correlation, level_sensitivity, lower_is_better,
+                      percentile_interval)
 
 __all__ = [
     "AXES", "axis_name", "metric_columns", "metric_choices", "one_dataset", "level_curves", "all_level_curves",
@@ -176,7 +177,7 @@ def level_means(values: np.ndarray, levels: Sequence[int], n_levels: int) -> np.
 def curve_statistics(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``metrics.level_correlation`` and ``metrics.level_sensitivity`` of every column of ``curves`` (levels x
     replicates), vectorised (pure): a level that is NaN in every column is skipped keeping the others' indices
-    1..n; NaN where fewer than two levels are left or (correlation) a column is constant."""
+    1..n; NaN where fewer than two levels are left or (correlation) a column is constant (``metrics.is_constant``)."""
     c = np.asarray(curves, dtype=np.float64)
     keep = np.isfinite(c).all(axis=1)
     i = np.arange(1, c.shape[0] + 1, dtype=np.float64)[keep]
@@ -189,7 +190,7 @@ def curve_statistics(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     cov = (di * dx).sum(axis=0)
     slope = np.abs(cov / (di ** 2).sum())
     spread = np.sqrt((di ** 2).sum() * (dx ** 2).sum(axis=0))
-    constant = (x == x[0]).all(axis=0)
+    constant = is_constant(x, axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         corr = np.where(constant, np.nan, cov / spread)
     return corr, slope

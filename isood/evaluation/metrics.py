@@ -36,7 +36,7 @@ __all__ = [
     "der_threshold", "der_at_threshold", "auroc_model", "adr", "level_correlation", "level_sensitivity",
     "check_scores", "check_flags", "CellInputs", "Metric", "METRICS", "SCORES", "CORRECTNESS", "TRAINING",
     "metric", "metric_names", "metric_label", "lower_is_better", "DER_RATES", "BOOTSTRAP_METRICS",
-    "bootstrap_replicates", "percentile_interval",
+    "bootstrap_replicates", "percentile_interval", "CONSTANT_RTOL", "is_constant", "RESAMPLED_METRICS",
 ]
 
 FPR_CONVENTIONS = ("ood-positive", "openood", "id-positive")
@@ -86,14 +86,18 @@ def _labels_and_scores(id_s: np.ndarray, ood_s: np.ndarray) -> tuple[np.ndarray,
 
 # ------------------------------------------------------------------------------------------ AUROC / FPR
 def auroc(id_scores, ood_scores) -> float:
-    """Area under the ROC curve (ID vs OOD), ``sklearn.metrics.roc_auc_score``.
+    """Area under the ROC curve (ID vs OOD), computed as OpenOOD v1.5's ``compute_all_metrics`` and the IS-OOD
+    release's ``evaluate.py`` compute it: OOD is the positive class, the scores are negated
+    (``roc_curve(is_ood, -score)``, ID images first) and the curve is integrated with ``sklearn.metrics.auc``.
 
-    Symmetric in the choice of positive class. Ties count one half (Mann-Whitney U / (n_id n_ood)), so constant
-    scores give 0.5 and perfect separation gives 1.0.
+    The area does not depend on the positive class, but its last bit does: the ID-positive curve sums other
+    trapezoids, and 1 ulp decides how ``'{:.2f}'`` rounds a value at .xx5 (the release's results files). Ties
+    count one half (Mann-Whitney U / (n_id n_ood)), so constant scores give 0.5 and perfect separation 1.0.
     """
     id_s, ood_s = _pair(id_scores, ood_scores)
     y, s = _labels_and_scores(id_s, ood_s)
-    return float(_sklearn().roc_auc_score(y, s))
+    fprs, tprs, _ = _sklearn().roc_curve(1 - y, -s)
+    return float(_sklearn().auc(fprs, tprs))
 
 
 def fpr_at_tpr(id_scores, ood_scores, tpr: float = 0.95, *, convention: str = "ood-positive") -> float:
@@ -300,7 +304,9 @@ def adr(id_scores, ood_scores, *, id_correct, ood_correct=None) -> float:
 
 # --------------------------------------------------------------------------------------- bootstrap
 BOOTSTRAP_METRICS = ("auroc", "fpr95")
-"""The metrics ``bootstrap_replicates`` resamples (Table 1's: AUROC and FPR@95, OOD positive)."""
+"""What ``bootstrap_replicates`` resamples by default (Table 1's: AUROC and FPR@95, OOD positive)."""
+RESAMPLED_METRICS = BOOTSTRAP_METRICS + ("fpr95_openood",)
+"""Every metric ``bootstrap_replicates`` can resample (also OpenOOD's FPR@95, the release convention's)."""
 _CHUNK_ELEMENTS = 1 << 22  # replicates are computed in chunks of at most this many (replicate, image) pairs
 
 
@@ -312,7 +318,8 @@ def _draws(rng: np.random.Generator, n: int, rows: int) -> np.ndarray:
 
 def bootstrap_replicates(id_scores, ood_groups: Sequence, *, n_boot: int = 1000, seed: int = 0,
                          metrics: Sequence[str] = BOOTSTRAP_METRICS) -> dict[str, np.ndarray]:
-    """Bootstrap replicates of AUROC and FPR@95 (``fpr_at_tpr``'s exact OOD-positive convention) of one ID set
+    """Bootstrap replicates of AUROC and FPR@95 (``fpr_at_tpr``'s exact OOD-positive convention; with
+    ``metrics`` any of ``RESAMPLED_METRICS``, also ``fpr95_openood``, OpenOOD's procedure) of one ID set
     against each OOD group (e.g. the cells of a grid), resampling the ID set and every group with replacement.
 
     ``id_scores``: ``(n_id,)`` or ``(D, n_id)`` (D detectors scored on the same images: they share every
@@ -326,9 +333,9 @@ def bootstrap_replicates(id_scores, ood_groups: Sequence, *, n_boot: int = 1000,
     means and Table 1 need). Each replicate's value equals the metric computed on the resampled arrays (ties
     count one half for AUROC), computed from counts in O(n) per replicate after one sort. Deterministic for a
     seed, whatever the chunking."""
-    unknown = [m for m in metrics if m not in BOOTSTRAP_METRICS]
+    unknown = [m for m in metrics if m not in RESAMPLED_METRICS]
     if unknown:
-        raise BadInputError(f"cannot bootstrap {', '.join(unknown)}: pass some of {', '.join(BOOTSTRAP_METRICS)}")
+        raise BadInputError(f"cannot bootstrap {', '.join(unknown)}: pass some of {', '.join(RESAMPLED_METRICS)}")
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
         raise BadInputError(f"n_boot must be an integer >= 1, got {n_boot!r}")
     one = np.ndim(id_scores) == 1
@@ -344,13 +351,16 @@ def bootstrap_replicates(id_scores, ood_groups: Sequence, *, n_boot: int = 1000,
     d, n_id = id_s.shape
     id_order = np.argsort(id_s, axis=1, kind="stable")
     id_sorted = np.take_along_axis(id_s, id_order, axis=1)
-    prep = []  # per group and detector: AUROC positions (lo, hi), FPR order and positions
+    prep = []  # per group and detector: AUROC positions (lo, hi), FPR order and positions, distinct OOD values
     for g in groups:
         per = []
         for k in range(d):
             order = np.argsort(g[k], kind="stable")
+            values, starts = np.unique(g[k][order], return_index=True)
             per.append((np.searchsorted(id_sorted[k], g[k], "left"), np.searchsorted(id_sorted[k], g[k], "right"),
-                        order, np.searchsorted(id_sorted[k], g[k][order], "right")))
+                        order, np.searchsorted(id_sorted[k], g[k][order], "right"),
+                        (starts, np.searchsorted(id_sorted[k], values, "left"),
+                         np.searchsorted(id_sorted[k], values, "right"))))
         prep.append(per)
     out = {m: np.empty((d, len(groups), int(n_boot))) for m in metrics}
     rng_id = np.random.default_rng([seed, 0])
@@ -369,7 +379,7 @@ def bootstrap_replicates(id_scores, ood_groups: Sequence, *, n_boot: int = 1000,
         for gi, g in enumerate(groups):
             n_g = g.shape[1]
             counts = _draws(rngs[gi], n_g, b)
-            for k, (lo, hi, order, pos) in enumerate(prep[gi]):
+            for k, (lo, hi, order, pos, distinct) in enumerate(prep[gi]):
                 c = cum_id[k]
                 if "auroc" in out:
                     above = n_id - 0.5 * (c[:, hi] + c[:, lo])  # ID above each OOD score, ties one half
@@ -378,7 +388,43 @@ def bootstrap_replicates(id_scores, ood_groups: Sequence, *, n_boot: int = 1000,
                     tpr = np.cumsum(counts[:, order], axis=1) / n_g
                     first = np.argmax(tpr >= 0.95 - 1e-12, axis=1)  # the first OOD score reaching 95% TPR
                     out["fpr95"][k, gi, start:start + b] = c[rows[:b], pos[first]] / n_id
+                if "fpr95_openood" in out:
+                    out["fpr95_openood"][k, gi, start:start + b] = _openood_fpr(counts[:, order], c, distinct,
+                                                                                n_id, n_g)
     return {m: (v[0] if one else v) for m, v in out.items()}
+
+
+def _openood_fpr(ood_counts: np.ndarray, cum_id: np.ndarray, distinct: tuple, n_id: int, n_g: int) -> np.ndarray:
+    """``fpr_at_tpr(convention='openood')`` of each replicate (row) from counts: ``ood_counts`` (rows x OOD images
+    in ascending score order), ``cum_id`` (rows x n_id + 1: cumulative ID counts in ascending score order) and
+    ``distinct`` (the start of each distinct OOD score in that order, and its ID positions left / right).
+
+    ``roc_curve(is_ood, -score)`` has one point per distinct score drawn at least once, ascending; its default
+    ``drop_intermediate`` drops a point whose increment (ID drawn, OOD drawn at that score) equals the next
+    point's (neither the first nor the last). The first point reaching 95% TPR is an OOD score; OpenOOD reads the
+    FPR at the first kept point from there: the end of the run of equal increments that starts at it, with no ID
+    score drawn in between."""
+    starts, lo, hi = distinct
+    rows = np.arange(ood_counts.shape[0])
+    o = np.add.reduceat(ood_counts, starts, axis=1)  # OOD drawn per distinct score
+    a = cum_id[:, hi] - cum_id[:, lo]  # ID drawn at each of those scores (ties)
+    cum_o = np.cumsum(o, axis=1)
+    k = np.argmax(cum_o / n_g >= 0.95, axis=1)
+    n_values = o.shape[1]
+    present = np.where((o + a) > 0, np.arange(n_values), n_values)
+    following = np.minimum.accumulate(present[:, ::-1], axis=1)[:, ::-1]  # next drawn score at or after each
+    following = np.concatenate([following[:, 1:], np.full((len(rows), 1), n_values)], axis=1)
+    first = (cum_id[rows, lo[k]] == 0) & (cum_o[rows, k] == o[rows, k])  # no point before it: always kept
+    active = ~first
+    while active.any():
+        nxt = following[rows, k]
+        ok = active & (nxt < n_values)
+        nxt = np.where(ok, nxt, k)
+        between = cum_id[rows, lo[nxt]] - cum_id[rows, hi[k]]  # ID drawn strictly between the two scores
+        same = ok & (between == 0) & (o[rows, nxt] == o[rows, k]) & (a[rows, nxt] == a[rows, k])
+        k = np.where(same, nxt, k)
+        active = same
+    return cum_id[rows, hi[k]] / n_id
 
 
 def percentile_interval(replicates, level: float = 0.95, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
@@ -411,12 +457,25 @@ def level_correlation(values_per_level: Sequence[float] | np.ndarray) -> float:
 
     ``values_per_level[j]`` is the metric of level ``j + 1`` (mean over its non-N/A cells); NaN marks an N/A
     level and is skipped (the other levels keep their index). Returns ``nan`` with fewer than two levels or
-    constant values (the correlation is undefined).
+    values constant up to ``CONSTANT_RTOL`` (``is_constant``: the correlation is undefined; a mean over 7 and one
+    over 8 identical cells may differ in the last bit, and Pearson's r of such a curve is noise, up to +-0.65).
     """
     i, x = _levels(values_per_level)
-    if x.size < 2 or np.all(x == x[0]):
+    if x.size < 2 or is_constant(x):
         return float("nan")
     return float(np.corrcoef(i, x)[0, 1])
+
+
+CONSTANT_RTOL = 1e-12
+"""A level curve whose values spread by no more than this, relative to their magnitude, is constant."""
+
+
+def is_constant(values, axis: int = 0):
+    """Whether ``values`` are constant along ``axis`` up to rounding: ``max - min <= CONSTANT_RTOL * max|x|``
+    (exactly equal values included; an all-zero curve is constant). A bool, or an array of them for 2-D input."""
+    x = np.asarray(values, dtype=np.float64)
+    spread = x.max(axis=axis) - x.min(axis=axis)
+    return spread <= CONSTANT_RTOL * np.abs(x).max(axis=axis)
 
 
 def level_sensitivity(values_per_level: Sequence[float] | np.ndarray) -> float:

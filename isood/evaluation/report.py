@@ -349,13 +349,13 @@ def _table1_html(result: CellEvaluation, intervals: pd.DataFrame | None) -> str:
                  f'<td class="l">{html.escape(str(rec["dataset"]))}</td>']
         for col in frame.columns[2:]:
             label, kind, axis = col.split(" ")
-            text = _fmt(rec[col])
+            text = _fmt(rec[col], _digits(result))
             key = (rec["detector"], rec["dataset"], labels.get(label), axis)
             span = ""
             if ci is not None and key in ci.index:
                 c = ci.loc[key]
                 name = "correlation" if kind == "corr" else "sensitivity"
-                span = _ci(float(c[f"{name}_low"]), float(c[f"{name}_high"]), 3)
+                span = _ci(float(c[f"{name}_low"]), float(c[f"{name}_high"]), _digits(result))
             cls = "na" if text == "N/A" else ""
             cells.append(f'<td class="{cls}">{html.escape(text)}'
                          + (f' <span class="ci">{html.escape(span)}</span>' if span else "") + "</td>")
@@ -367,7 +367,13 @@ def _convention_note(result: CellEvaluation) -> str:
     if result.convention != "release":
         return ""
     return (" Release convention (the IS-OOD release's analyze_metrics.py): cell values in percent rounded to 0.01, "
-            "N/A cells as 0, a level's mean over its values > 1e-16 (a measured 0 drops out too).")
+            "N/A cells as 0, a level's mean over its values > 1e-16 (a measured 0 drops out too), printed to 2 "
+            "decimals as the release prints them; intervals from every resample's Table 1 by the same rule.")
+
+
+def _digits(result: CellEvaluation) -> int:
+    """The decimals Table 1 is printed with: 2 as the release prints it, 3 for the exact convention."""
+    return 2 if result.convention == "release" else 3
 
 
 def _set_note() -> str:
@@ -483,7 +489,7 @@ def render_markdown(result: CellEvaluation, *, title: str = "isood evaluation",
             "the level index; sens = |least-squares slope|" + (" (brackets: bootstrap 95% interval)."
                                                                 if t1 is not None and len(t1) else ".")
             + _convention_note(result), "",
-            table1_markdown(result, t1, digits=3),
+            table1_markdown(result, t1, digits=_digits(result)),
             "## Mean over measured cells", "", markdown_table(result.means), ""]
     if sanity is not None and len(sanity):
         out += ["## Sanity check: trained vs randomly initialised model", "", markdown_table(sanity), ""]

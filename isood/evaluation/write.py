@@ -11,7 +11,9 @@ Bootstrap intervals (``bootstrap_tables``): per grid dataset, the ID test images
 are resampled with replacement ``bootstrap`` times (``metrics.bootstrap_replicates``, seeded: one seed, the same
 intervals), each replicate's AUROC and FPR@95 per cell, its level curves and their Table 1 correlation and
 sensitivity are recomputed, and the percentile 95% intervals are kept (``levels.cell_intervals`` /
-``levels.table1_intervals``). The cost is O(bootstrap x detectors x scored images): about 35 ns per
+``levels.table1_intervals``). Under the release's Table 1 convention the replicates are those of its metrics
+(AUROC and OpenOOD's FPR@95, ``fpr95_openood``) and Table 1's intervals are on its own scale: every replicate's
+Table 1 by the release's rule, in percent rounded as it rounds (``conventions.release_table1_intervals``). The cost is O(bootstrap x detectors x scored images): about 35 ns per
 (replicate, detector, image) on one core, e.g. 13 s for 200 replicates of 5 detectors on 50,000 ID + 320,000 OOD
 images; ``bootstrap=0`` leaves the intervals out.
 """
@@ -30,9 +32,10 @@ from isood.errors import BadInputError
 from isood.kinds import EVALUATION
 
 from .cells import CellEvaluation
+from .conventions import CONVENTION_BOOTSTRAP, release_table1_intervals
 from .levels import (INTERVAL_COLUMNS, TABLE1_INTERVAL_COLUMNS, cell_intervals, leak_effect, leak_pairs, leak_ranking,
                      table1_intervals)
-from .metrics import BOOTSTRAP_METRICS, bootstrap_replicates
+from .metrics import bootstrap_replicates
 from .plots import plot_metric_names, render_plots
 from .report import render_html, render_markdown, table1_frame, table1_latex, table1_markdown
 
@@ -57,7 +60,8 @@ def bootstrap_tables(result: CellEvaluation, scores: pd.DataFrame, *, n_boot: in
     one)."""
     id_name = id_name or _id_test_name()
     per_cell = result.per_cell
-    metrics = [m for m in BOOTSTRAP_METRICS if m in per_cell.columns]
+    metrics = [m for m in CONVENTION_BOOTSTRAP[result.convention] if m in per_cell.columns]
+    intervals_of = release_table1_intervals if result.convention == "release" else table1_intervals
     empty = {"cell_intervals": pd.DataFrame(columns=INTERVAL_COLUMNS),
              "table1_intervals": pd.DataFrame(columns=TABLE1_INTERVAL_COLUMNS)}
     if not metrics or n_boot <= 0 or scores is None or "cell" not in scores.columns:
@@ -88,7 +92,7 @@ def bootstrap_tables(result: CellEvaluation, scores: pd.DataFrame, *, n_boot: in
             cells_df = sub[sub["detector"] == det].set_index("cell").loc[cells].reset_index()
             r = {m: reps[m][k] for m in metrics}
             ci.append(cell_intervals(cells_df, r, level=level))
-            t1.append(table1_intervals(cells_df, r, n_levels, summary=result.summary, level=level))
+            t1.append(intervals_of(cells_df, r, n_levels, summary=result.summary, level=level))
     if not ci:
         return empty
     return {"cell_intervals": pd.concat(ci, ignore_index=True), "table1_intervals": pd.concat(t1, ignore_index=True)}

@@ -9,7 +9,10 @@ the content hashes that say what was compared: the run's, and the dataset's benc
 from the run's ``detector_params``). Rows are ranked within each dataset by ``--rank-by`` (default AUROC; ascending for
 lower-is-better metrics; ties share a rank; a missing value ranks last). A dataset evaluated on different benchmark
 manifests (or ID test sets) in different runs, or a detector run with different hyper-parameters, is ranked anyway
-but flagged: a warning line each and a note in the markdown.
+but flagged: a warning line each and a note in the markdown. So are runs made with different settings that change
+the numbers compared (``SETTINGS``: the N/A threshold, Table 1's convention, decoding, precision, preprocessing):
+the ``settings`` column holds each run's, and one note names what differs. The same run given twice (one content
+hash) is compared once, with a note: no row appears twice.
 
 The output is not a manifest: the leaderboard is derived from manifests that are already versioned and hashed,
 costs seconds to rebuild, and records their content hashes in every row. ``--out`` is written under its lock
@@ -19,11 +22,12 @@ costs seconds to rebuild, and records their content hashes in every row. ``--out
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -39,11 +43,14 @@ from isood.kinds import EVALUATION, EvaluationView
 from manifests.paths import is_inside
 
 __all__ = ["CompareOptions", "LEADERBOARD_CSV", "LEADERBOARD_MD", "MARKER", "Run", "CompareResult", "load_run", "leaderboard",
-           "differing_inputs", "params_text", "leaderboard_markdown", "compare_runs"]
+           "differing_inputs", "params_text", "leaderboard_markdown", "compare_runs", "SETTINGS", "run_settings",
+           "unique_runs", "differing_settings"]
 
 LEADERBOARD_CSV, LEADERBOARD_MD = "leaderboard.csv", "leaderboard.md"
 MARKER = "<!-- isood compare: a leaderboard of evaluation runs -->"
 _TABLE1 = ("auroc", "fpr95")
+#: The recorded options of an evaluation run that change the numbers a leaderboard compares (its config keys).
+SETTINGS = ("na_threshold", "table_convention", "decode", "precision", "preprocess")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +83,7 @@ class Run:
     intervals: pd.DataFrame | None = None
     inputs: dict[str, str] = field(default_factory=dict)  # input name -> sha256
     params: dict[str, dict] = field(default_factory=dict)  # detector -> its hyper-parameters in this run
+    settings: dict[str, str] = field(default_factory=dict)  # SETTINGS this run recorded -> value as text
 
 
 @dataclass
@@ -92,7 +100,36 @@ def load_run(path: str | os.PathLike, label: str, *, verify: str = DEFAULT_VERIF
         raise BadInputError(f"{path}: not an evaluation manifest; pass an isood evaluate --out")
     return Run(label=label, root=str(m.root), content_sha256=m.content_sha256 or "", model=m.model,
                means=m.frame("detector_means"), table1=m.frame("table1"), intervals=m.optional("table1_intervals"),
-               inputs=m.input_hashes, params=m.detector_params)
+               inputs=m.input_hashes, params=m.detector_params, settings=run_settings(m.config))
+
+
+def run_settings(config: Mapping[str, Any]) -> dict[str, str]:
+    """The ``SETTINGS`` an evaluation's config records, each as text (a setting it does not record is left out;
+    ``preprocess`` and other structured values as sorted JSON)."""
+    out = {}
+    for key in SETTINGS:
+        v = config.get(key)
+        if v is None or v == () or v == []:
+            continue
+        out[key] = v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
+    return out
+
+
+def unique_runs(runs: Sequence[Run]) -> tuple[list[Run], list[str]]:
+    """``runs`` without repeats of one run (the same content hash and settings, whatever its path or label: the
+    first kept), and one note per repeat."""
+    kept: dict[tuple, Run] = {}
+    out, notes = [], []
+    for run in runs:
+        key = (run.content_sha256, tuple(sorted(run.settings.items())))
+        first = kept.get(key) if run.content_sha256 else None
+        if first is not None:
+            notes.append(f"run {run.label!r} is the same evaluation as {first.label!r} (content sha256 "
+                         f"{run.content_sha256[:12]}): compared once")
+            continue
+        kept[key] = run
+        out.append(run)
+    return out, notes
 
 
 def _labels(paths: Sequence[Path], names: Sequence[str] | None) -> list[str]:
@@ -143,6 +180,7 @@ def leaderboard(runs: Sequence[Run], *, rank_by: str = "auroc") -> pd.DataFrame:
                             rows[f"{name}_{end}"] = [float(ci.loc[(*k, m, ax), f"{col}_{end}"])
                                                      if (*k, m, ax) in ci.index else np.nan for k in keys]
         rows["params"] = [params_text(run.params.get(d, {})) for d in rows["detector"]]
+        rows["settings"] = ", ".join(f"{k}={run.settings[k]}" for k in sorted(run.settings))
         rows["benchmark_sha256"] = [_benchmark(run, ds) for ds in rows["dataset"]]
         rows["id_test_sha256"] = run.inputs.get("id_test", "")
         rows["run_sha256"] = run.content_sha256
@@ -184,6 +222,17 @@ def differing_inputs(board: pd.DataFrame) -> list[str]:
     return notes
 
 
+def differing_settings(runs: Sequence[Run]) -> list[str]:
+    """One note (or none) naming every ``SETTINGS`` entry whose value differs between ``runs``, run by run (pure;
+    a setting a run does not record counts as 'unrecorded')."""
+    differ = [k for k in SETTINGS if len({r.settings.get(k, "unrecorded") for r in runs}) > 1]
+    if not differ:
+        return []
+    what = "; ".join(f"{k}: " + ", ".join(f"{r.label}={r.settings.get(k, 'unrecorded')}" for r in runs)
+                     for k in differ)
+    return [f"the runs were made with different settings ({what}); their ranks compare different evaluations"]
+
+
 def _cell(v, lo=np.nan, hi=np.nan, digits: int = 3) -> str:
     if v is None or (isinstance(v, float) and not np.isfinite(v)):
         return "N/A"
@@ -202,13 +251,16 @@ def leaderboard_markdown(board: pd.DataFrame, *, rank_by: str, notes: Sequence[s
     out += [f"> **Note:** {n}" for n in notes] + ([""] if notes else [])
     means = [m for m in dict.fromkeys([rank_by, "auroc", "fpr95"]) if m in board.columns]
     t1 = [c for c in ("auroc_sem_corr", "auroc_sem_sens", "auroc_cov_corr", "auroc_cov_sens") if c in board.columns]
-    head = ["rank", "run", "model", "detector", "params", "cells", *(metric_label(m) for m in means),
+    settings = "settings" in board.columns and board["settings"].nunique() > 1
+    head = ["rank", "run", "model", "detector", "params", *(["settings"] if settings else []), "cells",
+            *(metric_label(m) for m in means),
             *(c.replace("auroc_", "AUROC ").replace("_", " ") for c in t1)]
     for ds, g in board.groupby("dataset", sort=False):
         out += [f"## {ds}", "", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
         for r in g.to_dict("records"):
             cells = [str(r["rank"]), str(r["run"]), str(r["model"]) or "-", str(r["detector"]),
-                     str(r.get("params") or "-"), str(r["cells"])]
+                     str(r.get("params") or "-"), *([str(r.get("settings") or "-")] if settings else []),
+                     str(r["cells"])]
             cells += [_cell(r[m]) for m in means]
             cells += [_cell(r[c], r.get(f"{c}_low", np.nan), r.get(f"{c}_high", np.nan), 2) for c in t1]
             out.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
@@ -250,9 +302,9 @@ def compare_runs(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *, n
     out = Path(out)
     _check_out(out, paths)
     labels = _labels(paths, names)
-    loaded = [load_run(p, label, verify=verify) for p, label in zip(paths, labels)]
+    loaded, repeats = unique_runs([load_run(p, label, verify=verify) for p, label in zip(paths, labels)])
     board = leaderboard(loaded, rank_by=rank_by)
-    notes = differing_inputs(board)
+    notes = repeats + differing_settings(loaded) + differing_inputs(board)
     for n in notes:
         warnings.warn(n, IsoodWarning, stacklevel=2)
     with output_lock(out):

@@ -1,4 +1,4 @@
-"""Issue 18, item 7: bootstrap 95% intervals per cell and in Table 1 (``metrics.bootstrap_replicates``,
+"""Bootstrap 95% intervals per cell and in Table 1 (``metrics.bootstrap_replicates``,
 ``levels.curve_statistics`` / ``table1_intervals``, ``write.bootstrap_tables``), against brute-force references:
 scikit-learn's ``roc_auc_score`` and isood's own ``fpr_at_tpr`` on the resampled arrays drawn by the documented
 protocol, the scalar ``level_correlation`` / ``level_sensitivity`` per replicate, and the coverage of the true AUROC
@@ -197,3 +197,25 @@ def test_leak_free_cells_resample_the_images_without_leaks(grid_result):
     mine = got[got["dataset"] == "splits-leak-free"].reset_index(drop=True)
     assert len(mine) == len(alone) > 0
     pd.testing.assert_frame_equal(mine, alone.reset_index(drop=True))
+
+
+def test_openood_fpr_replicates_equal_openoods_procedure_on_the_resampled_arrays():
+    """``fpr95_openood`` (the release convention's FPR@95): scikit-learn's ``drop_intermediate`` on every resample,
+    tied and untied scores, against ``fpr_at_tpr(convention='openood')`` on the arrays the documented draws give."""
+    rng = np.random.default_rng(3)
+    cases = [(rng.integers(0, 6, 50).astype(float), [rng.integers(-3, 4, n).astype(float) for n in (20, 41, 12)]),
+             (rng.normal(1.0, 1.0, 37), [rng.normal(0.0, 1.0, n) for n in (15, 30)]),
+             (rng.normal(0.0, 1.0, 30).round(0), [np.full(11, 0.0), rng.normal(-2.0, 1.0, 25).round(0)]),
+             (np.arange(40.0), [np.arange(40.0), np.arange(0.0, 40.0, 2.0)])]  # one ID and one OOD per score
+    differs = 0
+    for id_s, groups in cases:
+        got = bootstrap_replicates(id_s, groups, n_boot=60, seed=5, metrics=("fpr95", "fpr95_openood"))
+        rng_id = np.random.default_rng([5, 0])
+        rngs = [np.random.default_rng([5, g + 1]) for g in range(len(groups))]
+        for b in range(60):
+            ids = id_s[rng_id.integers(0, len(id_s), len(id_s))]
+            for g, ood in enumerate(groups):
+                o = ood[rngs[g].integers(0, len(ood), len(ood))]
+                assert got["fpr95_openood"][g, b] == fpr_at_tpr(ids, o, convention="openood"), (g, b)
+                differs += got["fpr95_openood"][g, b] != got["fpr95"][g, b]
+    assert differs > 0  # the resamples exercise the dropped points

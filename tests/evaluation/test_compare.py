@@ -1,6 +1,8 @@
-"""Issue 18, item 7: `isood compare RUN...`, a leaderboard across evaluation runs (``isood.stages.compare``),
-against the runs' own tables and an independent ranking (scipy's ``rankdata``)."""
+"""`isood compare RUN...`, a leaderboard across evaluation runs (``isood.stages.compare``), against the runs' own
+tables and an independent ranking (scipy's ``rankdata``); runs made with other settings flagged, a run given twice
+compared once."""
 
+import shutil
 import warnings
 
 import numpy as np
@@ -17,7 +19,7 @@ from isood.evaluation.write import write_evaluation
 from isood.stages.compare import LEADERBOARD_CSV, LEADERBOARD_MD, MARKER, compare_runs
 
 
-def _run(out, seed, shift, *, benchmark="b" * 64, temperature=1.0):
+def _run(out, seed, shift, *, benchmark="b" * 64, temperature=1.0, settings=None):
     """An evaluation of two detectors on a 3 x 3 grid; ``shift`` moves energy's separation."""
     rng = np.random.default_rng(seed)
     cov, sem = np.meshgrid(np.arange(3), np.arange(3), indexing="ij")
@@ -28,7 +30,8 @@ def _run(out, seed, shift, *, benchmark="b" * 64, temperature=1.0):
                              dataset="splits")
     inputs = [manifests.input_record("splits_manifest", "/s", sha256=benchmark),
               manifests.input_record("id_test", "/id", sha256="c" * 64)]
-    config = {"detector_params": {"msp": {"temperature": temperature}, "energy": {"temperature": 1.0}}}
+    config = {"detector_params": {"msp": {"temperature": temperature}, "energy": {"temperature": 1.0}},
+              "na_threshold": 10, "table_convention": "exact", **(settings or {})}
     return write_evaluation(result, out, inputs=inputs, metrics=["auroc"], summary={"model": f"model{seed}"},
                             bootstrap=0, config=config)
 
@@ -102,3 +105,36 @@ def test_detector_params_are_read_back_and_different_settings_flagged(runs, tmp_
     params = r.board.set_index(["run", "detector"])["params"]
     assert params[("hot", "msp")] == "temperature=1000.0" and params[("cold", "msp")] == "temperature=1.0"
     assert len(r.notes) == 1 and "cold: temperature=1.0" in r.notes[0] and "hot: temperature=1000.0" in r.notes[0]
+
+
+def test_runs_with_another_na_threshold_or_convention_are_flagged(runs, tmp_path):
+    other = _run(tmp_path / "na2", 0, 1.0, settings={"na_threshold": 2, "table_convention": "release"}).root
+    with pytest.warns(IsoodWarning, match=r"different settings \(na_threshold: strict=10, loose=2; "
+                                          r"table_convention: strict=exact, loose=release\)") as caught:
+        r = compare_runs([runs[0], other], tmp_path / "lb", names=["strict", "loose"])
+    assert len([w for w in caught if "settings" in str(w.message)]) == 1  # one line for every setting that differs
+    settings = r.board.drop_duplicates("run").set_index("run")["settings"]
+    assert settings["strict"] == "na_threshold=10, table_convention=exact"
+    assert settings["loose"] == "na_threshold=2, table_convention=release"
+    md = (tmp_path / "lb" / LEADERBOARD_MD).read_text()
+    assert "> **Note:** the runs were made with different settings" in md and "| settings |" in md
+    assert "na_threshold=2, table_convention=release" in md
+    with warnings.catch_warnings():  # the same settings: no note, no column in the markdown
+        warnings.simplefilter("error")
+        same = compare_runs(runs[:2], tmp_path / "lb2")
+    assert not any("settings" in n for n in same.notes)
+    assert "| settings |" not in (tmp_path / "lb2" / LEADERBOARD_MD).read_text()
+
+
+def test_the_same_run_given_twice_is_compared_once(runs, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(runs[0], copy)  # the same content under another path and name
+    for given, names in (([runs[0], runs[0], runs[1]], None), ([runs[0], copy, runs[1]], ["a", "a-again", "b"])):
+        with pytest.warns(IsoodWarning, match="is the same evaluation as"):
+            r = compare_runs(given, tmp_path / "lb", names=names)
+        board = r.board
+        assert not board.duplicated(["run_sha256", "detector", "dataset"]).any()
+        assert board["run"].nunique() == 2 and len(board) == 4
+        ranks = board.groupby("dataset")["rank"].apply(lambda x: int((x == 1).sum()))
+        assert (ranks == 1).all()  # one best row per dataset, not a repeated one
+        assert len([n for n in r.notes if "compared once" in n]) == 1

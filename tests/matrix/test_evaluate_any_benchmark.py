@@ -475,3 +475,22 @@ def test_new_options_are_refused_without_importing_torch(extra, tmp_path):
     rc, heavy = json.loads(r.stdout.strip().splitlines()[-1])
     assert rc == 2 and heavy == [], (rc, heavy, r.stderr)
     assert len([ln for ln in r.stderr.splitlines() if ln.strip()]) == 1, r.stderr
+
+
+def test_release_results_file_only_for_the_releases_two_grids(world, release_run, cli, tmp_path):
+    """The release's ``analyze_metrics.py`` reads a results file as ImageNet-21K rows then the last 64 as Syn-IS:
+    a run with its two 8 x 8 grids gets the file; a run with one grid gets one warning line and none (the release's
+    script would crash on it), its per-cell rows in ``results/cell_metrics.csv``."""
+    m = manifests.read(release_run, kind="evaluation")
+    assert len(m.path("results/msp.csv").read_text().splitlines()) == 1 + 128
+    out = tmp_path / "one"
+    data = world / "data"
+    r = cli.invoke(_base(world, out, "--ood", f"in21k={world / 'm_in21k'}", "--ood-root",
+                         f"in21k={data / 'imagenet21k'}", "--table-convention", "release", "--bootstrap", "0",
+                         detectors="msp"))
+    assert r.exit_code == 0, r.output
+    told = [ln for ln in r.stderr.splitlines() if "release's format not written" in ln]
+    assert len(told) == 1 and "exactly two" in told[0] and "Traceback" not in r.output
+    one = manifests.read(out, kind="evaluation")
+    assert not one.path("results/msp.csv").exists()
+    assert (one.frame("cell_metrics")["dataset"] == "in21k").sum() == 64
