@@ -74,15 +74,18 @@ def test_merge_keeps_every_benchmark_and_replaces_one():
     assert with_id["benchmarks"] == again["benchmarks"] and with_id["data_info"]["id"] == ids
 
 
-def test_data_info_has_openood_shape_and_fills_an_empty_group():
+def test_data_info_has_openood_shape_and_keeps_an_empty_group_empty():
     val = {"dataset": "g_val", "data_dir": "g/", "imglist_path": "benchmark_imglist/g/val_g.txt", "n": 12}
     info = merge_info(None, "g", _record("g", [(0, 1), (0, 2)], val=val), num_classes=10)
     d = info["data_info"]
     assert d == data_info_entry(info)  # rebuilt from the records
     assert set(d) == {"num_classes", "id", "csid", "ood"} and d["csid"] == {"datasets": []}
     assert d["ood"]["val"] == {"data_dir": "g/", "imglist_path": "benchmark_imglist/g/val_g.txt"}
-    # only near cells: far would be empty, and OpenOOD's eval_ood cannot average an empty group
-    assert d["ood"]["near"]["datasets"] == d["ood"]["far"]["datasets"] == ["g_cov_0_sem_1", "g_cov_0_sem_2"]
+    # only near cells: far is empty (a dataset is never in both groups), recorded and named in what OpenOOD lacks
+    assert d["ood"]["near"]["datasets"] == ["g_cov_0_sem_1", "g_cov_0_sem_2"]
+    assert d["ood"]["far"] == {"datasets": []}
+    assert info["empty_groups"] == ["far"]
+    assert any(line.startswith("a far-OOD dataset: the far group is empty") for line in missing_for_openood(info))
     cfg = dataset_config(info, data_root="/data/")
     assert "dataset" not in cfg  # no ID lists yet
     assert cfg["ood_dataset"]["split_names"] == ["val", "nearood", "farood"]

@@ -56,7 +56,9 @@ Round trips are exact: `import_isood_lists(OUT/imglist/NAME)` of an export of an
 tables and the same content hash; likewise for image lists through `import_openood_imglist`. Malformed lines
 raise `ListFormatError` naming the file and line number. Modules: `lines` (Arrow line parsing and writing),
 `imports` (the exact line parser and the image-list imports), `release` (the IS-OOD release import),
-`openood` (the export), `openood_info` (the folder's merged data info, pure) and `id_lists` (the ID lists);
+`openood` (the export's lists), `openood_export` (the export command), `export_folder` (the folder's ledger,
+image-root links and image checks), `openood_info` (the folder's merged data info, pure) and `id_lists` (the ID
+lists);
 their public names are re-exported here.
 """
 
@@ -72,20 +74,9 @@ from isood.stages.interop.imports import (
     parse_list,
 )
 from isood.stages.interop.id_lists import IdSource, id_labels, id_list_paths, load_id_lists, read_id_source
-from isood.stages.interop.openood import (
-    BENCHMARK_DIR,
-    EXPORT_INFO,
-    EXPORT_KINDS,
-    EXPORT_LEDGER,
-    EXPORT_YAML,
-    RELEASE_DIR,
-    ExportResult,
-    cell_datasets,
-    export_lines,
-    export_openood,
-    na_flags,
-    release_list_names,
-)
+from isood.stages.interop.export_folder import BENCHMARK_DIR, EXPORT_INFO, EXPORT_LEDGER, RELEASE_DIR
+from isood.stages.interop.openood import EXPORT_KINDS, cell_datasets, export_lines, na_flags, release_list_names
+from isood.stages.interop.openood_export import EXPORT_YAML, ExportResult, export_openood
 from isood.stages.interop.openood_info import (
     GroupRule,
     assign_groups,
