@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -99,6 +100,12 @@ def test_image_roots_are_linked_and_ready_follows_them(grid, id_set, cli, tmp_pa
         for line in (out / entry["imglist_path"]).read_text().splitlines():
             assert (out / entry["data_dir"] / line.split(" ", 1)[0]).read_bytes() == b"img"
     assert not any(line.startswith(("splits/", "imagenet1k/")) for line in info["ready"]["openood"])
+    # a re-export with another image folder moves the export's own link
+    moved = tmp_path / "moved"
+    shutil.copytree(images, moved)
+    assert cli.invoke(["export", "openood", m, "--out", out, "--image-root", moved]).exit_code == 0
+    assert os.readlink(out / "splits") == str(moved)
+    assert json.loads((out / LEDGER).read_text())["links"]["splits"] == {"splits": str(moved)}
     # an image list records no folder: ready names the one to link, nothing is linked
     (tmp_path / "ood.txt").write_text("x/a.JPEG\n")
     assert cli.invoke(["import", "imagenet-ood", tmp_path / "ood.txt", "--out", tmp_path / "ood"]).exit_code == 0

@@ -42,9 +42,13 @@ NAME the imported release's folder name (`imagenet21k`) or `isood` (`--name`):
   group, its near/far rule, its val split), the ID lists, `data_info` (OpenOOD's `DATA_INFO[...]` entry built from
   every record: id train/val/test, ood val/near/far, one dataset per usable cell or list, each with its
   `data_dir`, by default `NAME/`: the release's image root of that benchmark) and `ready` (what OpenOOD's
-  `Evaluator` and the release's `datasets.py` still lack in OUT). A re-export of NAME replaces its record and
-  its own files only (a ledger records what each export wrote); a second OOD val split, another `--num-classes`
-  or a dataset name taken by another benchmark is refused in one line before anything is written;
+  `Evaluator` and the release's `datasets.py` still lack in OUT, the image folders included). A re-export of
+  NAME replaces its record and its own files only (a validated ledger, written first, records what each export
+  wrote and linked: ``export_folder``); a second OOD val split, another number of ID classes, a dataset name
+  taken by another benchmark or a default NAME taken by another manifest is refused in one line before anything
+  is written;
+- `OUT/imagenet1k` and `OUT/<data_dir>`: links to the ID root and the benchmark's image folder (`image_root`,
+  else a splits manifest's `test_root`, else a Syn-IS manifest's folder), never replacing what isood did not make;
 - `OUT/openood_ood_dataset.yml`: the same as OpenOOD `configs/datasets/...` blocks (`dataset:` with the ID
   lists, `ood_dataset:` with val / nearood / farood).
 

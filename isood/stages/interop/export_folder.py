@@ -167,26 +167,25 @@ class Ledger:
     def settle(self, out: Path, before: "Ledger", files: Mapping[str, Sequence[str]],
                links: Mapping[str, Mapping[str, str]]) -> None:
         """After the commit: remove what each export of ``files`` wrote ``before`` and writes no more (a regular
-        file inside ``out``; a link still pointing where recorded, unless another export keeps it), then record
-        exactly the new files and links."""
+        file inside ``out``), and each earlier link of an export of ``links`` that it replaced (still pointing
+        where recorded, kept by no other export); then record exactly the new files and the links made (an
+        export that made no link keeps its earlier ones)."""
         real_out = os.path.realpath(out)
         for key, fs in files.items():
             for rel in sorted(set(before.files.get(key, [])) - set(fs)):
                 p = out / rel
-                if (is_inside(os.path.realpath(p.parent), real_out) and p.is_file() and not p.is_symlink()):
+                if is_inside(os.path.realpath(p.parent), real_out) and p.is_file() and not p.is_symlink():
                     p.unlink()
                 remove_empty_parents(out, p)
             self.files[key] = sorted(fs)
-        for key in files:
-            new = dict(links.get(key, {}))
+        for key, made in links.items():
+            self.links[key] = dict(made)
             for rel, target in before.links.get(key, {}).items():
                 p = out / rel
-                if rel in new or self.link_owner(rel, but=[key]) is not None:
+                if rel in made or self.link_owner(rel, but=[key]) is not None:
                     continue
-                if (is_inside(os.path.realpath(p.parent), real_out) and p.is_symlink()
-                        and os.readlink(p) == target):
+                if is_inside(os.path.realpath(p.parent), real_out) and p.is_symlink() and os.readlink(p) == target:
                     p.unlink()
-            self.links[key] = new
         self.write()
 
 

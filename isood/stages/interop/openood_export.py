@@ -294,7 +294,7 @@ def _export(m: Manifest | None, out: Path, *, name: str | None, data_root: str, 
         raise
     made = {k: {rel: t for rel, t in v.items()
                 if make_link(out, rel, t, recorded=before.link_owner(rel) is not None)} for k, v in links.items()}
-    ledger.settle(out, before, written, {k: made.get(k, {}) for k in written})
+    ledger.settle(out, before, written, made)
     info["ready"] = _ready(out, info, {f for fs in ledger.files.values() for f in fs})
     info["usage"] = USAGE
     atomic_write_bytes(out / EXPORT_INFO, (json.dumps(info, indent=2) + "\n").encode())
