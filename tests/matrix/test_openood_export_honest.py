@@ -207,11 +207,15 @@ def test_out_inside_an_input_is_refused_before_any_work(where, grid, id_set, cli
 
 
 _KILL = textwrap.dedent("""
-    import os, sys
+    import os, re, sys
     from isood.stages.interop import export_openood
 
-    def hook(event, args):  # kill -9 as the ledger is written after the first list is in place
-        if event == "os.rename":
+    def hook(event, args):  # kill -9 at the chosen moment
+        if sys.argv[3] == "staging" and event == "open" and re.search(r"\\.txt\\.[0-9a-f]{12}\\.tmp$", str(args[0])):
+            hook.opened = getattr(hook, "opened", 0) + 1
+            if hook.opened == 3:  # while the lists are being written, before anything is committed
+                os._exit(9)
+        if sys.argv[3] == "ledger" and event == "os.rename":  # as the ledger is written after the first list
             dst = str(args[1])
             if dst.endswith(".txt") and "/.~" not in dst:
                 hook.lists = True
@@ -222,18 +226,23 @@ _KILL = textwrap.dedent("""
 """)
 
 
-def test_an_export_killed_between_its_lists_and_its_ledger_resumes(grid, cli, tmp_path):
-    """Guard: export_folder.Ledger.intend (the ledger is written first, as an intent)."""
+@pytest.mark.parametrize("moment", ["staging", "ledger"])
+def test_a_killed_export_is_taken_up_by_the_same_command(moment, grid, cli, tmp_path):
+    """Guard: export_folder.Ledger.intend (the ledger is written first, as an intent) and holds_only_staging (a
+    new folder holding only a killed export's temporaries): an export killed between its lists and its ledger,
+    or while writing its lists, is resumed by the same command."""
     m, _ = grid
     out = tmp_path / "o"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    res = subprocess.run([sys.executable, "-c", _KILL, str(m), str(out)], env=env, capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-c", _KILL, str(m), str(out), moment], env=env, capture_output=True,
+                         text=True)
     assert res.returncode == 9, res.stderr[-2000:]
-    assert (out / "benchmark_imglist/splits/test_cov_0_sem_1.txt").is_file()
+    assert (out / "benchmark_imglist/splits/test_cov_0_sem_1.txt").is_file() == (moment == "ledger")
     r = cli.invoke(["export", "openood", m, "--out", out])  # the same command takes the folder up again
     assert r.exit_code == 0, r.output
     assert sorted(_info(out)["benchmarks"]) == ["splits"]
     assert (out / "benchmark_imglist/splits/test_cov_0_sem_1.txt").read_text().count("\n") == 12
+    assert not [p for p in out.rglob("*.tmp")]  # the killed export's temporaries are gone
 
 
 def test_name_refusal_does_not_list_dot_as_allowed(grid, cli, tmp_path):

@@ -167,7 +167,8 @@ class Ledger:
     def settle(self, out: Path, before: "Ledger", files: Mapping[str, Sequence[str]],
                links: Mapping[str, Mapping[str, str]]) -> None:
         """After the commit: remove what each export of ``files`` wrote ``before`` and writes no more (a regular
-        file inside ``out``), and each earlier link of an export of ``links`` that it replaced (still pointing
+        file inside ``out``), the staged temporaries a killed export left in the folders of its lists, and each
+        earlier link of an export of ``links`` that it replaced (still pointing
         where recorded, kept by no other export); then record exactly the new files and the links made (an
         export that made no link keeps its earlier ones)."""
         real_out = os.path.realpath(out)
@@ -178,6 +179,11 @@ class Ledger:
                     p.unlink()
                 remove_empty_parents(out, p)
             self.files[key] = sorted(fs)
+        for folder in {(out / rel).parent for fs in files.values() for rel in fs}:  # a killed export's temporaries
+            if folder.is_dir() and is_inside(os.path.realpath(folder), real_out):
+                for p in folder.iterdir():
+                    if _STAGED.match(p.name) and p.is_file() and not p.is_symlink():
+                        p.unlink()
         for key, made in links.items():
             self.links[key] = dict(made)
             for rel, target in before.links.get(key, {}).items():
