@@ -44,6 +44,8 @@ LEDGER_FORMAT = "isood export ledger 2"
 #: A benchmark name (``--name``): one folder name, starting with a letter or digit.
 NAME_RE = r"[A-Za-z0-9][\w.-]*"
 _STAGED = re.compile(r"^\.~.+\.[0-9a-f]{12}\.tmp$")  # manifests.stream.StagedFile's temporary names
+#: ``isood.files.atomic_write_bytes``'s temporaries of the folder's own files (a killed export's)
+_OWN_TMP = re.compile(r"^\.~(\.~isood-export\.json|openood_data_info\.json|openood_ood_dataset\.yml)\.\w+\.tmp$")
 
 
 def _clean_rel(rel: object) -> str | None:
@@ -179,10 +181,11 @@ class Ledger:
                     p.unlink()
                 remove_empty_parents(out, p)
             self.files[key] = sorted(fs)
-        for folder in {(out / rel).parent for fs in files.values() for rel in fs}:  # a killed export's temporaries
-            if folder.is_dir() and is_inside(os.path.realpath(folder), real_out):
+        for folder in {(out / rel).parent for fs in files.values() for rel in fs} | {out}:  # a killed export's
+            if folder.is_dir() and is_inside(os.path.realpath(folder), real_out):  # temporaries
                 for p in folder.iterdir():
-                    if _STAGED.match(p.name) and p.is_file() and not p.is_symlink():
+                    pattern = _OWN_TMP if folder == out else _STAGED
+                    if pattern.match(p.name) and p.is_file() and not p.is_symlink():
                         p.unlink()
         for key, made in links.items():
             self.links[key] = dict(made)
