@@ -206,6 +206,9 @@ def make_link(out: Path, rel: str, target: str, *, recorded: bool) -> bool:
         return p.is_symlink() and recorded
     if os.path.lexists(p) and not (recorded and p.is_symlink()):
         return False
+    parent = next(q for q in p.parents if os.path.lexists(q))  # never a link made inside a linked folder
+    if not is_inside(os.path.realpath(parent), os.path.realpath(out)):
+        return False
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f"{TMP_PREFIX}{p.name}.{secrets.token_hex(6)}.link")
     os.symlink(target, tmp, target_is_directory=True)

@@ -120,8 +120,8 @@ def _image_root(m: Manifest | None, image_root: str | os.PathLike | None) -> str
             raise BadInputError(f"--image-root {image_root} is not a folder; pass the folder the manifest's image "
                                 "paths are relative to")
         return str(root)
-    if isinstance(m, SplitsView) and m.test_root:
-        return os.path.abspath(m.test_root)
+    if isinstance(m, SplitsView) and m.test_root:  # stored absolute, or relative to the manifest
+        return os.path.abspath(os.path.join(m.root, m.test_root))
     return str(m.root) if m.kind == SYN_IS else None
 
 
