@@ -6,7 +6,7 @@ import pytest
 from isood.errors import BadInputError
 from isood.stages.interop import (GroupRule, assign_groups, data_info_entry, dataset_config, merge_info,
                                   missing_for_openood, missing_for_release, release_loader_files)
-from isood.stages.interop.openood_info import OLD_FORMAT, benchmark_record, upgrade_info
+from isood.stages.interop.openood_info import OLD_FORMAT, benchmark_record, folder_classes, upgrade_info
 
 
 def _cells(name, cells, *, na=(), data_dir="d/"):
@@ -141,3 +141,22 @@ def test_what_each_loader_still_lacks():
     val = {"dataset": "v", "data_dir": "", "imglist_path": "v"}
     ready = merge_info(None, "a", _record("a", [(0, 0), (0, 6)], val=val), num_classes=1000, id_lists=ids)
     assert missing_for_openood(ready) == []
+
+
+def test_num_classes_follows_the_id_classes_and_a_default_yields():
+    """The folder's num_classes: unknown (None) until ID lists or --num-classes give it; a number an earlier version
+    wrote by default into a folder of OOD exports only yields to the ID classes; a class count the folder's ID
+    lists fixed does not."""
+    grid = _record("a", [(0, 0), (0, 6)])
+    assert merge_info(None, "a", grid, num_classes=None, num_classes_from=None)["num_classes"] is None
+    legacy = {**merge_info(None, "a", grid, num_classes=1000), "num_classes_from": None}  # a default 1000, no ID
+    assert folder_classes(legacy) is None
+    ids = {"train": {"data_dir": "imagenet1k/", "imglist_path": "t"}}
+    four = merge_info(legacy, "", None, num_classes=4, num_classes_from="ID lists", id_lists=ids)
+    assert (four["num_classes"], four["num_classes_from"], folder_classes(four)) == (4, "ID lists", 4)
+    assert merge_info(four, "b", _record("b", [(1, 1)]), num_classes=None, num_classes_from=None)["num_classes"] == 4
+    with pytest.raises(BadInputError, match="the 10 ID classes of these ID lists differs from the 4"):
+        merge_info(four, "", None, num_classes=10, num_classes_from="ID lists", id_lists=ids)
+    old_with_ids = {**four, "num_classes": 1000, "num_classes_from": None}  # an earlier version's, with ID lists
+    with pytest.raises(BadInputError, match="--num-classes 4 differs from the 1000"):
+        merge_info(old_with_ids, "", None, num_classes=4)
