@@ -127,7 +127,16 @@ def export_openood(opts: ExportOpenoodOptions) -> None:
     if r.release_lists:
         _say(f"{len(r.release_lists)} release-format lists -> {out / '/'.join(r.release_lists[0].split('/')[:2])}")
     for split, n in r.id_lists.items():
-        _say(f"ID {split}: {n} images -> {out / interop.id_list_paths(split)[1]} (+ the release's list)")
+        openood_list = interop.id_list_paths(split)[1]
+        _say(f"ID {split}: {n} images -> {out / openood_list} (+ the release's list)" if (out / openood_list).is_file()
+             else f"ID {split}: {n} images -> {out / interop.id_list_paths(split)[0]} (the release's list only: no "
+                  "class labels for OpenOOD)")
+    if r.id_lists:
+        _say(f"ID classes: {r.num_classes if r.num_classes is not None else 'unknown (pass --num-classes)'}")
+    for folder, target in r.links.items():
+        _say(f"images: {out / folder} -> {target}")
+    for g in r.empty_groups:
+        _say(f"the {g}-OOD group is empty (no dataset of the folder is {g}); OpenOOD's eval_ood needs both groups")
     if r.skipped:
         _say(f"{r.skipped} rows without a cell (no shift level) were not exported")
     for tool, label in (("openood", "OpenOOD Evaluator"), ("release", "the release's datasets.py")):

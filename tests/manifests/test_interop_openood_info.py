@@ -6,7 +6,7 @@ import pytest
 from isood.errors import BadInputError
 from isood.stages.interop import (GroupRule, assign_groups, data_info_entry, dataset_config, merge_info,
                                   missing_for_openood, missing_for_release, release_loader_files)
-from isood.stages.interop.openood_info import OLD_FORMAT, benchmark_record, upgrade_info
+from isood.stages.interop.openood_info import OLD_FORMAT, benchmark_record, folder_classes, upgrade_info
 
 
 def _cells(name, cells, *, na=(), data_dir="d/"):
@@ -74,15 +74,18 @@ def test_merge_keeps_every_benchmark_and_replaces_one():
     assert with_id["benchmarks"] == again["benchmarks"] and with_id["data_info"]["id"] == ids
 
 
-def test_data_info_has_openood_shape_and_fills_an_empty_group():
+def test_data_info_has_openood_shape_and_keeps_an_empty_group_empty():
     val = {"dataset": "g_val", "data_dir": "g/", "imglist_path": "benchmark_imglist/g/val_g.txt", "n": 12}
     info = merge_info(None, "g", _record("g", [(0, 1), (0, 2)], val=val), num_classes=10)
     d = info["data_info"]
     assert d == data_info_entry(info)  # rebuilt from the records
     assert set(d) == {"num_classes", "id", "csid", "ood"} and d["csid"] == {"datasets": []}
     assert d["ood"]["val"] == {"data_dir": "g/", "imglist_path": "benchmark_imglist/g/val_g.txt"}
-    # only near cells: far would be empty, and OpenOOD's eval_ood cannot average an empty group
-    assert d["ood"]["near"]["datasets"] == d["ood"]["far"]["datasets"] == ["g_cov_0_sem_1", "g_cov_0_sem_2"]
+    # only near cells: far is empty (a dataset is never in both groups), recorded and named in what OpenOOD lacks
+    assert d["ood"]["near"]["datasets"] == ["g_cov_0_sem_1", "g_cov_0_sem_2"]
+    assert d["ood"]["far"] == {"datasets": []}
+    assert info["empty_groups"] == ["far"]
+    assert any(line.startswith("a far-OOD dataset: the far group is empty") for line in missing_for_openood(info))
     cfg = dataset_config(info, data_root="/data/")
     assert "dataset" not in cfg  # no ID lists yet
     assert cfg["ood_dataset"]["split_names"] == ["val", "nearood", "farood"]
@@ -138,3 +141,22 @@ def test_what_each_loader_still_lacks():
     val = {"dataset": "v", "data_dir": "", "imglist_path": "v"}
     ready = merge_info(None, "a", _record("a", [(0, 0), (0, 6)], val=val), num_classes=1000, id_lists=ids)
     assert missing_for_openood(ready) == []
+
+
+def test_num_classes_follows_the_id_classes_and_a_default_yields():
+    """The folder's num_classes: unknown (None) until ID lists or --num-classes give it; a number an earlier version
+    wrote by default into a folder of OOD exports only yields to the ID classes; a class count the folder's ID
+    lists fixed does not."""
+    grid = _record("a", [(0, 0), (0, 6)])
+    assert merge_info(None, "a", grid, num_classes=None, num_classes_from=None)["num_classes"] is None
+    legacy = {**merge_info(None, "a", grid, num_classes=1000), "num_classes_from": None}  # a default 1000, no ID
+    assert folder_classes(legacy) is None
+    ids = {"train": {"data_dir": "imagenet1k/", "imglist_path": "t"}}
+    four = merge_info(legacy, "", None, num_classes=4, num_classes_from="ID lists", id_lists=ids)
+    assert (four["num_classes"], four["num_classes_from"], folder_classes(four)) == (4, "ID lists", 4)
+    assert merge_info(four, "b", _record("b", [(1, 1)]), num_classes=None, num_classes_from=None)["num_classes"] == 4
+    with pytest.raises(BadInputError, match="the 10 ID classes of these ID lists differs from the 4"):
+        merge_info(four, "", None, num_classes=10, num_classes_from="ID lists", id_lists=ids)
+    old_with_ids = {**four, "num_classes": 1000, "num_classes_from": None}  # an earlier version's, with ID lists
+    with pytest.raises(BadInputError, match="--num-classes 4 differs from the 1000"):
+        merge_info(old_with_ids, "", None, num_classes=4)

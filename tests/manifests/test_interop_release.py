@@ -237,8 +237,10 @@ def test_import_memory_does_not_grow_with_the_rows(tmp_path):
 #   DATA_INFO[id_name]['id'] split, every 'csid' dataset, the 'ood' 'val' entry and every dataset of the 'near' and
 #   'far' groups, each os.path.join(data_root, imglist_path / data_dir); ImglistDataset splits a line at its first
 #   space (a line without one fails), refuses a path starting with '/', reads the rest with ast.literal_eval (an
-#   int label) and indexes a soft label of num_classes with a label >= 0; Evaluator.hyperparam_search (APS mode)
-#   reads dataloader_dict['id']['val'] and ['ood']['val'], eval_ood averages each of near and far (empty fails).
+#   int label) and indexes a soft label of num_classes with a label >= 0; getitem opens the file
+#   os.path.join(data_dir, image_name) and reads its bytes; Evaluator.hyperparam_search (APS mode) reads
+#   dataloader_dict['id']['val'] and ['ood']['val'], eval_ood averages each of near and far (empty fails) and
+#   reports every dataset of each group under its name (a dataset in both groups would be reported twice).
 def release_data(data_root):
     """The release's loader on ``data_root``: {'id': split -> files, 'ood' / 'SynIS': cell -> files or None}."""
     data = {"id": {}, "ood": {}, "SynIS": {}}
@@ -267,11 +269,18 @@ def openood_data(data_root, info):
                 image_name, extra = tokens[0], tokens[1]
                 if data_dir != "" and image_name.startswith("/"):
                     raise RuntimeError('image_name starts with "/"')
+                path = os.path.join(data_dir, image_name)
+                with open(path, "rb") as image:  # getitem reads every image it lists
+                    image.read()
                 label = int(ast.literal_eval(extra))
                 if label >= 0:
                     assert label < info["num_classes"], line  # soft_label[label] = 1
-                items.append((os.path.join(data_dir, image_name), label))
+                items.append((path, label))
         return items
+
+    near, far = info["ood"]["near"], info["ood"]["far"]
+    assert not set(near["datasets"]) & set(far["datasets"])  # one dataset, one group: never reported twice
+    assert not ({near[n]["imglist_path"] for n in near["datasets"]} & {far[n]["imglist_path"] for n in far["datasets"]})
 
     out = {"id": {s: dataset(e) for s, e in info["id"].items()},
            "csid": {n: dataset(info["csid"][n]) for n in info["csid"]["datasets"]}, "ood": {}}
@@ -322,21 +331,21 @@ def sources(tmp_path, release):
     return src, images, manifests_, counts, syn_counts
 
 
-def _link_images(out, images):
-    for p in images.iterdir():
-        (out / p.name).symlink_to(p)
-
-
 def test_one_data_root_for_every_benchmark_read_unchanged_by_both_loaders(tmp_path, sources):
     src, images, ms, counts, syn_counts = sources
     out = tmp_path / "data"
     r = export_openood(ms["imagenet21k"], out, val_cells="cov_5_sem_0,cov_7_sem_7", id_train=images / "imagenet1k/train",
-                       id_val=images / "imagenet1k/val", id_test=src / "test_imagenet.txt")
+                       id_val=images / "imagenet1k/val", id_test=src / "test_imagenet.txt",
+                       image_root=images / "imagenet21k")
     assert r.ready["release"][0].startswith("imglist/SynIS/")  # the release also opens the SynIS lists
-    export_openood(ms["SynIS"], out)
-    r = export_openood(ms["imagenet_ood"], out, name="imagenet_ood")
+    assert r.num_classes == len(ID_WNIDS)  # from the ID classes
+    r = export_openood(ms["SynIS"], out)  # an imported list records no image folder: not ready until linked
+    assert [line.split(" ", 1)[0] for line in r.ready["openood"]] == ["SynIS/"] and not (out / "SynIS").exists()
+    export_openood(ms["SynIS"], out, image_root=images / "SynIS")
+    r = export_openood(ms["imagenet_ood"], out, name="imagenet_ood", image_root=images / "imagenet_ood")
     assert r.ready == {"openood": [], "release": []}
-    _link_images(out, images)
+    assert sorted(p.name for p in out.iterdir() if p.is_symlink()) == ["SynIS", "imagenet1k", "imagenet21k",
+                                                                        "imagenet_ood"]  # the export's own links
     info = json.loads((out / EXPORT_INFO).read_text())
     assert sorted(info["benchmarks"]) == ["SynIS", "imagenet21k", "imagenet_ood"]
 

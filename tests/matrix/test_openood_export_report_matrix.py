@@ -34,7 +34,7 @@ def image_list(tmp_path_factory, cli) -> Path:
 @pytest.fixture(scope="module")
 def id_files(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("id")
-    (base / "flat.txt").write_text("val/ILSVRC2012_val_00000001.JPEG\n")  # no label, no wnid
+    (base / "mixed.txt").write_text("val/ILSVRC2012_val_00000001.JPEG 3\nval/ILSVRC2012_val_00000002.JPEG\n")
     (base / "big.txt").write_text("val/a.JPEG 3\nval/b.JPEG 1000\n")  # label 1000 of 1000 classes
     for w in ("n01440764", "n01443537"):
         (base / "in1k/train" / w).mkdir(parents=True)
@@ -57,7 +57,7 @@ ROWS = [  # (extra args, substrings of the one line); guard in the id
                  id="val_cells_empty-openood._export_grid"),
     pytest.param(["--id-test", "{id}/big.txt"], ["--id-test", "big.txt:2", "label 1000"],
                  id="id_label_out_of_range-id_lists.id_labels"),
-    pytest.param(["--id-test", "{id}/flat.txt"], ["--id-test", "flat.txt:1", "no class label and no wnid"],
+    pytest.param(["--id-test", "{id}/mixed.txt"], ["--id-test", "mixed.txt:2", "no class label and no wnid"],
                  id="id_line_without_label-id_lists.id_labels"),
     pytest.param(["--id-val", "{id}/missing"], ["--id-val", "missing", "does not exist"],
                  id="id_source_missing-id_lists.read_id_source"),
@@ -71,7 +71,7 @@ ROWS = [  # (extra args, substrings of the one line); guard in the id
 @pytest.mark.parametrize("extra, names", ROWS)
 def test_export_bad_option_writes_nothing(extra, names, grid, id_files, cli, tmp_path):
     out = tmp_path / "out"
-    assert cli.invoke(["export", "openood", grid, "--out", out, "--name", "first"]).exit_code == 0
+    assert cli.invoke(["export", "openood", grid, "--out", out, "--name", "first", "--num-classes", "1000"]).exit_code == 0
     before = _snapshot(out)
     extra = [a.replace("{id}", str(id_files)) for a in extra]
     line = cli.one_line_error(cli.invoke(["export", "openood", grid, "--out", out, "--name", "second", *extra]))

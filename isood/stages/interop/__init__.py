@@ -42,9 +42,13 @@ NAME the imported release's folder name (`imagenet21k`) or `isood` (`--name`):
   group, its near/far rule, its val split), the ID lists, `data_info` (OpenOOD's `DATA_INFO[...]` entry built from
   every record: id train/val/test, ood val/near/far, one dataset per usable cell or list, each with its
   `data_dir`, by default `NAME/`: the release's image root of that benchmark) and `ready` (what OpenOOD's
-  `Evaluator` and the release's `datasets.py` still lack in OUT). A re-export of NAME replaces its record and
-  its own files only (a ledger records what each export wrote); a second OOD val split, another `--num-classes`
-  or a dataset name taken by another benchmark is refused in one line before anything is written;
+  `Evaluator` and the release's `datasets.py` still lack in OUT, the image folders included). A re-export of
+  NAME replaces its record and its own files only (a validated ledger, written first, records what each export
+  wrote and linked: ``export_folder``); a second OOD val split, another number of ID classes, a dataset name
+  taken by another benchmark or a default NAME taken by another manifest is refused in one line before anything
+  is written;
+- `OUT/imagenet1k` and `OUT/<data_dir>`: links to the ID root and the benchmark's image folder (`image_root`,
+  else a splits manifest's `test_root`, else a Syn-IS manifest's folder), never replacing what isood did not make;
 - `OUT/openood_ood_dataset.yml`: the same as OpenOOD `configs/datasets/...` blocks (`dataset:` with the ID
   lists, `ood_dataset:` with val / nearood / farood).
 
@@ -56,7 +60,9 @@ Round trips are exact: `import_isood_lists(OUT/imglist/NAME)` of an export of an
 tables and the same content hash; likewise for image lists through `import_openood_imglist`. Malformed lines
 raise `ListFormatError` naming the file and line number. Modules: `lines` (Arrow line parsing and writing),
 `imports` (the exact line parser and the image-list imports), `release` (the IS-OOD release import),
-`openood` (the export), `openood_info` (the folder's merged data info, pure) and `id_lists` (the ID lists);
+`openood` (the export's lists), `openood_export` (the export command), `export_folder` (the folder's ledger,
+image-root links and image checks), `openood_info` (the folder's merged data info, pure) and `id_lists` (the ID
+lists);
 their public names are re-exported here.
 """
 
@@ -72,20 +78,9 @@ from isood.stages.interop.imports import (
     parse_list,
 )
 from isood.stages.interop.id_lists import IdSource, id_labels, id_list_paths, load_id_lists, read_id_source
-from isood.stages.interop.openood import (
-    BENCHMARK_DIR,
-    EXPORT_INFO,
-    EXPORT_KINDS,
-    EXPORT_LEDGER,
-    EXPORT_YAML,
-    RELEASE_DIR,
-    ExportResult,
-    cell_datasets,
-    export_lines,
-    export_openood,
-    na_flags,
-    release_list_names,
-)
+from isood.stages.interop.export_folder import BENCHMARK_DIR, EXPORT_INFO, EXPORT_LEDGER, RELEASE_DIR
+from isood.stages.interop.openood import EXPORT_KINDS, cell_datasets, export_lines, na_flags, release_list_names
+from isood.stages.interop.openood_export import EXPORT_YAML, ExportResult, export_openood
 from isood.stages.interop.openood_info import (
     GroupRule,
     assign_groups,

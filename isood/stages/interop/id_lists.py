@@ -11,13 +11,16 @@ A source is either
 
 Labels (OpenOOD's ID lists need one per line, a class index in ``[0, num_classes)``): a list's own label, else
 the class index of the path's wnid in the class list of ``isood.evaluation.classes.class_list`` (``--classes``
-FILE, else the sorted wnids of the ID training images, the ImageNet-1K order for 1000 classes). A line with
-neither is an error naming the file and line.
+FILE, else the sorted wnids of the ID training images, the ImageNet-1K order for ``--num-classes 1000``). A
+line with neither is an error naming the file and line, but for a list with neither on any line (the release's
+own flat ``test_imagenet.txt``): it is written for the release as it is, and OpenOOD's list of that split is not
+written (OpenOOD takes a label of -1 as OOD). The number of ID classes (OpenOOD's ``num_classes``) is
+``--num-classes`` when given, else the class list's length, else one more than the largest label.
 
 Each split is written twice, both read from the ID image root ``<data root>/imagenet1k/`` (the release's
 ``IN1K_ROOT``): ``imglist/imagenet1k/<split>_imagenet.txt`` (the release's ``datasets.py``: the path alone, the
 whole line is the path) and ``benchmark_imglist/imagenet1k/<split>_imagenet1k.txt`` (OpenOOD's ``ImglistDataset``:
-``path label``).
+``path label``). ``--id-root`` (default: the folders' parent) is linked as ``<data root>/imagenet1k``.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from isood.stages.interop.imports import parse_list
 from isood.stages.interop.openood_info import ID_NAME, ID_SPLITS
 from wordnet_tools.wnids import wnid_from_path
 
-__all__ = ["IdSource", "read_id_source", "id_labels", "id_list_paths", "load_id_lists"]
+__all__ = ["IdSource", "IdLists", "read_id_source", "id_labels", "id_list_paths", "load_id_lists"]
 
 
 @dataclass
@@ -89,23 +92,39 @@ def read_id_source(split: str, src: str | os.PathLike, *, id_root: str | os.Path
                         "('path' or 'path label' per line)")
 
 
-def id_labels(sources: Mapping[str, IdSource], *, num_classes: int,
-              classes: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-    """Every image's class index, per split (pure): a list's own label (which must lie in ``[0, num_classes)``),
-    else its wnid's index in the class list (module docstring). One-line errors name the source and line."""
-    need = {s: src for s, src in sources.items() if (src.labels == OOD_LABEL).any()}
+def _unlabelled(src: IdSource) -> bool:
+    """Whether a split has neither a class label nor a wnid on any line (the release's flat
+    ``test_imagenet.txt``): it is written for the release only."""
+    return bool(len(src.labels)) and bool((src.labels == OOD_LABEL).all()) and not any(src.wnids)
+
+
+def id_labels(sources: Mapping[str, IdSource], *, num_classes: int | None,
+              classes: Sequence[str] | None = None) -> tuple[dict[str, np.ndarray | None], int | None]:
+    """Every image's class index, per split (pure), and the number of ID classes: a list's own label, else its
+    wnid's index in the class list (module docstring). A split without any label or wnid (``_unlabelled``) gets
+    None (no classes to give it) unless ``classes`` is given, which then fails on its first line. The number of
+    classes is ``num_classes`` when given, else the length of the class list, else one more than the largest
+    label (None when no split is labelled). One-line errors name the source and line."""
+    blank = {s for s, src in sources.items() if _unlabelled(src) and classes is None}
+    need = {s: src for s, src in sources.items() if (src.labels == OOD_LABEL).any() and s not in blank}
     order = None
     if need:
         base = sources.get("train") or next(iter(sources.values()))
         wnids = [w for s in ([base] if "train" in sources else sources.values()) for w in s.wnids if w]
         if not wnids and classes is None:
             first = next(iter(need.values()))
-            where = f"{first.source}:{first.lines[0]}" if first.lines else first.source
+            i = int(np.flatnonzero(first.labels == OOD_LABEL)[0])  # the first line without a label
+            where = f"{first.source}:{first.lines[i]}" if first.lines else first.source
             raise BadInputError(f"--id-{first.split} {where}: no class label and no wnid in the path; pass an OpenOOD "
                                 "imglist ('path label'), class folders, or --classes FILE")
         order = class_list(wnids or list(classes or []), num_classes, listed=classes, model_name="--num-classes")
-    out = {}
+    elif classes is not None:
+        order = list(classes)
+    out: dict[str, np.ndarray | None] = {}
     for split, src in sources.items():
+        if split in blank:
+            out[split] = None
+            continue
         labels = src.labels.copy()
         missing = labels == OOD_LABEL
         if missing.any():
@@ -118,21 +137,42 @@ def id_labels(sources: Mapping[str, IdSource], *, num_classes: int,
             assert order is not None  # set above: this split has images without a label (``need``)
             labels[missing] = labels_for([src.wnids[i] for i in np.flatnonzero(missing)], order, strict=True,
                                          what=f"--id-{split} {src.source}")
-        bad = np.flatnonzero((labels < 0) | (labels >= num_classes))
-        if bad.size:
-            i = int(bad[0])
-            where = f"{src.source}:{src.lines[i]}" if src.lines else src.source
-            raise BadInputError(f"--id-{split} {where}: label {int(labels[i])} is not a class index in 0.."
-                                f"{num_classes - 1}; fix the list or pass --num-classes")
         out[split] = labels
-    return out
+    labelled = [v for v in out.values() if v is not None and len(v)]
+    n = num_classes if num_classes is not None else len(order) if order is not None else \
+        int(max(int(v.max()) for v in labelled)) + 1 if labelled else None
+    for split, given in out.items():
+        if given is None or n is None:
+            continue
+        bad = np.flatnonzero((given < 0) | (given >= n))
+        if bad.size:
+            src, i = sources[split], int(bad[0])
+            where = f"{src.source}:{src.lines[i]}" if src.lines else src.source
+            raise BadInputError(f"--id-{split} {where}: label {int(given[i])} is not a class index in 0.."
+                                f"{n - 1}; fix the list or pass --num-classes")
+    return out, n
 
 
-def load_id_lists(specs: Mapping[str, str | os.PathLike | None], *, num_classes: int,
+@dataclass
+class IdLists:
+    """The ID splits of one export: each split's source and table (path, label; label null for a split written
+    for the release only: ``id_labels``), the number of ID classes (None: unknown) and the folder the paths are
+    relative to (``--id-root``, else the folders' common parent; None when only lists were given)."""
+
+    sources: dict[str, IdSource]
+    tables: dict[str, pa.Table]
+    num_classes: int | None
+    root: str | None
+
+    def labelled(self, split: str) -> bool:
+        return self.tables[split].column("label").null_count == 0
+
+
+def load_id_lists(specs: Mapping[str, str | os.PathLike | None], *, num_classes: int | None,
                   id_root: str | os.PathLike | None = None,
-                  classes: str | os.PathLike | None = None) -> tuple[dict[str, IdSource], dict[str, pa.Table]]:
-    """Read and label the given ID splits (``{split: source or None}``): ``(sources, {split: table of path and
-    label})``. Folder sources of different splits must share one root (the release reads one ID image root)."""
+                  classes: str | os.PathLike | None = None) -> IdLists:
+    """Read and label the given ID splits (``{split: source or None}``). Folder sources of different splits must
+    share one root (the release reads one ID image root)."""
     unknown = sorted(set(specs) - set(ID_SPLITS))
     if unknown:
         raise BadInputError(f"unknown ID split(s) {', '.join(unknown)}: pass {', '.join(ID_SPLITS)}")
@@ -142,7 +182,9 @@ def load_id_lists(specs: Mapping[str, str | os.PathLike | None], *, num_classes:
         raise BadInputError(f"the ID folders lie under different roots ({', '.join(sorted(roots))}); the release reads "
                             "one ID image root: pass --id-root with the folder holding them all")
     listed = read_class_file(classes) if classes is not None else None
-    labels = id_labels(sources, num_classes=num_classes, classes=listed)
-    tables = {s: pa.table({"path": pa.array(src.paths, pa.string()), "label": pa.array(labels[s], pa.int64())})
-              for s, src in sources.items()}
-    return sources, tables
+    labels, n = id_labels(sources, num_classes=num_classes, classes=listed) if sources else ({}, num_classes)
+    tables = {s: pa.table({"path": pa.array(src.paths, pa.string()),
+                           "label": pa.array(labels[s], pa.int64()) if labels[s] is not None else
+                           pa.nulls(len(src.paths), pa.int64())}) for s, src in sources.items()}
+    root = os.path.abspath(id_root) if id_root is not None else next(iter(roots), None)
+    return IdLists(sources, tables, n, root)

@@ -13,8 +13,12 @@ NINCO), far-OOD sets add an obvious covariate (domain) shift (iNaturalist, Textu
 reports each set and each group's mean. A grid registers every usable cell as a dataset of its own, grouped by
 its level on one axis (``GroupRule``): near = level < K (default: the semantic axis, K = the lower half of the
 levels), far = the rest. A set without levels (an image list) joins the group it is given (default near).
-OpenOOD's ``Evaluator.eval_ood`` fails on an empty group (it indexes the mean of no rows), so when the merged
-folder leaves a group empty it gets every dataset of the other group.
+A dataset is in one group only. A group the folder leaves empty stays empty (``empty_groups``) and is named in
+``ready``: OpenOOD's ``Evaluator.eval_ood`` averages each group and fails on an empty one.
+
+``num_classes`` comes from the ID classes (``--num-classes``, else the ID lists: ``id_lists.id_labels``) and is
+recorded with where it came from; a folder of OOD exports only has None until ID lists (or ``--num-classes``)
+give it.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from isood.errors import BadInputError
 __all__ = [
     "INFO_FORMAT", "OLD_FORMAT", "ID_NAME", "ID_SPLITS", "GROUPS", "LIST_GROUPS", "NEAR_AXES", "RELEASE_LEVELS",
     "RELEASE_GRIDS", "GroupRule", "assign_groups", "benchmark_record", "upgrade_info", "merge_info",
-    "data_info_entry", "dataset_config", "release_loader_files", "missing_for_release", "missing_for_openood",
+    "empty_groups", "folder_classes", "data_info_entry", "dataset_config", "release_loader_files", "missing_for_release", "missing_for_openood",
     "dataset_name",
 ]
 
@@ -139,17 +143,39 @@ def _check_unique(benchmarks: Mapping[str, dict], new: str) -> None:
             seen[ds] = name
 
 
-def merge_info(old: Mapping[str, Any] | None, name: str, record: Mapping[str, Any] | None, *, num_classes: int,
+def folder_classes(info: Mapping[str, Any] | None) -> int | None:
+    """The number of ID classes a folder's exports fixed (``upgrade_info``'s JSON; None for none): a number
+    written by earlier versions into a folder without ID lists was a default, not a class count."""
+    if not info:
+        return None
+    have = info.get("num_classes")
+    return None if have is None or (info.get("num_classes_from") is None and not info.get("id")) else int(have)
+
+
+def _classes(info: Mapping[str, Any], num_classes: int | None, source: str | None) -> tuple[int | None, str | None]:
+    """The folder's number of ID classes after one export and where it came from: ``num_classes`` (from
+    ``source``: '--num-classes' or 'ID lists') when given, else the folder's. A folder's number of earlier
+    versions that has no ID lists was a default, not a class count: it yields to the new one."""
+    have, have_from = folder_classes(info), info.get("num_classes_from")
+    if num_classes is None:
+        return have, have_from if have is not None else None
+    if have is None or have == num_classes:
+        return num_classes, (have_from if have is not None else None) or source
+    what = f"--num-classes {num_classes}" if source == "--num-classes" else \
+        f"the {num_classes} ID classes of these ID lists"
+    raise BadInputError(f"{what} differs from the {have} of the exports already in this folder: pass "
+                        f"--num-classes {have} (and ID lists of {have} classes), or another --out")
+
+
+def merge_info(old: Mapping[str, Any] | None, name: str, record: Mapping[str, Any] | None, *,
+               num_classes: int | None, num_classes_from: str | None = "--num-classes",
                id_lists: Mapping[str, dict] | None = None, data_root: str = "./data/") -> dict:
     """The folder's JSON after one export (pure): ``old`` (``upgrade_info``) with benchmark ``name``'s record
     replaced by ``record`` (None: leave the benchmarks as they are), the ID lists of ``id_lists`` replacing those
-    splits; ``data_info`` rebuilt from every record. One-line errors: another ``--num-classes`` than the folder's,
-    a second OOD val split, two benchmarks with one dataset name."""
+    splits; ``data_info`` rebuilt from every record. One-line errors: another number of ID classes than the
+    folder's (``_classes``), a second OOD val split, two benchmarks with one dataset name."""
     info = upgrade_info(old)
-    have = info.get("num_classes")
-    if have is not None and have != num_classes:
-        raise BadInputError(f"--num-classes {num_classes} differs from the {have} of the exports already in this "
-                            f"folder: pass --num-classes {have}, or another --out")
+    n, n_from = _classes(info, num_classes, num_classes_from)
     benchmarks = {k: v for k, v in info.get("benchmarks", {}).items() if k != name}
     if record is not None:
         benchmarks[name] = dict(record)
@@ -161,9 +187,10 @@ def merge_info(old: Mapping[str, Any] | None, name: str, record: Mapping[str, An
     _check_unique(benchmarks, name)
     ids = {**info.get("id", {}), **(id_lists or {})}
     ids = {s: ids[s] for s in ID_SPLITS if s in ids}
-    merged = {"format": INFO_FORMAT, "num_classes": num_classes, "id": ids, "benchmarks": benchmarks,
-              "data_root": data_root}
+    merged: dict[str, Any] = {"format": INFO_FORMAT, "num_classes": n, "num_classes_from": n_from, "id": ids,
+              "benchmarks": benchmarks, "data_root": data_root}
     merged["data_info"] = data_info_entry(merged)
+    merged["empty_groups"] = empty_groups(merged)
     return merged
 
 
@@ -172,17 +199,23 @@ def _entry(d: Mapping[str, Any], key: str = "imglist_path", root: str = "") -> d
 
 
 def _groups(info: Mapping[str, Any]) -> dict[str, list[dict]]:
-    """The registered datasets of every benchmark by group (benchmarks by name), an empty group filled with the
-    other's (OpenOOD cannot average an empty group)."""
+    """The registered datasets of every benchmark by group (benchmarks by name); each dataset in its own group
+    only, an empty group empty."""
     groups: dict[str, list[dict]] = {g: [] for g in GROUPS}
     for rec in info["benchmarks"].values():
         for d in rec["datasets"]:
             if d.get("group") in groups:
                 groups[d["group"]].append(d)
-    if not groups["near"] or not groups["far"]:
-        both = groups["near"] + groups["far"]
-        groups = {"near": both, "far": both}
     return groups
+
+
+def empty_groups(info: Mapping[str, Any]) -> list[str]:
+    """The OpenOOD groups (near, far) with no dataset while the other has some (pure): OpenOOD's ``eval_ood``
+    fails on them; [] when both have datasets, or neither (nothing registered: ``missing_for_openood`` says)."""
+    groups = _groups(info)
+    if not any(groups.values()):
+        return []
+    return [g for g in GROUPS if not groups[g]]
 
 
 def _val(info: Mapping[str, Any]) -> dict | None:
@@ -191,16 +224,22 @@ def _val(info: Mapping[str, Any]) -> dict | None:
 
 def data_info_entry(info: Mapping[str, Any]) -> dict:
     """OpenOOD's ``DATA_INFO[<id name>]`` entry of the folder (pure): ``num_classes``; ``id`` with the ID lists
-    written (``imagenet1k/`` image root); ``csid`` empty; ``ood``: ``val`` when a benchmark gave one, ``near``
-    and ``far`` with every registered dataset. Paths are relative to the folder (OpenOOD's data root)."""
+    written for OpenOOD (``imagenet1k/`` image root; a split without class labels has the release's list only);
+    ``csid`` empty; ``ood``: ``val`` when a benchmark gave one, ``near`` and ``far`` with their registered
+    datasets (an empty group empty). Paths are relative to the folder (OpenOOD's data root)."""
     ood: dict[str, Any] = {}
     val = _val(info)
     if val:
         ood["val"] = _entry(val)
     for g, datasets in _groups(info).items():
         ood[g] = {"datasets": [d["dataset"] for d in datasets], **{d["dataset"]: _entry(d) for d in datasets}}
-    return {"num_classes": info["num_classes"], "id": {s: _entry(v) for s, v in info["id"].items()},
+    return {"num_classes": info["num_classes"], "id": {s: _entry(v) for s, v in _openood_ids(info).items()},
             "csid": {"datasets": []}, "ood": ood}
+
+
+def _openood_ids(info: Mapping[str, Any]) -> dict[str, dict]:
+    """The ID splits with an OpenOOD list (a split without class labels has the release's list only)."""
+    return {s: v for s, v in info["id"].items() if v.get("imglist_path")}
 
 
 def _group_config(datasets: Sequence[dict], root: str) -> dict:
@@ -215,12 +254,13 @@ def dataset_config(info: Mapping[str, Any], *, data_root: str | None = None) -> 
     root = info.get("data_root", "./data/") if data_root is None else data_root
     n = info["num_classes"]
     out: dict[str, Any] = {}
-    if info["id"]:
+    ids = _openood_ids(info)
+    if ids:
         out["dataset"] = {
             "name": ID_NAME, "num_classes": n, "pre_size": 256, "image_size": 224, "interpolation": "bilinear",
-            "normalization_type": "imagenet", "split_names": list(info["id"]),
+            "normalization_type": "imagenet", "split_names": list(ids),
             **{s: {"dataset_class": "ImglistDataset", **_entry(v, "imglist_pth", root), "batch_size": 128,
-                   "shuffle": s == "train"} for s, v in info["id"].items()}}
+                   "shuffle": s == "train"} for s, v in ids.items()}}
     groups, val = _groups(info), _val(info)
     ood: dict[str, Any] = {
         "name": f"{ID_NAME}_ood", "num_classes": n, "dataset_class": "ImglistDataset", "interpolation": "bilinear",
@@ -266,17 +306,27 @@ def missing_for_release(present: Iterable[str]) -> list[str]:
 
 
 def missing_for_openood(info: Mapping[str, Any]) -> list[str]:
-    """What OpenOOD's ``Evaluator`` still lacks in the folder (pure): ID lists (it loads train, val and test),
-    an OOD val split (every APS-mode postprocessor searches its hyperparameters on ID val + OOD val: ebo, react,
-    knn, vim, ash, odin) and any registered OOD dataset."""
+    """What OpenOOD's ``Evaluator`` still lacks in the folder's lists (pure; the images are checked by the
+    export): ID lists with class labels (it loads train, val and test), the number of ID classes, an OOD val
+    split (every APS-mode postprocessor searches its hyperparameters on ID val + OOD val: ebo, react, knn, vim,
+    ash, odin), a registered OOD dataset, and a dataset in each of near and far (``eval_ood`` averages each)."""
     out = []
     absent = [s for s in ID_SPLITS if s not in info["id"]]
     if absent:
         out.append(f"ID {'/'.join(absent)} lists (pass {', '.join('--id-' + s for s in absent)})")
+    blank = [s for s in ID_SPLITS if s in info["id"] and not info["id"][s].get("imglist_path")]
+    if blank:
+        out.append(f"class labels for the ID {'/'.join(blank)} images (written for the release only: OpenOOD needs "
+                   "'path label' lines; pass an OpenOOD imglist, class folders, or wnid paths with --classes)")
+    if info.get("num_classes") is None:
+        out.append("the number of ID classes (pass --num-classes, or ID lists with class labels)")
     if _val(info) is None:
         out.append("an OOD val split for APS-mode postprocessors (pass --val-cells for a grid, or export an image "
                    "list with --group val)")
     if not any(_groups(info).values()):
         out.append("a usable OOD dataset (export a splits, syn-is or image-list manifest with cells above the N/A "
                    "threshold)" if not info["benchmarks"] else "a usable OOD dataset (every exported cell is N/A)")
+    for g in empty_groups(info):
+        out.append(f"a {g}-OOD dataset: the {g} group is empty and OpenOOD's eval_ood averages each group (pass "
+                   f"--near-below / --near-axis to split the grid's cells, or export an image list with --group {g})")
     return out

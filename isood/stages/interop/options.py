@@ -56,10 +56,18 @@ class ExportOpenoodOptions:
                                          "imported release's folder name, e.g. imagenet21k, else isood; SynIS for the "
                                          "release's Syn-IS layout).")
     data_root: str = option("./data/", help="OpenOOD data root used in the YAML config.")
-    data_dir: str | None = option(None, help="Image root of this benchmark under the data root (default: <name>/, "
+    data_dir: str | None = option(None, help="Image folder of this benchmark under the data root (default: <name>/, "
                                              "the release's root: imagenet21k/ holds imagenet21k_train/ and "
-                                             "imagenet21k_val/); the listed paths are relative to it.")
-    num_classes: int = option(1000, least=1, help="Number of ID classes (ImageNet-1K: 1000).")
+                                             "imagenet21k_val/); the listed paths are relative to it. Linked to "
+                                             "--image-root.")
+    image_root: str | None = option(None, kind="path", help="The folder the manifest's image paths are relative to, "
+                                                            "linked as <out>/<data dir> (default: a splits manifest's "
+                                                            "test_root, a Syn-IS manifest's folder; an imported list "
+                                                            "has none: 'ready' then says what to link).")
+    num_classes: int | None = option(None, least=1, help="Number of ID classes, OpenOOD's num_classes (default: "
+                                                         "the ID classes: --classes, the wnid folders of --id-train, "
+                                                         "else the largest label + 1; pass 1000 to label an "
+                                                         "ImageNet-1K subset in ImageNet-1K's order).")
     near_axis: str | None = option(None, choices=("sem", "cov"), metavar="AXIS",
                                    help="Grid cells are near-OOD when their level on this axis (sem, the default, or "
                                         "cov) is below --near-below, far-OOD otherwise.")
@@ -78,9 +86,9 @@ class ExportOpenoodOptions:
     id_val: str | None = option(None, kind="path", help="ID validation images (APS-mode postprocessors tune on "
                                                         "them).")
     id_test: str | None = option(None, kind="path", help="ID test images.")
-    id_root: str | None = option(None, kind="path", help="The folder the ID paths are written relative to, linked "
-                                                         "as <data root>/imagenet1k (default: the parent of the ID "
-                                                         "folders).")
+    id_root: str | None = option(None, kind="path", help="The folder the ID paths are relative to, linked as "
+                                                         "<out>/imagenet1k (default: the parent of the ID folders; "
+                                                         "pass it for ID list files).")
     classes: str | None = option(None, kind="path", help="Class list (one wnid per line, in logit order) labelling "
                                                          "ID images by their wnid folder (default: the sorted wnids "
                                                          "of --id-train).")
