@@ -87,8 +87,9 @@ def choose_edges(d_sem, d_cov, *, mode: str, n_levels: int, clip: Sequence[float
 
 
 def spread_warnings(d_sem, d_cov, edges: PromptEdges) -> list[str]:
-    """One line for each way the edges fail to spread the prompts: more than ``CROWDED_SHARE`` of them outside
-    the edges (on either axis), or in one cell."""
+    """One line for each way the edges fail to spread the prompts: more than ``CROWDED_SHARE`` (a quarter) of
+    them outside the edges (on either axis), or in one cell (on a grid of fewer than 8 cells, where a quarter is
+    a cell's even share: more than twice that share)."""
     d_sem, d_cov = np.asarray(d_sem, dtype=np.float64), np.asarray(d_cov, dtype=np.float64)
     n = len(d_sem)
     if n == 0:
@@ -105,7 +106,7 @@ def spread_warnings(d_sem, d_cov, edges: PromptEdges) -> list[str]:
     cells = bin_with_edges(d_cov, edges.cov) * (len(edges.sem) - 1) + bin_with_edges(d_sem, edges.sem)
     values, counts = np.unique(cells, return_counts=True)
     top = int(np.argmax(counts))
-    if counts[top] / n > CROWDED_SHARE:
+    if counts[top] / n > max(CROWDED_SHARE, 2 / (len(edges.sem) - 1) ** 2):  # a small grid: twice a cell's share
         c, s = divmod(int(values[top]), len(edges.sem) - 1)
         out.append(f"{int(counts[top])} of {n} prompts ({counts[top] / n:.0%}) fall in one cell (cov_{c}_sem_{s}) "
                    f"with the {edges.mode} edges{hint}")

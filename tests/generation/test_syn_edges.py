@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 import manifests
 from generation.syn import SynOptions, run_generate_syn
-from generation.syn.edges import CROWDED_SHARE
+from generation.syn.edges import CROWDED_SHARE, choose_edges, spread_warnings
 from isood.cli import app
 from isood.errors import IsoodError
 from isood.grid import axis_edges, bin_with_edges
@@ -138,3 +138,21 @@ def test_splits_modes_need_splits(mode, tmp_path):
         run_generate_syn(SynOptions(out=str(tmp_path / "o"), clip="planted", id_features=str(tmp_path),
                                     prompt_edges=mode, prompts_only=True, progress=False))
     assert not (tmp_path / "o").exists()
+
+
+def test_spread_warnings_count_outside_and_crowded_cells_against_the_grid_size():
+    rng = np.random.default_rng(0)
+    d_sem, d_cov = rng.uniform(0, 1, 1000), rng.uniform(0, 1, 1000)
+    even = choose_edges(d_sem, d_cov, mode="prompts", n_levels=8)
+    assert spread_warnings(d_sem, d_cov, even) == []
+    crowded = np.where(np.arange(1000) < 300, 0.999, d_sem)  # 30% in the top sem level, spread over cov
+    d_cov2 = np.where(np.arange(1000) < 300, 0.999, d_cov)  # ... and the top cov level: one cell
+    assert any("in one cell (cov_7_sem_7)" in w for w in spread_warnings(crowded, d_cov2, even))
+    beyond = choose_edges(d_sem, d_cov, mode="splits", n_levels=8,
+                          splits_edges=(np.linspace(0, 0.5, 9), np.linspace(0, 1, 9)))
+    lines = spread_warnings(d_sem, d_cov, beyond)  # half the prompts lie beyond the sem edges
+    assert len(lines) == 1 and lines[0].startswith(f"{int((d_sem > 0.5).sum())} of 1000 prompts")
+    two = choose_edges(d_sem, d_cov, mode="prompts", n_levels=2)  # 4 cells: a quarter is a cell's even share
+    lopsided = np.where(np.arange(1000) < 200, 0.0, d_sem), np.where(np.arange(1000) < 200, 0.0, d_cov)
+    share = np.mean(bin_with_edges(lopsided[0], two.sem) + 2 * bin_with_edges(lopsided[1], two.cov) == 0)
+    assert 0.25 < share < 0.5 and spread_warnings(*lopsided, two) == []
