@@ -156,3 +156,11 @@ def test_spread_warnings_count_outside_and_crowded_cells_against_the_grid_size()
     lopsided = np.where(np.arange(1000) < 200, 0.0, d_sem), np.where(np.arange(1000) < 200, 0.0, d_cov)
     share = np.mean(bin_with_edges(lopsided[0], two.sem) + 2 * bin_with_edges(lopsided[1], two.cov) == 0)
     assert 0.25 < share < 0.5 and spread_warnings(*lopsided, two) == []
+
+
+def test_demo_step_shows_the_collapse_and_the_default_filling_the_grid():
+    from isood.demo import run_modality_gap
+
+    gap = run_modality_gap(0)
+    assert 0.2 < gap.cosines["caption_image"] < 0.4 and gap.n_cells == 64
+    assert gap.cells_on_prompt_edges >= 56 and gap.cells_on_splits_edges <= 8 and len(gap.warnings) == 2
