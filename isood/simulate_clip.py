@@ -17,12 +17,15 @@ that geometry, so the tests see it:
   ``[0, max_semantic_angle_deg]`` (``class_angle``; 0 for the ID classes).
 - Covariate: a photo-like base ``c0`` (style 0); each of ``n_styles`` styles is ``c0`` rotated by a planted angle
   drawn uniformly in ``[0, max_covariate_angle_deg]`` (``style_angle``; 0 for style 0) towards its own direction.
-- Modality cones: a text is ``normalise(text_cone * g_text + z @ M.T + noise)`` and an image
-  ``normalise(image_cone * g_image + z' @ M.T + noise)`` with ``g_text``, ``g_image`` orthogonal unit axes. A
-  text of (class, style) is deterministic (a CLIP encodes a string one way); it carries a small per-class nudge of
-  its covariate part and a per-style nudge of its semantic part (a label changes how a style renders). An image
-  of (class, style) adds intra-class and style jitter and more noise. The defaults give a caption and its own
-  image a cosine of about 0.3 (:func:`modality_cosines`).
+- Modality cones: a text is ``normalise(text_cone * g_text + z @ M.T)`` and an image
+  ``normalise(image_cone * g_image + z' @ M.T + noise)`` with ``g_text``, ``g_image`` orthogonal unit axes; the
+  class and style vectors are drawn orthogonal to the axes' parts in each half, so content moves across the gap,
+  never along it (one constant gap vector, as in CLIP). A text of (class, style) is deterministic (a CLIP encodes
+  a string one way); it carries a small per-class nudge of its covariate part and a per-style nudge of its
+  semantic part (``text_cross_talk``: a label changes how a style renders). An image of (class, style) adds
+  intra-class and style jitter and noise. The defaults give a caption and its own image a cosine of about 0.3,
+  two texts about 0.75 and two images about 0.6 (:func:`modality_cosines`); a prompt's nearest distance to the
+  ID images then lies beyond nearly every image's.
 
 Planted levels: ``class_level`` / ``style_level`` are the planted angles cut into ``n_levels`` equal-width
 intervals over ``[0, max angle]``. Everything here is numpy; the same spec gives the same arrays.
