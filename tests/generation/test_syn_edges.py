@@ -18,7 +18,7 @@ from isood.grid import axis_edges, bin_with_edges
 from isood.kinds import SPLITS, SYN_IS_PROMPTS
 from isood.laid import LAID
 from isood.shift import shift_distances
-from isood.simulate_clip import modality_cosines
+from isood.simulate_clip import make_clip_world, modality_cosines
 from isood.stages.splits import BuildConfig, build_splits
 
 
@@ -35,6 +35,7 @@ def run_prompts(world_syn, out, monkeypatch, **kw):
 
 
 def test_clip_world_has_a_modality_gap_and_its_planted_factors_are_recovered(clip_world):
+
     cos = modality_cosines(clip_world, n=2000)
     assert 0.2 < cos["caption_image"] < 0.4  # CLIP: a caption and its own image ~0.3
     assert cos["text_text"] > cos["caption_image"] + 0.2 and cos["image_image"] > cos["caption_image"] + 0.2
@@ -47,6 +48,9 @@ def test_clip_world_has_a_modality_gap_and_its_planted_factors_are_recovered(cli
     assert spearmanr(t_sem, clip_world.class_angle[classes]).statistic > 0.7
     assert spearmanr(t_cov, clip_world.style_angle[styles]).statistic > 0.9
     assert np.median(t_sem) > np.quantile(d_sem, 0.99) and np.median(t_cov) > np.quantile(d_cov, 0.99)  # the gap
+    again = make_clip_world(**clip_world.config)  # one spec, one world
+    np.testing.assert_array_equal(again.texts(classes, styles), clip_world.texts(classes, styles))
+    np.testing.assert_array_equal(again.images(classes, styles), clip_world.images(classes, styles))
 
 
 def test_default_bins_prompts_on_their_own_distribution_and_fills_the_grid(clip_world, clip_world_syn, isood_cache,
