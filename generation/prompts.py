@@ -3,8 +3,8 @@
 IS-OOD's synthetic set puts covariate shifts ImageNet-21K lacks (styles) on its labels. A prompt is a style
 template applied to a label; its shift is measured like an image's (IS-OOD, Sec. Syn-IS): the prompt's CLIP
 text feature goes through LAID and D_sem / D_cov are the nearest cosine distances to the ID image features
-(:func:`isood.shift.shift_distances`). Prompts are binned with the grid's levels (the image splits' edges
-when given, so the synthetic cells line up with the real ones) and ``K`` prompts are sampled per cell; each
+(:func:`isood.shift.shift_distances`). Prompts are binned with the grid's levels (on edges
+given, else their own: ``generation.syn.edges`` chooses) and ``K`` prompts are sampled per cell; each
 sampled prompt expands to ``M`` planned images with their own seeds and paths.
 
 Every function here is pure (tables in, tables out). Labels come from :func:`isood.labels.load_labels`.

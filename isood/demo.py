@@ -7,6 +7,9 @@ ground truth to check it against.
    orthogonal W as the baseline.
 3. Evaluation (isood.evaluation.planted): a linear classifier on the planted ID features, OOD detectors scored per
    measured cell of the splits manifest, heatmaps and report; MSP's AUROC per semantic level is printed.
+4. Syn-IS binning on a CLIP-like world (isood.simulate_clip, in memory): the modality gap, and how many of the
+   64 cells hold style x label prompts when they are binned on the image grid's edges vs on their own
+   (``generate-syn --prompt-edges``).
 """
 
 from __future__ import annotations
@@ -22,18 +25,22 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 import manifests
+from generation.syn.edges import choose_edges, spread_warnings
 from isood.errors import BadInputError
 from isood.kinds import CLASS_FILTER, EVALUATION, SPLITS
 from isood.laid import LAID, fit_laid
 from isood.defaults import check_seed
 from isood.files import TMP_PREFIX, atomic_write_bytes
+from isood.grid import bin_with_edges, level_edges
 from isood.shift import shift_distances
 from isood.simulate import PlantedWorld, make_planted_world, random_orthogonal, subspace_recovery
+from isood.simulate_clip import make_clip_world, modality_cosines
 from isood.stages.splits import BuildConfig, BuildResult, build_splits
 from wordnet_tools.jobs import run_filter
 
 __all__ = ["PlantedReport", "PlantedRun", "planted_report", "write_planted_features", "run_planted",
-           "run_class_filter", "FILTER_ARGS", "FILTER_EXCLUDE", "check_demo_out", "DEMO_MANIFESTS", "PLANTED_DIR"]
+           "run_class_filter", "FILTER_ARGS", "FILTER_EXCLUDE", "check_demo_out", "DEMO_MANIFESTS", "PLANTED_DIR",
+           "GapReport", "run_modality_gap", "DEMO_CLIP_WORLD"]
 
 
 @dataclass
@@ -173,3 +180,43 @@ def run_planted(out: str | Path, *, seed: int = 0, progress: bool = True,
 def run_class_filter(out: str | Path) -> manifests.Manifest:
     """Step 1: the ImageNet-OOD class filter (21k candidates vs 1k, excluding organism.n.01) into ``out``."""
     return run_filter(*FILTER_ARGS, out=out, exclude=FILTER_EXCLUDE)
+
+
+#: The demo's CLIP-like world: ImageNet's proportions at a size that builds and measures in about a second.
+DEMO_CLIP_WORLD = dict(dim=64, n_id_classes=200, n_ood_classes=800, n_superclasses=20, n_styles=40)
+
+
+class GapReport(NamedTuple):
+    """Step 4: the CLIP-like world's mean cosines (``modality_cosines``) and the cells (of ``n_cells``) holding
+    prompts binned on the image grid's edges and on their own, with the warnings of the former."""
+
+    cosines: dict[str, float]
+    cells_on_splits_edges: int
+    cells_on_prompt_edges: int
+    n_cells: int
+    warnings: list[str]
+
+
+def run_modality_gap(seed: int = 0, *, n_levels: int = 8) -> GapReport:
+    """A CLIP-like world's image grid (2,000 test images vs 400 ID images, ideal LAID) and 4,800 style x label
+    prompts (120 labels x 40 styles) measured against the same ID images, binned both ways (in memory)."""
+    check_seed(seed)
+    world = make_clip_world(**DEMO_CLIP_WORLD, seed=seed)
+    laid = LAID(world.mixing)
+    id_feats, _ = world.id_images(2, seed=seed)
+    test, _, _ = world.test_images(2000, seed=seed + 1)
+    i_sem, i_cov = shift_distances(test, id_feats, laid)
+    rng = np.random.default_rng(seed)
+    labels = np.concatenate([rng.choice(world.id_classes, 30, replace=False),
+                             rng.choice(world.ood_classes, 90, replace=False)])
+    classes, styles = (g.ravel() for g in np.meshgrid(labels, np.arange(len(world.styles)), indexing="ij"))
+    p_sem, p_cov = shift_distances(world.texts(classes, styles), id_feats, laid)
+    image_grid = choose_edges(p_sem, p_cov, mode="splits", n_levels=n_levels,
+                              splits_edges=(level_edges(i_sem, n_levels), level_edges(i_cov, n_levels)))
+    own = choose_edges(p_sem, p_cov, mode="prompts", n_levels=n_levels)
+
+    def cells(e) -> int:
+        return len(set(zip(bin_with_edges(p_sem, e.sem).tolist(), bin_with_edges(p_cov, e.cov).tolist())))
+
+    return GapReport(modality_cosines(world, seed=seed), cells(image_grid), cells(own), n_levels ** 2,
+                     spread_warnings(p_sem, p_cov, image_grid))

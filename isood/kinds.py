@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from isood.defaults import NA_THRESHOLD
+from isood.defaults import NA_THRESHOLD, QUANTILE_CLIP
 from isood.errors import BadInputError, ManifestError
 from isood.grid import AXES, axis_edges as grid_axis_edges
 from manifests.card import markdown_table
@@ -137,6 +137,16 @@ class SplitsView(GridView):
         return str(given) if given and Path(given).exists() else None
 
     @property
+    def clip_quantile(self) -> tuple[float, float]:
+        """The quantiles of the range the levels were cut over (build-splits' ``--clip-quantile``; the grid's
+        default ``QUANTILE_CLIP`` for a manifest that records none, e.g. an import)."""
+        value = self.field("clip_quantile")
+        if value is None:
+            return (float(QUANTILE_CLIP[0]), float(QUANTILE_CLIP[1]))
+        lo, hi = (float(v) for v in value)
+        return (lo, hi)
+
+    @property
     def na_rule(self) -> str | None:
         """An import's N/A rule: 'pooled' (a cell pools its lists across the release's subsets, as the release's
         loader does) or 'per-subset'; None for build-splits (one set of images)."""
@@ -163,6 +173,12 @@ class SplitsView(GridView):
 
 class SynView(GridView):
     """``isood generate-syn`` output (images relative to the manifest folder)."""
+
+    @property
+    def prompt_edges(self) -> dict | None:
+        """How the prompts were binned (``generation.syn.edges``): mode (prompts | splits | calibrated), the
+        quantile clip, the per-axis offset and the edges used; None for a manifest written before modes existed."""
+        return self.field("prompt_edges")
 
 
 class FeaturesView(ClipProvenance):
@@ -418,6 +434,7 @@ register_kind(KindSpec(
                                  paths=("path",))},
     fields={**_GRID_FIELDS, "test_root": "command.config.test_root", "id_root": "command.config.id_root",
             "id": "command.config.id", "na_rule": "command.config.na_rule",
+            "clip_quantile": "command.config.clip_quantile",
             "release_name": "command.config.release_name", "subsets": "command.config.subsets",
             "ann": "summary.ann"},
     card=CardSpec(title="isood splits manifest", licence=_imagenet_licence, **_GRID_CARD,
@@ -425,15 +442,16 @@ register_kind(KindSpec(
                   "in-distribution set and binned into a grid of shift levels (IS-OOD, \"A Sorites Paradox\").")))
 _SYN_TABLES = {"images": TableSpec(_SYN_IMAGES, paths=("path",)), "prompts": TableSpec(_SYN_PROMPTS),
                "edges": TableSpec(EDGES_COLUMNS), "rejected": TableSpec(_SYN_REJECTED, paths=("path",))}
+_SYN_FIELDS = {**_GRID_FIELDS, "prompt_edges": "command.config.prompt_edges"}
 _SYN_DESCRIPTION = ("Syn-IS: images generated from style x label prompts, graded by the prompts' semantic and "
                     "covariate shift and binned into a grid of shift levels.")
 register_kind(KindSpec(
     SYN_IS, writer="isood generate-syn", view=SynView,
-    tables={**_SYN_TABLES, "cells": TableSpec(CELLS_COLUMNS)}, fields=dict(_GRID_FIELDS),
+    tables={**_SYN_TABLES, "cells": TableSpec(CELLS_COLUMNS)}, fields=_SYN_FIELDS,
     card=CardSpec(title="Syn-IS", description=_SYN_DESCRIPTION, licence=_syn_licence, **_GRID_CARD)))
 register_kind(KindSpec(
     SYN_IS_PROMPTS, writer="isood generate-syn --prompts-only", view=SynView,
-    tables={**_SYN_TABLES, "cells": TableSpec(CELLS_COLUMNS)}, fields=dict(_GRID_FIELDS),
+    tables={**_SYN_TABLES, "cells": TableSpec(CELLS_COLUMNS)}, fields=_SYN_FIELDS,
     card=CardSpec(title="Syn-IS prompts", licence=_syn_prompts_licence, **_GRID_CARD,
                   description="The plan of a Syn-IS run (`isood generate-syn --prompts-only`): the images it would "
                   "generate (table `images`: prompt, seed, shift and cell of each; no image files) and every "

@@ -142,3 +142,17 @@ def planted_evaluation(tmp_path_factory):
     ev = evaluate_planted(world, splits, out / "evaluation", seed=0, detectors=PLANTED_DETECTORS,
                           plot_metrics=PLANTED_PLOT_METRICS)
     return out, world, splits, ev
+
+
+#: The CLIP-like world the tests use (``isood.simulate_clip``): ImageNet's proportions at a test's size.
+CLIP_WORLD_SPEC = dict(dim=64, n_id_classes=200, n_ood_classes=800, n_superclasses=20, n_styles=40, seed=0)
+
+
+@pytest.fixture(scope="session")
+def clip_world():
+    """A CLIP-like planted world (``isood.simulate_clip.make_clip_world(**CLIP_WORLD_SPEC)``): text and image
+    features in two cones (a caption and its own image: cosine ~0.3), 200 ID and 800 OOD classes, 40 styles."""
+    from isood.simulate_clip import make_clip_world
+
+    return make_clip_world(**CLIP_WORLD_SPEC)
+

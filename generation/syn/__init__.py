@@ -2,9 +2,10 @@
 
 Steps (IS-OOD, Syn-IS), one module each: ``options`` (SynOptions and their checks), ``load`` (styles, labels,
 blocklist, the image splits through their typed view, the ID image features, CLIP, LAID given / from the splits /
-trained on labels x CLIP templates; measuring each prompt's D_sem / D_cov through LAID), ``steps`` (pure: bin with
-the splits' edges (else the prompts' own), sample K prompts per cell, expand to M images per prompt, the cells,
-rejected and merged tables), ``stage`` (the run: generation through an ``isood.batch_engine.BatchEngine``) and
+trained on labels x CLIP templates; measuring each prompt's D_sem / D_cov through LAID), ``edges`` (pure: the
+edges of ``--prompt-edges``, the prompts' own by default, and the check that they spread the prompts), ``steps``
+(pure: bin with those edges, sample K prompts per cell, expand to M images per prompt, the cells, rejected and
+merged tables), ``stage`` (the run: generation through an ``isood.batch_engine.BatchEngine``) and
 ``write`` (the manifest; a job-array task's part; the merge of the parts). A job-array task (``--num-shards N
 --shard-index i``) generates the pipeline batches ``b % N == i`` and writes a ``syn-is-part`` manifest;
 :func:`merge_parts` combines the parts into the bytes a single run writes (the CLI maps kind ``syn-is`` to it).

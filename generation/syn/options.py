@@ -10,11 +10,12 @@ from typing import Any
 import pandas as pd
 
 from generation.sdxl import MAX_SIZE, GeneratorSettings
-from isood.defaults import DEFAULT_PIPELINE, LAID_TRIPLETS
+from generation.syn.edges import PROMPT_EDGE_MODES
+from isood.defaults import DEFAULT_PIPELINE, LAID_TRIPLETS, NA_THRESHOLD
 from isood.errors import BadInputError
 from isood.kinds import SYN_IS, SYN_IS_PART, SYN_IS_PROMPTS
 from isood.optspec import (EngineFields, JobArrayFields, batch_size_option, check, device_option, levels_option,
-                           na_threshold_option, option, out_option, seed_option, verify_option)
+                           option, out_option, seed_option, verify_option)
 from isood.parts import check_shard_args
 from manifests.store import Manifest
 
@@ -43,7 +44,14 @@ class SynOptions(EngineFields, JobArrayFields):
     id_features: str | None = option(None, kind="path", metavar="DIR",
                                      help="Features of the ID images (extraction output directory).")
     splits: str | None = option(None, kind="path", metavar="DIR",
-                                help="An image-splits manifest: bin prompts with its edges (else the prompts' own).")
+                                help="An image-splits manifest: its CLIP, LAID, ID features, levels, quantile "
+                                     "clip and N/A threshold.")
+    prompt_edges: str = option(PROMPT_EDGE_MODES[0], choices=PROMPT_EDGE_MODES, metavar="MODE",
+                               help="Edges the prompts are binned with: prompts (equal-width levels over the "
+                                    "prompts' own clipped range, as the release's Syn-IS), splits (the --splits "
+                                    "edges as they are: text-to-image distances lie beyond image-to-image edges) "
+                                    "or calibrated (the --splits edges moved by the median prompt distance minus "
+                                    "the median image distance, per axis).")
     per_cell: int = option(10, least=1, help="Prompts sampled per grid cell (seeded).")
     images_per_prompt: int = option(1, least=1, help="Images generated per prompt.")
     pipeline: str = option(DEFAULT_PIPELINE, metavar="PIPELINE", help="diffusers pipeline: a Hub name or "
@@ -57,7 +65,10 @@ class SynOptions(EngineFields, JobArrayFields):
     device: str | None = device_option()
     n_levels: int = levels_option("Levels per axis without --splits (with it: the splits' levels).",
                                  flag="--levels")
-    na_threshold: int = na_threshold_option()
+    na_threshold: int | None = option(None, least=1, metavar="N",
+                                      help=f"A cell with fewer images is N/A (default: the --splits manifest's, "
+                                           f"else {NA_THRESHOLD}).",
+                                      why=f"a cell needs images to be measured; IS-OOD uses {NA_THRESHOLD}")
     blocklist: str | None = option(None, kind="path", metavar="FILE",
                                    help="Extra prompt blocklist terms, one per line.")
     default_blocklist: bool = option(True, secondary="--no-default-blocklist",
@@ -116,6 +127,9 @@ def check_options(opts: SynOptions, *, engine: str = "local", custom_generator: 
     check_shard_args(opts.num_shards, opts.shard_index)
     if custom_generator and engine != "local":
         raise BadInputError(f"a custom generator runs only with the local engine, not {engine!r}")
+    if opts.prompt_edges != PROMPT_EDGE_MODES[0] and not opts.splits:
+        raise BadInputError(f"--prompt-edges {opts.prompt_edges} bins on an image-splits manifest's edges: pass "
+                            "--splits DIR (or --prompt-edges prompts)")
     if opts.partial and opts.prompts_only:
         raise BadInputError("--num-shards splits image generation; --prompts-only runs once (drop --num-shards)")
     opts.settings()

@@ -14,17 +14,21 @@ from generation.outputs import prune_images
 from generation.prompts import apply_blocklist, build_prompts
 from generation.safety import load_image_checker
 from generation.sdxl import generate_images, plan_fingerprint
+from generation.syn.edges import PromptEdges, choose_edges, spread_warnings
 from generation.syn.load import SynInputs, load_inputs, measure_prompts
 from generation.syn.options import (KIND, KIND_PART, KIND_PROMPTS, SynOptions, SynResult, check_options,
                                     input_paths, output_kinds)
 from generation.syn.steps import PromptPlan, n_batches, plan_prompts, rejected_rows, split_generated, task_rows
 from generation.syn.write import write_part, write_syn_manifest
+from isood.defaults import NA_THRESHOLD
 from isood.errors import BadInputError
 from isood.grid import edges_table
 from isood.batch_engine import BatchEngine, LocalEngine
+from isood.kinds import SplitsView
 from isood.parts import part_info
 
-__all__ = ["run_generate_syn", "candidate_prompts", "generate_step", "syn_config", "input_records"]
+__all__ = ["run_generate_syn", "candidate_prompts", "generate_step", "prompt_edges", "na_threshold", "syn_config",
+           "input_records"]
 
 
 def candidate_prompts(inputs: SynInputs) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -55,17 +59,40 @@ def generate_step(plan: pd.DataFrame, opts: SynOptions, root: Path, *, engine: B
     return images, rejected, counts, {"settings": asdict(settings), "fingerprint": fingerprint}
 
 
-def syn_config(opts: SynOptions, inputs: SynInputs, plan: PromptPlan, *, generator_config: dict,
+def prompt_edges(opts: SynOptions, splits: SplitsView | None, d_sem, d_cov) -> PromptEdges:
+    """The edges of ``--prompt-edges`` (``generation.syn.edges``) with the levels and quantile clip the splits
+    manifest chose (its typed view), else ``--levels`` and the grid's default clip."""
+    if splits is None:
+        return choose_edges(d_sem, d_cov, mode=opts.prompt_edges, n_levels=opts.n_levels)
+    images = splits.images
+    return choose_edges(d_sem, d_cov, mode=opts.prompt_edges, n_levels=splits.n_levels, clip=splits.clip_quantile,
+                        splits_edges=(splits.axis_edges("sem"), splits.axis_edges("cov")),
+                        splits_distances=(images["d_sem"].to_numpy(), images["d_cov"].to_numpy()))
+
+
+def na_threshold(opts: SynOptions, splits: SplitsView | None) -> tuple[int, str]:
+    """The N/A threshold of the cells and where it came from: ``--na-threshold``, else the splits manifest's
+    (its typed view), else the grid's default."""
+    if opts.na_threshold is not None:
+        return int(opts.na_threshold), "--na-threshold"
+    if splits is not None:
+        return splits.na_threshold, "splits"
+    return NA_THRESHOLD, "default"
+
+
+def syn_config(opts: SynOptions, inputs: SynInputs, plan: PromptPlan, edges: PromptEdges, *, generator_config: dict,
                engine: BatchEngine, image_checker: Callable | None) -> dict[str, Any]:
     """The manifest's ``command.config``: every option that shapes the content, and where the inputs came from."""
     laid = inputs.laid
+    threshold, threshold_from = na_threshold(opts, inputs.splits)
     config = {
         "styles": opts.styles, "style_names": [s.name for s in inputs.styles], "labels": str(opts.labels),
         "clip": inputs.clip_spec, "clip_identity": inputs.encoder.identity, "laid": laid.origin,
         "laid_config": laid.laid.config, "id_features": inputs.id_features,
         "splits": str(opts.splits) if opts.splits else None, "per_cell": opts.per_cell,
         "images_per_prompt": opts.images_per_prompt, "seed": opts.seed, "n_levels": plan.n_levels,
-        "na_threshold": opts.na_threshold, "edges_from": "splits" if inputs.splits is not None else "prompts",
+        "na_threshold": threshold, "na_threshold_from": threshold_from, "edges_from": edges.mode,
+        "prompt_edges": edges.as_config(),
         "blocklist": {"default": opts.default_blocklist, "file": opts.blocklist, "terms": len(inputs.blocklist)},
         "safety_checker": opts.safety_checker or (getattr(image_checker, "__name__", "custom")
                                                   if image_checker else None),
@@ -127,10 +154,10 @@ def _run(opts: SynOptions, out: Path, *, engine: BatchEngine, generator: Callabl
     inputs = load_inputs(opts, warn=note)
     kept, blocked = candidate_prompts(inputs)
     d_sem, d_cov = measure_prompts(inputs, kept["prompt"], device=opts.device, progress=opts.progress)
-    splits = inputs.splits
-    plan = plan_prompts(kept, d_sem, d_cov, n_levels=splits.n_levels if splits is not None else opts.n_levels,
-                        sem_edges=splits.axis_edges("sem") if splits is not None else None,
-                        cov_edges=splits.axis_edges("cov") if splits is not None else None,
+    edges = prompt_edges(opts, inputs.splits, d_sem, d_cov)
+    for message in spread_warnings(d_sem, d_cov, edges):
+        note(message)
+    plan = plan_prompts(kept, d_sem, d_cov, n_levels=len(edges.sem) - 1, sem_edges=edges.sem, cov_edges=edges.cov,
                         per_cell=opts.per_cell, images_per_prompt=opts.images_per_prompt, seed=opts.seed)
     summary = _summary(inputs, plan, blocked, notes)
     rejected = [rejected_rows(blocked, "prompt")]
@@ -143,7 +170,8 @@ def _run(opts: SynOptions, out: Path, *, engine: BatchEngine, generator: Callabl
                                                                  on_image=on_image)
         rejected.append(img_rejected)
         summary.update(counts)
-    config = syn_config(opts, inputs, plan, generator_config=gen_config, engine=engine, image_checker=image_checker)
+    config = syn_config(opts, inputs, plan, edges, generator_config=gen_config, engine=engine,
+                        image_checker=image_checker)
     tables = dict(images=images, prompts=plan.prompts, edges=edges_table(plan.sem_edges, plan.cov_edges),
                   rejected=pd.concat(rejected, ignore_index=True))
     laid_files = inputs.laid.laid.files()

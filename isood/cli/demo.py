@@ -57,7 +57,8 @@ def demo(opts: DemoOptions) -> None:
 def _run_demo(out: Path, seed: int) -> None:
     """The demo's steps, printing their tables (``isood demo``)."""
     # WordNet (nltk) and the evaluation (torch) take seconds to import: only when the command runs
-    from isood.demo import FILTER_ARGS, FILTER_EXCLUDE, check_demo_out, run_class_filter, run_planted
+    from isood.demo import (FILTER_ARGS, FILTER_EXCLUDE, check_demo_out, run_class_filter, run_modality_gap,
+                            run_planted)
     from isood.evaluation.planted import evaluate_planted, planted_table
 
     check_demo_out(out)  # every output the demo writes, before the first one
@@ -79,5 +80,12 @@ def _run_demo(out: Path, seed: int) -> None:
     n_detectors = len(ev.evaluation.detectors)
     console.print(f"evaluation: {out}/evaluation/report.html ({n_detectors} detectors, "
                   f"{int((~ev.evaluation.per_cell['na']).sum()) // n_detectors} measured cells)")
+    gap = run_modality_gap(seed)
+    cos = gap.cosines
+    console.print(f"Syn-IS on a CLIP-like world (cosine caption/own image {cos['caption_image']:.2f}, text/text "
+                  f"{cos['text_text']:.2f}, image/image {cos['image_image']:.2f}): prompts in "
+                  f"{gap.cells_on_splits_edges}/{gap.n_cells} cells on the image grid's edges "
+                  f"({len(gap.warnings)} warnings), {gap.cells_on_prompt_edges}/{gap.n_cells} on their own "
+                  f"(generate-syn's default)")
     console.print(f"manifests under {out}/ (verify with `isood verify {out}/splits`); total "
                   f"{time.perf_counter() - t0:.1f} s")

@@ -101,3 +101,63 @@ def make_generator(tiny_pipe, tiny_pipeline_spec):
 @pytest.fixture
 def gen(make_generator):
     return make_generator()
+
+
+class PlantedTextEncoder:
+    """An ``isood.clip.ClipEncoder`` whose text features are a planted world's: ``texts`` maps each prompt string
+    to its feature row (``tokenizer`` turns strings into row numbers, ``model.encode_text`` looks them up)."""
+
+    def __init__(self, texts: dict, identity: str):
+        import numpy as np
+        import torch
+
+        self._row = {t: j for j, t in enumerate(texts)}
+        self._table = torch.from_numpy(np.stack(list(texts.values())).astype(np.float32))
+        self.identity, self.spec, self.device = identity, "planted", torch.device("cpu")
+        self.embed_dim, self.preprocess, self.model = int(self._table.shape[1]), None, self
+
+    def tokenizer(self, texts):
+        import torch
+
+        return torch.tensor([self._row[t] for t in texts], dtype=torch.long)
+
+    def encode_text(self, rows):
+        return self._table[rows]
+
+
+@pytest.fixture(scope="session")
+def clip_world_syn(tmp_path_factory, clip_world):
+    """generate-syn's inputs in the CLIP-like world: a labels file (30 ID and 90 OOD classes, named
+    ``class0123``), a style file (every world style, ``style07``), the image splits of 2,000 test images built by
+    the real build-splits stage (with the ideal LAID W = the world's mixing matrix), and the planted text
+    encoder of every style x label prompt (``encoder``; pass it where ``load_clip`` would load a CLIP).
+    ``prompt_truth`` maps each prompt to its (class, style)."""
+    import json
+
+    from isood.laid import LAID
+    from isood.stages.splits import BuildConfig, build_splits
+
+    root = tmp_path_factory.mktemp("clip_world_syn")
+    rng = np.random.default_rng(0)
+    classes = np.concatenate([rng.choice(clip_world.id_classes, 30, replace=False),
+                              rng.choice(clip_world.ood_classes, 90, replace=False)])
+    (root / "labels.txt").write_text("".join(f"class{c:04d}\n" for c in classes))
+    styles = [{"name": f"style{s:02d}", "prompt": f"{{prompt}} rendered in style{s:02d}", "negative_prompt": ""}
+              for s in range(len(clip_world.styles))]
+    (root / "styles.json").write_text(json.dumps(styles))
+    truth = {f"{c_name} rendered in style{s:02d}": (c, s) for s in range(len(styles))
+             for c, c_name in ((c, f"class{c:04d}") for c in classes)}
+    cs = np.array(list(truth.values()))
+    encoder = PlantedTextEncoder(dict(zip(truth, clip_world.texts(cs[:, 0], cs[:, 1]))), identity="planted-clip-world")
+    id_feats, id_cls = clip_world.id_images(2)
+    test_feats, test_cls, _ = clip_world.test_images(2000)
+    for name, feats, cls in (("id", id_feats, id_cls), ("test", test_feats, test_cls)):
+        (root / name).mkdir()
+        np.save(root / name / "features.npy", feats)
+        pd.DataFrame({"path": [f"{name}/{j:05d}.png" for j in range(len(feats))],
+                      "wnid": [f"class{c:04d}" for c in cls]}).to_parquet(root / name / "index.parquet")
+    laid = LAID(clip_world.mixing).save(root / "laid.safetensors")
+    build_splits(BuildConfig(id=str(root / "id"), test=str(root / "test"), laid=str(laid), out=str(root / "splits"),
+                             progress=False))
+    return {"root": root, "labels": root / "labels.txt", "styles": root / "styles.json", "splits": root / "splits",
+            "encoder": encoder, "prompt_truth": truth}

@@ -176,7 +176,7 @@ def test_splits_edges_are_reused_and_laid_is_trained_when_absent(syn_inputs, tin
                           config={"clip": tiny_clip_spec, "id": str(syn_inputs["id_features"])})
     out = tmp_path / "o"
     opts = options(syn_inputs, out, None, prompts_only=True, laid=None, splits=str(tmp_path / "splits"),
-                   laid_triplets=200, id_features=None)  # CLIP and ID features: those build-splits used
+                   laid_triplets=200, id_features=None, prompt_edges="splits")  # CLIP, ID features: build-splits'
     run_generate_syn(opts)
     m = manifests.read(out)
     got = m.frame("edges")

@@ -97,6 +97,13 @@ ROWS = [  # (extra args or a function of the inputs folder returning them, subst
                  id="labels_empty-labels._labels_frame"),
     pytest.param(lambda root: ["--labels", root / "absent.txt"], ["absent.txt", "--labels"],
                  id="labels_missing-labels.load_labels"),
+    pytest.param(["--prompt-edges", "splits"], ["--prompt-edges splits", "--splits DIR"],
+                 id="prompt_edges_splits_without_splits-syn.options.check_options"),
+    pytest.param(["--prompt-edges", "calibrated"], ["--prompt-edges calibrated", "--splits DIR"],
+                 id="prompt_edges_calibrated_without_splits-syn.options.check_options"),
+    pytest.param(["--prompt-edges", "image"], ["--prompt-edges", "image", "prompts"],
+                 id="prompt_edges_unknown-optspec.check"),
+    pytest.param(["--na-threshold", "0"], ["--na-threshold", "0"], id="na_threshold_0-optspec.check"),
 ]
 
 
