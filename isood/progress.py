@@ -7,10 +7,18 @@ one when a task starts, at most one every ``interval`` seconds while it runs, an
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, Iterable, Iterator
 
-__all__ = ["progress_bar", "track", "LineProgress", "LINE_INTERVAL"]
+__all__ = ["progress_bar", "track", "LineProgress", "LINE_INTERVAL", "is_progress_line"]
+
+_LINE = re.compile(r"^.+: \d+(\.\d+)?(/\d+(\.\d+)? \(\d+%\))?, \d+:\d\d elapsed(, \d+\.\d\d \S+/s)?$")
+
+
+def is_progress_line(text: str) -> bool:
+    """Whether a line of stderr is a progress line of ``LineProgress`` (not a message or an error)."""
+    return bool(_LINE.match(text.strip()))
 
 #: Seconds between two progress lines of one task when stderr is not a terminal.
 LINE_INTERVAL = 10.0

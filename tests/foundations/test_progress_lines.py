@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from isood.progress import LineProgress, progress_bar, track
+from isood.progress import LineProgress, is_progress_line, progress_bar, track
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,6 +43,8 @@ def test_a_bar_on_a_pipe_writes_lines_at_start_per_interval_and_at_the_end():
     assert lines[0] == "scoring id_test: 0/100 (0%), 0:00 elapsed"
     assert lines[-1] == "scoring id_test: 100/100 (100%), 0:50 elapsed, 2.00 images/s"
     assert [line.split(": ")[1].split(" ")[0] for line in lines[1:-1]] == ["20/100", "40/100", "60/100", "80/100"]
+    assert all(is_progress_line(line) for line in lines)
+    assert not is_progress_line("error: --out: cannot use out/x: 3/4 (75%), 0:01 elapsed; pass another --out")
 
 
 def test_a_task_without_total_ends_with_a_line_on_exit():
