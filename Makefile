@@ -12,11 +12,15 @@ export TOKENIZERS_PARALLELISM ?= false
 setup: $(STAMP) wordnet chromium
 
 # The venv is rebuilt only when the requirements change (idempotent).
+# pip's own output goes to .venv/setup.log (shown when a step fails); one line says what each step does.
 $(STAMP): pyproject.toml constraints.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -c constraints.txt -e '.[test]'
-	touch $(STAMP)
+	@test -x $(PY) || { echo "setup: creating $(VENV) with $$($(PYTHON) --version)"; $(PYTHON) -m venv $(VENV); }
+	@echo "setup: installing isood and its dependencies into $(VENV) (torch, open_clip, diffusers, ...; a few" \
+	  "minutes the first time; log: $(VENV)/setup.log)"
+	@{ $(PIP) install --upgrade pip && $(PIP) install -c constraints.txt -e '.[test]'; } >$(VENV)/setup.log 2>&1 || \
+	  { tail -n 40 $(VENV)/setup.log; echo "setup: pip failed (full log: $(VENV)/setup.log)"; exit 1; }
+	@touch $(STAMP)
+	@echo "setup: done"
 
 # WordNet 3.0: Debian's wordnet-base when root, else nltk's data (see docs/install.md).
 wordnet:

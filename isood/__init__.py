@@ -58,7 +58,7 @@ _EXPORTS = {
     "read": "manifests",
 }
 __all__ = ["__version__", *sorted(_EXPORTS)]
-_getattr, __dir__ = lazy_exports(__name__, _EXPORTS)
+_getattr, __dir__ = lazy_exports(__name__, _EXPORTS, extra=("__version__",))
 
 
 def __getattr__(name: str):

@@ -61,6 +61,7 @@ class OptionSpec:
     required: bool = False            # the command line needs it though the Python API may leave it None
     objects: bool = False             # the Python API may pass a loaded object instead (only strings are checked)
     maybe_path: bool = False          # a name or a file: a relative value in --config that exists there is a path
+    commas: bool = False              # a comma-separated list in one string: --config may give a TOML list
 
     def flag_name(self, field_name: str) -> str:
         return self.flag or "--" + field_name.replace("_", "-")
@@ -70,21 +71,22 @@ def option(default: Any = REQUIRED, *, help: str, flag: str | None = None, kind:
            least: float | None = None, most: float | None = None, choices: Sequence[str] | None = None,
            metavar: str | None = None, aliases: Sequence[str] = (), argument: bool = False,
            secondary: str | None = None, cli: bool = True, why: str = "", required: bool = False,
-           objects: bool = False, maybe_path: bool = False,
+           objects: bool = False, maybe_path: bool = False, commas: bool = False,
            default_factory: Callable[[], Any] | None = None) -> Any:
     """A dataclass field described for the command line (module docstring). ``least`` / ``most`` bound numbers
     (and the count of a list); ``choices`` the allowed strings; ``kind='path'`` marks a path; ``required``: the
     command line needs it (the Python API may leave it None); ``objects``: the Python API may pass a loaded
     object (a model, an encoder) instead of its name, which is then not checked; ``maybe_path``: a name or a file
     (``--labels 21k`` or ``--labels my.txt``): in ``--config``, a relative value naming a file next to it is that
-    file."""
+    file; ``commas``: a comma-separated list in one string (``--detectors msp,knn:k=10``), which ``--config`` may
+    also give as a TOML list of strings (``detectors = ["msp", "knn:k=10"]``)."""
     if kind is not None and kind not in _KINDS:
         raise ValueError(f"unknown option kind {kind!r}")
     spec = OptionSpec(help=help, flag=flag, kind=kind, least=least, most=most,
                       choices=tuple(choices) if choices is not None else None, metavar=metavar,
                       aliases=tuple(aliases), argument=argument, secondary=secondary, cli=cli,
                       path_in_config=kind == "path", why=why, required=required, objects=objects,
-                      maybe_path=maybe_path)
+                      maybe_path=maybe_path, commas=commas)
     meta = {"isood": spec}
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
@@ -221,7 +223,10 @@ LOCAL_DIR = "local-dir:"
 
 def _resolve(value: Any, spec: OptionSpec, kind: str, base: Path) -> Any:
     """A ``--config`` value with its relative path made relative to the file's folder ``base``: a path option,
-    the PATH of a ``local-dir:PATH`` model, a ``maybe_path`` value naming a file there."""
+    the PATH of a ``local-dir:PATH`` model, a ``maybe_path`` value naming a file there; a TOML list of strings
+    for a ``commas`` option joined with commas."""
+    if spec.commas and isinstance(value, list) and all(isinstance(v, str) and "," not in v for v in value):
+        return ",".join(value)
     if not isinstance(value, str) or not value:
         return value
     if kind == "path":

@@ -131,3 +131,34 @@ def test_config_keys_are_the_long_option_names(words, cls, tmp_path):
     for f, spec, kind in rows:
         if kind == "path":
             assert got[f.name] == str(tmp_path / "x"), f.name
+
+
+@pytest.mark.parametrize("words, cls", COMMANDS, ids=[" ".join(w) for w, _ in COMMANDS])
+def test_config_takes_a_toml_list_for_every_comma_separated_option(words, cls, tmp_path):
+    """An option that takes a comma-separated list in one string (``--detectors msp,knn:k=10``) also takes a TOML
+    list in --config (``detectors = ["msp", "knn:k=10"]``), joined with commas; every option whose help says
+    "comma-separated" is such an option."""
+    from isood.optspec import from_config
+
+    rows = [(f, spec, kind) for f, spec, kind in option_fields(cls) if spec.cli and not spec.argument]
+    for f, spec, kind in rows:
+        if "comma-separated" in spec.help.lower():
+            assert spec.commas and kind == "str", (words, f.name)
+    listed = [(f, spec) for f, spec, _kind in rows if spec.commas]
+    if not listed:
+        return
+    toml = tmp_path / "c.toml"
+    toml.write_text("".join(f'{spec.flag_name(f.name)[2:]} = ["a", "b:k=1"]\n' for f, spec in listed))
+    got = from_config(cls, toml, " ".join(words))
+    assert {f.name: got[f.name] for f, _spec in listed} == {f.name: "a,b:k=1" for f, _spec in listed}
+
+
+def test_evaluate_config_detectors_as_a_toml_list(tmp_path):
+    """The whole path: a TOML list of detectors in --config is checked like the same string on the command line."""
+    from isood.evaluation.options import EvaluateOptions
+    from isood.optspec import from_config, merge_values
+
+    toml = tmp_path / "e.toml"
+    toml.write_text('detectors = ["msp", "knn:k=10", "vim"]\nout = "o"\nid-test = "t"\nsplits = "s"\n')
+    opts = merge_values(EvaluateOptions, {}, from_config(EvaluateOptions, toml, "evaluate"))
+    assert opts.detectors == "msp,knn:k=10,vim"

@@ -19,6 +19,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
 
 
+def test_the_committed_cli_reference_is_current():
+    """docs/cli.md (linked from the README, readable without building the site) is what the code generates."""
+    committed = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert committed == reference_markdown(), "docs/cli.md is stale: python -m isood.cli.reference > docs/cli.md"
+
+
 def test_the_cli_reference_names_every_command_and_option():
     page = reference_markdown()
     commands = list(walk_commands())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import warnings
 from typing import TYPE_CHECKING
 
@@ -26,12 +27,26 @@ from manifests.output import public_path
 if TYPE_CHECKING:  # the click TyperGroup's methods take: typer (>= 0.2x) runs its own copy, not the click package
     from typer._click import Context, HelpFormatter
 
-__all__ = ["app", "wordnet_app", "import_app", "export_app", "splits_app", "dev_app", "console", "out_console", "error_exit",
+__all__ = ["make_console", "LOG_WIDTH", "app", "wordnet_app", "import_app", "export_app", "splits_app", "dev_app", "console", "out_console", "error_exit",
            "isood_warnings"]
 
 
-console = Console(stderr=True)
-out_console = Console()
+#: The width a console takes when its stream is not a terminal (a log, a pipe) and COLUMNS is unset: wide enough
+#: that no table is cut or wrapped (rich would take 80 columns and shorten "detector" to "detec…").
+LOG_WIDTH = 1000
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A rich console on stdout or stderr: the terminal's width on a terminal (or COLUMNS), else ``LOG_WIDTH``, so
+    tables keep their natural width in logs."""
+    c = Console(stderr=stderr)
+    if not c.is_terminal and not os.environ.get("COLUMNS"):
+        c = Console(stderr=stderr, width=LOG_WIDTH)
+    return c
+
+
+console = make_console(stderr=True)
+out_console = make_console()
 
 
 def warning_line(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ARG001

@@ -3,8 +3,9 @@ with what it takes, its default and its description.
 
 A command built from an options dataclass (``isood.cli.options.COMMANDS``) is described from its fields
 (``isood.optspec.option_fields``: flag, bounds, choices, deprecated aliases, required); any other command from its
-click parameters (``typer.main.get_command``). The docs site renders this page at build time (``docs/hooks.py``), so
-it never goes stale; ``tests/test_docs.py`` checks that every command and option appears.
+click parameters (``typer.main.get_command``). The page is kept in the repository as ``docs/cli.md`` (readable
+without building the site): ``python -m isood.cli.reference > docs/cli.md`` writes it, and ``tests/test_docs.py``
+fails when it differs from what the code generates, and checks that every command and option appears.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ def reference_markdown() -> str:
 
     by_words = {words: cls for words, cls in COMMANDS}
     out = ["# CLI reference", "",
-           "Every command, generated from the code when the docs are built (`isood.cli.reference`): the options "
+           "Every command, generated from the code (`python -m isood.cli.reference > docs/cli.md`): the options "
            "and their defaults are those of this version. Every command also has `-h` / `--help`. A command with "
            "`--config FILE.toml` reads any of its options from a TOML file (keys: the long option names; the "
            "command line wins). Errors about your input are one line on stderr and exit status 2.", ""]

@@ -71,7 +71,7 @@ class EvaluateOptions:
                                     "for a CLIP zero-shot classifier (SPEC: an open_clip name such as "
                                     "ViT-B-16:openai or local-dir:PATH; classes from --classes or --id-train; "
                                     "detectors mcm, glmcm) (not needed with precomputed outputs).")
-    detectors: str = option(DEFAULT_DETECTORS, metavar="SPEC",
+    detectors: str = option(DEFAULT_DETECTORS, metavar="SPEC", commas=True,
                             help="Comma-separated detectors, with parameters as name:key=value (e.g. knn:k=10): msp, "
                                  "maxlogit, energy, odin, mds, knn, vim, react, dice, gradnorm, klm; ash (ASH-B at "
                                  "percentile 90 on the pooled feature, as OpenOOD; ash:variant=p|s); rankfeat "
@@ -115,7 +115,7 @@ class EvaluateOptions:
         "images each evaluates (a manifest's stored N/A flags are not read).")
     der: bool = option(True, secondary="--no-der", help="Score the ID training set for DER95/DER99 (--no-der skips "
                                                         "it).")
-    plot_metrics: str = option(DEFAULT_PLOT_METRICS, metavar="METRICS",
+    plot_metrics: str = option(DEFAULT_PLOT_METRICS, metavar="METRICS", commas=True,
                                help="Metrics to draw (heatmaps and level curves), comma-separated, or 'all' (every "
                                     "computed metric); every metric is in the tables and CSVs.")
     bootstrap: int = option(DEFAULT_BOOTSTRAP, least=0,
@@ -126,7 +126,7 @@ class EvaluateOptions:
                                     help="An audit of the --splits classes (isood wordnet audit SPLITS --out AUDIT): "
                                          "report every metric per cell on all images and on the leak-free ones, "
                                          "with difference heatmaps and ranking changes.")
-    leak_rules: str = option(",".join(LEAK_RULES), metavar="RULES",
+    leak_rules: str = option(",".join(LEAK_RULES), metavar="RULES", commas=True,
                              help="Audit verdicts that count as leaks with --leak-audit (among unknown, id, hypernym, "
                                   "hyponym, excluded_subtree).")
     verify: str = verify_option()

@@ -70,7 +70,7 @@ class CleanOptions:
     audit: str = option(REQUIRED, kind="path", metavar="AUDIT",
                         help="An audit of its classes (isood wordnet audit SPLITS --out AUDIT).")
     out: str = out_option("Output directory (the leak-free splits manifest).")
-    rules: str = option(",".join(LEAK_RULES), metavar="RULES",
+    rules: str = option(",".join(LEAK_RULES), metavar="RULES", commas=True,
                         help="Audit verdicts to remove, comma-separated (among unknown, id, hypernym, hyponym, "
                              "excluded_subtree).")
     verify: str = verify_option()

@@ -62,7 +62,7 @@ class CompareOptions:
     out: str = option(REQUIRED, kind="path", metavar="DIR",
                       help="Output folder for leaderboard.csv and leaderboard.md (new, empty, or an earlier isood "
                            "compare --out).")
-    names: str | None = option(None, help="Comma-separated labels of the runs, in order (default: their folder "
+    names: str | None = option(None, commas=True, help="Comma-separated labels of the runs, in order (default: their folder "
                                           "names).")
     rank_by: str = option("auroc", metavar="METRIC",
                           help="Metric ranking the detectors of each dataset (mean over the measured cells; "

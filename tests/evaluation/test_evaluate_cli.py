@@ -225,7 +225,9 @@ def _one_line_error(result) -> str:
     """The single stderr line of a run that failed with exit status 2 (no traceback, nothing on stdout)."""
     assert result.exit_code == 2, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
-    lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()]
+    from isood.progress import is_progress_line
+
+    lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip() and not is_progress_line(ln)]
     assert len(lines) == 1 and "Traceback" not in result.output, result.output
     return " ".join(lines[0].split())
 

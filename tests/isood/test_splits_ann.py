@@ -61,7 +61,9 @@ def _level(d, edges):
 
 
 def _one_error_line(res):
-    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    from isood.progress import is_progress_line
+
+    lines = [ln for ln in res.output.splitlines() if ln.strip() and not is_progress_line(ln)]
     assert res.exit_code == 2, res.output
     assert len(lines) == 1, res.output
     return lines[0]

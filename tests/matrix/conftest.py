@@ -24,11 +24,14 @@ def invoke(args):
 
 def one_line_error(result) -> str:
     """The single stderr line of a run refused as a user error: exit status 2, no Python exception escaped the
-    CLI, no traceback anywhere, exactly one non-empty stderr line (returned, whitespace collapsed)."""
+    CLI, no traceback anywhere, exactly one non-empty stderr line (returned, whitespace collapsed) besides the
+    progress lines of the work done before the refusal (``isood.progress.is_progress_line``)."""
+    from isood.progress import is_progress_line
+
     assert result.exit_code == 2, (result.exit_code, result.output)
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     assert "Traceback" not in result.output and "Traceback" not in result.stderr, result.output
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip() and not is_progress_line(ln)]
     assert len(lines) == 1, result.stderr
     return " ".join(lines[0].split())
 

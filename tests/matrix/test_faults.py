@@ -155,8 +155,10 @@ def _card(root: Path, rel: str) -> str:
 
 
 def one_error_line(stderr: str, *, others: bool = False) -> str:
-    """The one line a failed or interrupted command printed (its progress bars, drawn with U+2501, aside)."""
-    lines = [ln for ln in stderr.splitlines() if ln.strip() and "\u2501" not in ln]
+    """The one line a failed or interrupted command printed (its progress lines aside)."""
+    from isood.progress import is_progress_line
+
+    lines = [ln for ln in stderr.splitlines() if ln.strip() and not is_progress_line(ln)]
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     assert len(lines) == 1 or (others and lines), stderr  # others: a library's own loading messages came first
     return " ".join(lines[-1].split())

@@ -63,7 +63,9 @@ def test_extract_with_a_hub_clip_and_no_network_is_one_line_naming_hf_hub_offlin
                         "--images", str(tiny_images), "--clip", "ViT-B-32:openai", "--device", "cpu",
                         "--out", str(tmp_path / "feat")], env=_offline_env(tmp_path), capture_output=True,
                        text=True, timeout=TIMEOUT, cwd=tmp_path)
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and "\u2501" not in ln]
+    from isood.progress import is_progress_line
+
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not is_progress_line(ln)]
     assert r.returncode == 2 and len(lines) == 1, r.stderr
     _assert_offline_line(lines[0], "--clip local-dir:PATH")
     assert "--clip ViT-B-32:openai" in lines[0]

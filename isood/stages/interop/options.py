@@ -77,7 +77,7 @@ class ExportOpenoodOptions:
     group: str | None = option(None, choices=("near", "far", "val"), metavar="GROUP",
                                help="OpenOOD group of an image list: near (the default: semantic shift only, e.g. "
                                     "ImageNet-OOD), far (a domain shift too) or val (the OOD val split).")
-    val_cells: str | None = option(None, metavar="CELLS",
+    val_cells: str | None = option(None, metavar="CELLS", commas=True,
                                    help="Grid cells held out as OpenOOD's OOD val split (comma-separated, e.g. "
                                         "cov_0_sem_7,cov_7_sem_7): not registered for near/far; APS-mode "
                                         "postprocessors tune on them.")
