@@ -56,9 +56,12 @@ _EXPORTS = {
     "BuildConfig": "isood.stages.splits",
     "build_splits": "isood.stages.splits",
     "read": "manifests",
+    "Benchmark": "isood.benchmarks.api",
 }
-__all__ = ["__version__", *sorted(_EXPORTS)]
-_getattr, __dir__ = lazy_exports(__name__, _EXPORTS, extra=("__version__",))
+#: Sub-modules reachable as attributes without an import statement (``isood.detectors.KNN(k=50)``).
+_MODULES = ("detectors", "benchmarks")
+__all__ = ["__version__", *sorted(_EXPORTS), *_MODULES]
+_getattr, __dir__ = lazy_exports(__name__, _EXPORTS, extra=("__version__", *_MODULES))
 
 
 def __getattr__(name: str):
@@ -69,4 +72,8 @@ def __getattr__(name: str):
             return version("isood")
         except PackageNotFoundError:  # a source tree that is not installed
             return "0+unknown"
+    if name in _MODULES:
+        import importlib
+
+        return importlib.import_module(f"isood.{name}")
     return _getattr(name)

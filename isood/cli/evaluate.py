@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from rich.table import Table
@@ -13,7 +14,7 @@ from isood.evaluation.options import EvaluateOptions, check_options
 if TYPE_CHECKING:  # the stage pulls in torch: imported when the command runs
     from isood.evaluation.job import EvaluateResult
 
-__all__ = ["evaluate", "summary_console_table", "sets_console_table"]
+__all__ = ["evaluate", "with_benchmark", "summary_console_table", "sets_console_table"]
 
 
 def summary_console_table(result: EvaluateResult) -> Table:
@@ -59,11 +60,29 @@ def sets_console_table(result: EvaluateResult) -> Table | None:
     return t
 
 
+def with_benchmark(opts: EvaluateOptions) -> EvaluateOptions:
+    """``opts`` with its ``--benchmark`` resolved under ``--data-root``: the benchmark's OOD sets and roots added
+    to the ones given, its ID test set (and list root, labels) used where the options give none."""
+    from isood.benchmarks.registry import get_benchmark
+    from isood.benchmarks.resolve import resolve_benchmark
+
+    assert opts.benchmark is not None and opts.data_root is not None, "check_options: they go together"
+    r = resolve_benchmark(get_benchmark(opts.benchmark), opts.data_root, verify=opts.verify)
+    own = opts.id_test is None
+    return replace(opts, ood=(*opts.ood, *r.ood), ood_root=(*opts.ood_root, *r.ood_root),
+                   id_test=r.id_test if own else opts.id_test,
+                   id_test_root=r.id_test_root if own and opts.id_test_root is None else opts.id_test_root,
+                   id_test_labels=r.id_test_labels if own and opts.id_test_labels is None else opts.id_test_labels)
+
+
 @command(app, "evaluate", EvaluateOptions,
          help="Score OOD detectors on an ID test set and any OOD sets: per cell of every grid (level curves, Table 1, "
               "heatmaps), per set (OpenOOD-style near / far rows), and a report.")
 def evaluate(opts: EvaluateOptions) -> None:
     check_options(opts)  # a bad option is refused before torch, timm or matplotlib load
+    if opts.benchmark is not None:  # its sets found under --data-root (lists imported once, cached by content)
+        opts = with_benchmark(opts)
+        check_options(opts)
     # the stage pulls in torch, timm and matplotlib: loaded only when the options are good
     from isood.evaluation.job import run_evaluate
 

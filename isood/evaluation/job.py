@@ -78,7 +78,7 @@ from .conventions import release_results_files
 from .detectors import Detector, parse_detectors
 from .models import ModelAdapter, model_classes, randomized_copy, wrap_model
 from .options import (SPLITS_SET, EvaluateOptions, OodSpec, check_options, check_paths, named_values, ood_sets,
-                      plot_metrics, preprocess_presets)
+                      plot_metrics, preprocess_presets, resolved)
 from .outputs import is_outputs_dir, load_outputs
 from .preprocess import dataset_preset, describe, preset_transform
 from .scoring import DetectorScores, check_requirements, run_detectors, score_precomputed
@@ -612,6 +612,9 @@ def run_evaluate(opts: EvaluateOptions, *, adapter=None, argv: list[str] | None 
     """Run `isood evaluate` (module docstring). ``adapter``: a ``ModelAdapter`` / torch module to use instead of
     ``opts.model`` (Python API: your own classifier)."""
     t0 = time.perf_counter()
+    if not resolved(opts):
+        raise BadInputError(f"--benchmark {opts.benchmark}: resolve it first (the CLI does; from Python use "
+                            "isood.Benchmark.from_name(...).evaluate(...))")
     detectors = check_options(opts)
     check_precision(opts.precision, resolve_device(opts.device))  # fp16 needs CUDA: refused before any work
     assert opts.out is not None, "check_options: --out is required"
@@ -689,6 +692,27 @@ def _pairs(value, what: str) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
+def detector_objects(detectors) -> tuple[str, dict[str, Detector]]:
+    """``detectors`` as ``isood.evaluate`` takes them: a spec string (``'msp,knn:k=10'``), a list of names or
+    specs, or a list of detector objects (``isood.detectors.KNN(k=50)``), possibly mixed. Returns the one spec the
+    options carry and check (an object written as ``Detector.spec()``) and the objects given, by name."""
+    if isinstance(detectors, (str, Detector)):
+        detectors = [detectors]
+    specs, objects = [], {}
+    for d in detectors:
+        if isinstance(d, Detector):
+            if d.name in objects:
+                raise BadInputError(f"detectors: two '{d.name}' detectors; list each detector once")
+            objects[d.name] = d
+            specs.append(d.spec())
+        elif isinstance(d, str):
+            specs.append(d)
+        else:
+            raise BadInputError(f"detectors: {d!r} is neither a detector spec nor a detector object; pass e.g. "
+                                "'msp,knn:k=10' or [isood.detectors.MSP(), isood.detectors.KNN(k=10)]")
+    return ",".join(specs), objects
+
+
 def evaluate(model=None, *, id_test, ood=None, roots=None, preprocess=None, detectors=DEFAULT_DETECTORS,
              cache_dir: str | os.PathLike | None = "", progress: bool = False, **options: Any) -> Evaluation:
     """Evaluate detectors on an ID test set and OOD sets in memory: the steps of ``isood evaluate`` without
@@ -715,6 +739,7 @@ def evaluate(model=None, *, id_test, ood=None, roots=None, preprocess=None, dete
     ``progress``.
     """
     adapter, model_name = (None, model) if model is None or isinstance(model, str) else (model, None)
+    detectors, objects = detector_objects(detectors)
     presets = (preprocess,) if isinstance(preprocess, str) else _pairs(preprocess, "preprocess")
     known = {f.name for f in fields(EvaluateOptions)} - {"out", "model", "ood", "ood_root", "preprocess", "detectors",
                                                           "id_test", "cache_dir", "progress"}
@@ -728,6 +753,7 @@ def evaluate(model=None, *, id_test, ood=None, roots=None, preprocess=None, dete
         cache_dir=os.fspath(cache_dir) if cache_dir is not None else None, progress=progress,
         ood=_pairs(ood, "ood"), ood_root=_pairs(roots, "roots"), preprocess=presets, **paths)
     dets = check_options(opts, need_out=False)
+    dets = {name: objects.get(name, d) for name, d in dets.items()}  # objects as given, in the order given
     c = _compute(opts, dets, adapter=adapter)
     ev = c.evaluation
     return Evaluation(per_cell=ev.per_cell, per_set=c.per_set, table1=ev.summary, levels=ev.levels, means=ev.means,

@@ -38,7 +38,7 @@ from .metrics import METRICS
 from .preprocess import DEFAULT_PRESET, check_preset
 
 __all__ = ["EvaluateOptions", "check_options", "plot_metrics", "model_function", "OodSpec", "ood_sets",
-           "named_values", "preprocess_presets", "check_paths", "SPLITS_SET", "SYN_SET", "PRECISIONS",
+           "named_values", "preprocess_presets", "check_paths", "resolved", "SPLITS_SET", "SYN_SET", "PRECISIONS",
            "DEFAULT_PRECISION"]  # PRECISIONS, DEFAULT_PRECISION: isood.devices
 
 #: The dataset names of ``--splits`` and ``--syn``.
@@ -58,10 +58,10 @@ class EvaluateOptions:
                                      "must pass `isood verify`. Same as --ood splits=SPLITS, with --test-root.")
     out: str | None = option(None, kind="path", metavar="DIR", required=True,
                              help="Output directory (evaluation manifest, plots, report.html, summary.md).")
-    id_test: str | None = option(None, kind="path", required=True,
+    id_test: str | None = option(None, kind="path",
                                  help="ID test set: image folder with wnid sub-folders, a file list (flat paths "
                                       "without wnids too: see --id-test-root, --id-test-labels), or a "
-                                      "precomputed-outputs folder.")
+                                      "precomputed-outputs folder. Required, unless --benchmark names one.")
     id_train: str | None = option(None, kind="path",
                                   help="ID training set (fits MDS/KNN/ViM..., DER threshold): a folder with wnid "
                                        "sub-folders (or file list), or precomputed outputs. Optional when no "
@@ -155,6 +155,14 @@ class EvaluateOptions:
                                               "model (default), imagenet, openood, timm, release (per set as the "
                                               "IS-OOD release: Resize(224) for splits manifests, Resize(256) "
                                               "otherwise), release-1k, release-21k.")
+    benchmark: str | None = option(None, metavar="NAME",
+                                   help="A named benchmark (`isood benchmarks` lists them; or a .toml file): its OOD "
+                                        "sets, groups, image roots and ID test set are found under --data-root and "
+                                        "added to any --splits/--syn/--ood; its lists are imported once into the "
+                                        "cache.")
+    data_root: str | None = option(None, kind="path", metavar="DIR",
+                                   help="The folder holding the --benchmark's lists and images, in its documented "
+                                        "layout (`isood benchmarks NAME`).")
     table_convention: str = option(TABLE_CONVENTIONS[0], choices=TABLE_CONVENTIONS, metavar="RULE",
                                    help="Table 1's rule: exact (fractions, N/A left out) or release (the IS-OOD "
                                         "release's analyze_metrics.py: percent rounded to 0.01, N/A as 0, level "
@@ -234,7 +242,8 @@ def ood_sets(opts: EvaluateOptions) -> list[OodSpec]:
                                 "NAME=MANIFEST)")
         specs.append(OodSpec(_check_name(name.strip(), f"--ood {text}"), path.strip(), group, f"--ood {text}"))
     if not specs:
-        raise BadInputError("no OOD set: pass --splits SPLITS, --syn SYN or --ood NAME=MANIFEST (repeatable)")
+        raise BadInputError("no OOD set: pass --splits SPLITS, --syn SYN, --ood NAME=MANIFEST (repeatable) or "
+                            "--benchmark NAME --data-root DIR")
     seen: dict[str, str] = {}
     for s in specs:
         if s.name in seen:
@@ -291,13 +300,26 @@ def check_paths(opts: EvaluateOptions) -> None:
                             "'<image> <label>' lines")
 
 
+def resolved(opts: EvaluateOptions) -> bool:
+    """Whether ``opts``' ``--benchmark`` has been resolved into its sets (``isood.benchmarks``, which the CLI and
+    ``isood.Benchmark`` run before the stage): its ID test set is then given."""
+    return opts.benchmark is None or opts.id_test is not None
+
+
 def check_options(opts: EvaluateOptions, *, need_out: bool = True) -> dict[str, Detector]:
     """One-line errors, before anything is read or loaded (see the module docstring); returns the parsed
     ``--detectors``. ``need_out``: False for an evaluation kept in memory (``isood.evaluate``)."""
     required = (("--out", opts.out),) if need_out else ()
-    for flag, value in (*required, ("--id-test", opts.id_test)):
+    for flag, value in required:
         if value is None:
             raise BadInputError(f"{flag} is required")
+    if (opts.benchmark is None) != (opts.data_root is None):
+        raise BadInputError("--benchmark and --data-root go together: pass both (`isood benchmarks` lists the "
+                            "benchmarks and their layouts)")
+    if opts.benchmark is not None and not resolved(opts):  # filled in from the benchmark before the stage runs
+        return parse_detectors(check(opts).detectors)
+    if opts.id_test is None:
+        raise BadInputError("--id-test is required (or pass --benchmark NAME --data-root DIR)")
     check(opts)  # every field's kind, bounds and choices (isood.optspec): one line naming the flag
     specs = ood_sets(opts)
     names = {s.name for s in specs}

@@ -202,6 +202,15 @@ def _cast(value: Any, kind: type) -> Any:
     return kind(value)
 
 
+def _spec_value(value: Any) -> str:
+    """A hyper-parameter as ``--detectors`` writes it (``registry._value`` reads it back)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, str)) and "," not in str(value) and "=" not in str(value):
+        return repr(value) if isinstance(value, float) else str(value)
+    raise DetectorParamError(f"a detector parameter {value!r} cannot be written as --detectors text")
+
+
 class Detector(abc.ABC):
     """Base class of every detector (see the module docstring). Class attributes: ``name`` (set by
     ``@register_detector``), ``requires``, ``needs_fit``, ``needs_labels``."""
@@ -301,6 +310,15 @@ class Detector(abc.ABC):
         if ok is not None and not ok(v):
             raise DetectorParamError(f"{self.name}: {key} must be {rule}, got {value!r}{hint}")
         return v
+
+    def spec(self) -> str:
+        """This detector as a ``--detectors`` entry (``'knn:k=50'``): its name and the hyper-parameters that differ
+        from the defaults (None, the data-dependent default, is left out). ``parse_detectors(d.spec())`` builds an
+        equal detector: the CLI's strings and the Python objects are one description."""
+        defaults = self.parameters(settings=False)
+        given = {k: v for k, v in self.params().items() if v is not None and v != defaults.get(k)}
+        return self.name + "".join(f"{':' if i == 0 else ','}{k}={_spec_value(v)}" for i, (k, v) in
+                                   enumerate(given.items()))
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())

@@ -55,7 +55,9 @@ class ExportOpenoodOptions:
     name: str | None = option(None, help="Benchmark name: imglist/<name>/ and benchmark_imglist/<name>/ (default: an "
                                          "imported release's folder name, e.g. imagenet21k, else isood; SynIS for the "
                                          "release's Syn-IS layout).")
-    data_root: str = option("./data/", help="OpenOOD data root used in the YAML config.")
+    data_root: str = option("./data/", flag="--yaml-data-root", metavar="TEXT",
+                            help="The data root written into the exported YAML config (where OpenOOD will read "
+                                 "it; not read here).")
     data_dir: str | None = option(None, help="Image folder of this benchmark under the data root (default: <name>/, "
                                              "the release's root: imagenet21k/ holds imagenet21k_train/ and "
                                              "imagenet21k_val/); the listed paths are relative to it. Linked to "
