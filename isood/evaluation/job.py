@@ -69,7 +69,7 @@ from wordnet_tools.rules import leak_mask, parse_rules
 
 from .assemble import (ID_TEST, ID_TRAIN, EvalSet, check_files, evaluate_with_leaks, grid_parts,
                        precomputed_rows, sanity_table, scores_table, set_metrics)
-from .capture import ImageList, check_precision, default_transform, probe_input
+from .capture import ImageList, check_precision, default_transform, labels_digest, probe_input
 from .cells import CellEvaluation
 from .classes import (class_list, imagenet_1k, label_file, labels_for, labels_from_file, outputs_labels,
                       read_class_file, wnids_of)
@@ -424,7 +424,8 @@ def _check_model_outputs(model: ModelAdapter, detectors: Mapping[str, Detector],
 def score_with_model(adapter: ModelAdapter, detectors: Mapping[str, Detector], sets: Mapping[str, EvalSet],
                      opts: EvaluateOptions) -> DetectorScores:
     """Fit on the ID training images (when given) and score the others, one forward pass per batch, outputs
-    cached (keyed by each dataset's content and transform); each dataset through its own transform, images decoded
+    cached (keyed by each dataset's content, transform and labels: ``--classes`` and ``--id-test-labels`` change
+    them); each dataset through its own transform, images decoded
     as ``--decode`` says, the model run in ``--precision``."""
     fallback = adapter.transform or default_transform()
     data = {}
@@ -436,7 +437,8 @@ def score_with_model(adapter: ModelAdapter, detectors: Mapping[str, Detector], s
         score_train=opts.der and ID_TRAIN in data, batch_size=opts.batch_size, device=resolve_device(opts.device),
         num_workers=opts.workers, progress=opts.progress,
         cache_dir=output_cache_dir(opts),
-        data_ids={k: f"{s.data_id}|{s.transform or fallback!r}" for k, s in sets.items()}, precision=opts.precision)
+        data_ids={k: f"{s.data_id}|{s.transform or fallback!r}|labels={labels_digest(s.labels)}"
+                  for k, s in sets.items()}, precision=opts.precision)
     return scores
 
 
