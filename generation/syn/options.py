@@ -31,7 +31,7 @@ class SynOptions(EngineFields, JobArrayFields):
     pipeline batches b % num_shards == shard_index)."""
 
     out: str = out_option("Output Syn-IS manifest directory.")
-    styles: str = option("sdxl", metavar="STYLES",
+    styles: str = option("sdxl", metavar="STYLES", maybe_path=True,
                          help="Styles: sdxl, sdxl:NAME,NAME, FILE.json (SDXL style file) or FILE.json:NAME,NAME.")
     labels: str = option("21k", metavar="LABELS", maybe_path=True,
                          help="Labels: 21k, 1k, 21k-p, 12k, a class-filter manifest, or a file of wnids/labels.")

@@ -106,7 +106,7 @@ class EvaluateOptions:
     precision: str = option(DEFAULT_PRECISION, choices=PRECISIONS, metavar="PRECISION",
                             help="Forward passes in fp32 (OpenOOD's numbers), fp16 (CUDA only) or bf16, the last two "
                                  "under autocast with the model channels-last. Part of the output-cache key.")
-    cache_dir: str | None = option(None, metavar="DIR",
+    cache_dir: str | None = option(None, metavar="DIR", path=True,
                                    help="Model-output cache (default $ISOOD_CACHE_DIR/outputs; '' for none).")
     sanity_random_model: bool = option(False, help="Also run the detectors on a randomly initialised copy of the "
                                                    "model (AUROC vs AUROC_M).")
@@ -133,11 +133,11 @@ class EvaluateOptions:
     progress: bool = option(True, cli=False, help="Progress bars.")
     # -- any benchmark (issue 18): OOD sets by name, their roots, the ID test list's root and labels, the
     #    preprocessing per set, Table 1's convention
-    ood: tuple[str, ...] = option((), kind="list", metavar="[GROUP:]NAME=MANIFEST",
+    ood: tuple[str, ...] = option((), kind="list", metavar="[GROUP:]NAME=MANIFEST", named_path=True,
                                   help="An OOD set, repeatable: a splits (cells: per-cell rows and Table 1), syn-is, "
                                        "or image-list manifest (isood import imagenet-ood / openood-imglist: per-set "
                                        "rows); GROUP near or far adds OpenOOD's nearood / farood mean rows.")
-    ood_root: tuple[str, ...] = option((), kind="list", metavar="NAME=DIR",
+    ood_root: tuple[str, ...] = option((), kind="list", metavar="NAME=DIR", named_path=True,
                                        help="Repeatable: the folder an OOD set's image paths are relative to "
                                             "(required for image lists; default: a splits manifest's test_root, a "
                                             "Syn-IS manifest's folder).")

@@ -65,7 +65,7 @@ class BuildConfig:
     workers: int | None = workers_option(None, "when extracting")
     shard_size: int = option(DEFAULT_SHARD_SIZE, least=1, help="Images per feature shard when extracting.")
     device: str | None = device_option()
-    cache_dir: str | None = option(None, metavar="DIR",
+    cache_dir: str | None = option(None, metavar="DIR", path=True,
                                    help="Text-feature cache (default $ISOOD_CACHE_DIR/text-features).")
     verify: str = verify_option()
     progress: bool = option(True, cli=False, help="Progress bars.")
