@@ -578,9 +578,9 @@ def _compute(opts: EvaluateOptions, detectors: Mapping[str, Detector], *, adapte
                                    score_train=opts.der)
     else:
         _check_roots(inputs)
-        src_train = list_images(opts.id_train) if opts.id_train is not None else None
+        src_train = list_images(opts.id_train, strict=True) if opts.id_train is not None else None
         assert opts.id_test is not None, "check_options: --id-test is required"
-        src_test = list_images(opts.id_test, base=opts.id_test_root)
+        src_test = list_images(opts.id_test, base=opts.id_test_root, strict=True)
         n_train = len(set(src_train.table["wnid"]) - {""}) if src_train is not None else None
         model = _model(opts, adapter, detectors, n_id_classes=n_train, src_train=src_train)
         model_name = model.name
