@@ -53,6 +53,7 @@ class OptionSpec:
     kind: str | None = None           # int | float | str | path | bool | list (default: from the annotation)
     least: float | None = None
     most: float | None = None
+    least_open: bool = False          # the lower bound itself is refused: (least, most]
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
     aliases: tuple[str, ...] = ()     # deprecated spellings, accepted with one warning line
@@ -77,7 +78,8 @@ class OptionSpec:
 
 
 def option(default: Any = REQUIRED, *, help: str, flag: str | None = None, kind: str | None = None,
-           least: float | None = None, most: float | None = None, choices: Sequence[str] | None = None,
+           least: float | None = None, most: float | None = None, least_open: bool = False,
+           choices: Sequence[str] | None = None,
            metavar: str | None = None, aliases: Sequence[str] = (), argument: bool = False,
            secondary: str | None = None, cli: bool = True, why: str = "", required: bool = False,
            objects: bool = False, maybe_path: bool = False, named_path: bool = False, path: bool = False,
@@ -85,14 +87,15 @@ def option(default: Any = REQUIRED, *, help: str, flag: str | None = None, kind:
     """A dataclass field described for the command line (module docstring). ``least`` / ``most`` bound numbers
     (and the count of a list); ``choices`` the allowed strings; ``kind='path'`` marks a path; ``required``: the
     command line needs it (the Python API may leave it None); ``objects``: the Python API may pass a loaded
-    object (a model, an encoder) instead of its name, which is then not checked; ``maybe_path``: a name or a file
-    (``--labels 21k`` or ``--labels my.txt``): in ``--config``, a relative value naming a file next to it is that
-    file; ``named_path``: ``NAME=PATH`` values (one or a list) whose PATH is a path; ``path``: a string option
-    that is a path but for a special value the path kind refuses (``--cache-dir ''``). Every path form resolves
-    against the ``--config`` file's folder."""
+    object (a model, an encoder) instead of its name, which is then not checked; ``least_open``: ``least``
+    itself is refused (the bound reads ``(least, most]`` in ``--help`` and in the refusal); ``maybe_path``: a
+    name or a file (``--labels 21k`` or ``--labels my.txt``): in ``--config``, a relative value naming a file
+    next to it is that file; ``named_path``: ``NAME=PATH`` values (one or a list) whose PATH is a path;
+    ``path``: a string option that is a path but for a special value the path kind refuses (``--cache-dir ''``).
+    Every path form resolves against the ``--config`` file's folder."""
     if kind is not None and kind not in _KINDS:
         raise ValueError(f"unknown option kind {kind!r}")
-    spec = OptionSpec(help=help, flag=flag, kind=kind, least=least, most=most,
+    spec = OptionSpec(help=help, flag=flag, kind=kind, least=least, most=most, least_open=least_open,
                       choices=tuple(choices) if choices is not None else None, metavar=metavar,
                       aliases=tuple(aliases), argument=argument, secondary=secondary, cli=cli,
                       path_in_config=kind == "path" or path, why=why, required=required, objects=objects,
@@ -152,11 +155,11 @@ def format_bound(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
-def _range(least: float | None, most: float | None) -> str:
+def _range(least: float | None, most: float | None, least_open: bool = False) -> str:
     if least is not None and most is not None:
-        return f"in [{format_bound(least)}, {format_bound(most)}]"
+        return f"in {'(' if least_open else '['}{format_bound(least)}, {format_bound(most)}]"
     if least is not None:
-        return f">= {format_bound(least)}"
+        return f"{'>' if least_open else '>='} {format_bound(least)}"
     if most is not None:
         return f"<= {format_bound(most)}"
     return ""
@@ -175,7 +178,7 @@ def check_value(flag: str, spec: OptionSpec, kind: str, value: Any) -> Any:
         return None
     if spec.objects and not isinstance(value, (str, os.PathLike)):
         return value
-    bound = _range(spec.least, spec.most)
+    bound = _range(spec.least, spec.most, spec.least_open)
     if kind == "int":
         if isinstance(value, bool) or not hasattr(value, "__index__"):
             raise BadInputError(f"{flag} must be an integer{' ' + bound if bound else ''}, got {value!r}")
@@ -187,8 +190,8 @@ def check_value(flag: str, spec: OptionSpec, kind: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
             raise BadInputError(f"{flag} must be a number{' ' + bound if bound else ''}, got {value!r}")
         value = float(value)
-        if not math.isfinite(value) or (spec.least is not None and value < spec.least) or \
-                (spec.most is not None and value > spec.most):
+        below = spec.least is not None and (value <= spec.least if spec.least_open else value < spec.least)
+        if not math.isfinite(value) or below or (spec.most is not None and value > spec.most):
             raise BadInputError(f"{flag} must be a finite number{' ' + bound if bound else ''}, got {value!r}")
     elif kind == "bool":
         if not isinstance(value, bool):
@@ -313,7 +316,7 @@ def help_text(spec: OptionSpec, kind: str, default: Any) -> str:
     elif default is not None and not (kind == "bool" and default is False) and default != ():
         shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else default
         notes.append(f"default: {shown}")
-    bound = _range(spec.least, spec.most)
+    bound = _range(spec.least, spec.most, spec.least_open)
     if bound and kind in ("int", "float"):
         notes.append(bound)
     if spec.choices and kind != "list":

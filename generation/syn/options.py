@@ -13,7 +13,7 @@ from generation.sdxl import MAX_SIZE, GeneratorSettings
 from isood.defaults import DEFAULT_PIPELINE, LAID_TRIPLETS
 from isood.errors import BadInputError
 from isood.kinds import SYN_IS, SYN_IS_PART, SYN_IS_PROMPTS
-from isood.optspec import (EngineFields, JobArrayFields, batch_size_option, check, device_option, levels_option,
+from isood.optspec import (LOCAL_DIR, EngineFields, JobArrayFields, batch_size_option, check, device_option, levels_option,
                            na_threshold_option, option, out_option, seed_option, verify_option)
 from isood.parts import check_shard_args
 from manifests.store import Manifest
@@ -22,6 +22,9 @@ __all__ = ["KIND", "KIND_PROMPTS", "KIND_PART", "SynOptions", "SynResult", "chec
            "input_paths"]
 
 KIND, KIND_PROMPTS, KIND_PART = SYN_IS, SYN_IS_PROMPTS, SYN_IS_PART
+#: The most images one prompt gets, and the most images one run may plan (--per-cell x cells x
+#: --images-per-prompt): the plan is one table in memory (about 1 KB a row); the release's Syn-IS is 320,000.
+MAX_IMAGES_PER_PROMPT, MAX_PLANNED_IMAGES = 10_000, 10_000_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +48,9 @@ class SynOptions(EngineFields, JobArrayFields):
     splits: str | None = option(None, kind="path", metavar="DIR",
                                 help="An image-splits manifest: bin prompts with its edges (else the prompts' own).")
     per_cell: int = option(10, least=1, help="Prompts sampled per grid cell (seeded).")
-    images_per_prompt: int = option(1, least=1, help="Images generated per prompt.")
+    images_per_prompt: int = option(1, least=1, most=MAX_IMAGES_PER_PROMPT, help="Images generated per prompt.",
+                                    why="each planned image is a row of the plan held in memory; sample more "
+                                        "prompts (--per-cell) instead")
     pipeline: str = option(DEFAULT_PIPELINE, metavar="PIPELINE", help="diffusers pipeline: a Hub name or "
                                                                         "local-dir:PATH.")
     size: int = option(512, least=8, most=MAX_SIZE, help="Image height and width (a multiple of 8).")
@@ -64,7 +69,8 @@ class SynOptions(EngineFields, JobArrayFields):
                                      help="Use the built-in prompt blocklist.")
     safety_checker: str | None = option(None, metavar="MODULE:FUNCTION",
                                         help="Image safety checker package.module:function (image, item) -> "
-                                             "reason|None.")
+                                             "reason|None; imported and called (also from --config): it runs "
+                                             "as trusted code, pass only code you would run yourself.")
     laid_triplets: int = option(LAID_TRIPLETS, least=1, flag="--triplets",
                                 help="LAID training triplets (when LAID is trained here).")
     progress: bool = option(True, cli=False, help="Progress bars.")
@@ -118,5 +124,15 @@ def check_options(opts: SynOptions, *, engine: str = "local", custom_generator: 
         raise BadInputError(f"a custom generator runs only with the local engine, not {engine!r}")
     if opts.partial and opts.prompts_only:
         raise BadInputError("--num-shards splits image generation; --prompts-only runs once (drop --num-shards)")
+    most = int(opts.per_cell) * int(opts.n_levels) ** 2 * int(opts.images_per_prompt)
+    if most > MAX_PLANNED_IMAGES:
+        raise BadInputError(f"--per-cell {opts.per_cell} x {int(opts.n_levels) ** 2} cells x --images-per-prompt "
+                            f"{opts.images_per_prompt} may plan {most:,} images, more than {MAX_PLANNED_IMAGES:,} "
+                            "(the plan is held in memory); lower --per-cell or --images-per-prompt")
+    pipeline = str(opts.pipeline)
+    if (not opts.prompts_only and not custom_generator and pipeline.startswith(LOCAL_DIR)
+            and not Path(pipeline[len(LOCAL_DIR):]).expanduser().is_dir()):
+        raise BadInputError(f"--pipeline {pipeline}: no folder at {pipeline[len(LOCAL_DIR):]}; pass the folder of a "
+                            "saved diffusers pipeline (model_index.json), or a Hub name")
     opts.settings()
     return opts

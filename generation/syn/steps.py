@@ -79,8 +79,11 @@ def split_generated(plan: pd.DataFrame, *, sha256: Mapping[str, str],
     """The generated ``plan`` rows as ``(images, rejected)``: accepted rows get their ``sha256`` (IMAGE_COLUMNS),
     rejected ones their ``reason`` (rows of the rejected table, stage ``image``)."""
     ok = ~plan["path"].isin(set(rejected))
-    images = plan[ok].assign(sha256=[sha256[p] for p in plan.loc[ok, "path"]])
-    bad = plan[~ok].assign(reason=[rejected[p] for p in plan.loc[~ok, "path"]])
+    # string columns even when a job-array task generated nothing (an empty list would make them float)
+    images = plan[ok].assign(sha256=pd.Series([sha256[p] for p in plan.loc[ok, "path"]], index=plan.index[ok],
+                                              dtype=object))
+    bad = plan[~ok].assign(reason=pd.Series([rejected[p] for p in plan.loc[~ok, "path"]], index=plan.index[~ok],
+                                            dtype=object))
     return images[IMAGE_COLUMNS].reset_index(drop=True), rejected_rows(bad, "image")
 
 

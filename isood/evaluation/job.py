@@ -62,7 +62,7 @@ import manifests
 from isood.content import content_listing
 from isood.defaults import DEFAULT_DETECTORS, DEFAULT_VERIFY, OOD_LABEL, cache_dir
 from isood.devices import resolve_device
-from isood.errors import BadInputError, ManifestError
+from isood.errors import BadInputError, IsoodError, ManifestError
 from isood.images import ImageSource, list_images
 from isood.kinds import AUDIT, EVALUATION, IMAGE_LIST, SPLITS, SYN_IS, AuditView
 from wordnet_tools.rules import leak_mask, parse_rules
@@ -605,11 +605,25 @@ def _compute(opts: EvaluateOptions, detectors: Mapping[str, Detector], *, adapte
                      classes, n_model, test_root)
 
 
+def _named_roots(manifest: str) -> list[str]:
+    """The image roots a manifest's view names (``test_root``, ``id_root``, ``image_root``; [] for a folder that
+    is no readable manifest of an evaluable kind, which the run refuses later with its own message)."""
+    try:
+        view = manifests.read(manifest, kind=EVALUABLE_KINDS)
+    except (IsoodError, OSError):
+        return []
+    roots = (getattr(view, name, None) for name in ("test_root", "id_root", "image_root"))
+    return [str(r) for r in roots if r]
+
+
 def _inputs_of(opts: EvaluateOptions) -> list[str]:
-    """Every path the run reads (the output folder may be none of them, nor inside one)."""
+    """Every path the run reads, the roots its manifests name included (the output folder may be none of them,
+    nor inside one)."""
     named = [v for _, _, v in (str(t).partition("=") for t in (*opts.ood, *opts.ood_root))]
+    manifests_read = [opts.splits, opts.syn, *[v for _, _, v in (str(t).partition("=") for t in opts.ood)]]
+    roots = [r for m in manifests_read if m for r in _named_roots(m)]
     paths = [opts.splits, opts.syn, opts.leak_audit, opts.id_train, opts.id_test, opts.test_root, opts.checkpoint,
-             opts.id_test_root, opts.id_test_labels, *named]
+             opts.id_test_root, opts.id_test_labels, *named, *roots]
     return [p for p in paths if p]
 
 
@@ -719,6 +733,12 @@ def evaluate(model=None, *, id_test, ood=None, roots=None, preprocess=None, dete
     the same one-line ``IsoodError``\\s. No output cache unless ``cache_dir`` names one; no progress bars unless
     ``progress``.
     """
+    if id_test is None or not isinstance(id_test, (str, os.PathLike)):
+        raise BadInputError(f"isood.evaluate: id_test= is required: pass the ID test folder or file list (a path), "
+                            f"got {type(id_test).__name__}")
+    if not (model is None or isinstance(model, (str, ModelAdapter)) or hasattr(model, "forward")):
+        raise BadInputError(f"isood.evaluate: model={model!r} ({type(model).__name__}); pass a --model string, a "
+                            "torch module or an isood.evaluation.ModelAdapter")
     adapter, model_name = (None, model) if model is None or isinstance(model, str) else (model, None)
     presets = (preprocess,) if isinstance(preprocess, str) else _pairs(preprocess, "preprocess")
     known = {f.name for f in fields(EvaluateOptions)} - {"out", "model", "ood", "ood_root", "preprocess", "detectors",
