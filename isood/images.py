@@ -70,8 +70,8 @@ from isood.errors import IsoodError, one_line
 from isood.image_tensors import (Drafted, TensorPreprocess, decode_jpeg_bytes, decode_jpegs, device_decodes,
                                  draft_size, jpeg_header, split_preprocess, tensor_decodes, tensor_preprocess)
 from isood.files import sha256_bytes, sha256_file
+from isood.inputs import check_entry, is_hidden, is_inside, name_problem, resolve_entry
 from isood.textio import read_lines
-from manifests.paths import is_inside
 from wordnet_tools.wnids import wnid_from_path
 
 if TYPE_CHECKING:
@@ -179,7 +179,7 @@ def _folder_paths(root: Path) -> tuple[list[str], dict[str, str]]:
         except OSError:
             return
         for e in entries:
-            if e.name.startswith("."):
+            if is_hidden(e.name):
                 continue
             rel = prefix + e.name
             try:
@@ -218,33 +218,53 @@ def utf8_text(text: str) -> str:
         return os.fsencode(text).decode("utf-8", "backslashreplace")
 
 
+def _safe_text(text: str) -> str:
+    """``utf8_text`` with control characters (a newline, a NUL) written as ``\\xNN`` too: a name that cannot be
+    one line of a list (``isood.inputs.name_problem``) is recorded escaped, never as it is."""
+    u = utf8_text(text)
+    if name_problem(u) is None:
+        return u
+    return "".join(f"\\x{ord(c):02x}" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in u)
+
+
 def _utf8_names(rels: list[str], files: list[Path], reasons: dict[str, str]) -> tuple[list[str], list[Path]]:
-    """Paths whose name is not valid UTF-8 (they cannot be written to a table) recorded in an escaped form
-    (``utf8_text``) with a reason in ``reasons`` (updated); the listing re-sorted by the recorded path."""
-    if all(utf8_text(r) is r for r in rels):
+    """Paths whose name is not valid UTF-8 or holds a control character (they cannot be written to a table or a
+    list line) recorded in an escaped form (``_safe_text``) with a reason in ``reasons`` (updated); the listing
+    re-sorted by the recorded path."""
+    if all(_safe_text(r) == r for r in rels):
         return rels, files
     shown = []
     for r in rels:
-        u = utf8_text(r)
-        if u is not r:
-            reasons[u] = (f"UnicodeError: the name {u} is not valid UTF-8 (undecodable bytes shown as \\xNN); "
+        u = _safe_text(r)
+        if u != r:
+            problem = name_problem(r)
+            reasons[u] = (f"ControlCharacterError: the name {u} {problem} (shown as \\xNN); rename it"
+                          if problem is not None else
+                          f"UnicodeError: the name {u} is not valid UTF-8 (undecodable bytes shown as \\xNN); "
                           "rename it")
         shown.append(u)
     order = sorted(range(len(shown)), key=shown.__getitem__)
     return [shown[i] for i in order], [files[i] for i in order]
 
 
-def _list_paths(lines: Sequence[str], base: Path) -> tuple[Path, list[str], list[Path]]:
+def _list_paths(lines: Sequence[str], base: Path, *, strict: bool = False,
+                what: str = "image list") -> tuple[Path, list[str], list[Path]]:
     """The entries of a file list: (their root, posix paths relative to it, absolute files), first occurrence
     kept, sorted by path. Entries are normalised (``./``, ``a/..``) and relative ones taken against ``base`` (the
     list's folder); the root is the deepest folder holding ``base`` and every entry, so every stored path is
-    relative to an explicit root (recorded as the feature set's ``image_root``), whatever the list names."""
+    relative to an explicit root (recorded as the feature set's ``image_root``), whatever the list names. An
+    entry with a control character (a NUL) is a one-line error; ``strict`` (the input-path policy,
+    ``isood.inputs``): every entry relative, without ``..``, and inside ``base`` once its links are resolved."""
     seen: set[str] = set()
     files: list[Path] = []
-    for raw in lines:
+    for no, raw in enumerate(lines, start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
+        if strict:
+            resolve_entry(base, line, what=f"{what} line {no}")
+        elif name_problem(line) is not None:
+            check_entry(line, what=f"{what} line {no}")
         p = Path(line).expanduser()
         p = Path(os.path.normpath(p if p.is_absolute() else base / p))
         if p.as_posix() not in seen:
@@ -299,12 +319,14 @@ def _read_list(src: Path) -> list[str]:
 
 
 def list_images(src: str | os.PathLike, *, follow_symlinks: bool = False,
-                base: str | os.PathLike | None = None) -> ImageSource:
+                base: str | os.PathLike | None = None, strict: bool = False) -> ImageSource:
     """The images of a dataset root or a file list (module docstring); one-line errors when it does not exist
     or holds no images. ``follow_symlinks``: read files whose links lead outside the root too (module
     docstring); by default they are listed as ``refused``. ``base``: the folder a file list's relative entries
     are relative to (default: the list's folder; e.g. the IS-OOD release's ``test_imagenet.txt`` lists
-    ``./val/...`` relative to the ImageNet-1K root)."""
+    ``./val/...`` relative to the ImageNet-1K root). ``strict``: a file list's entries follow the input-path
+    policy (``isood.inputs``: relative, inside ``base``; as the importers' lists), else absolute entries and
+    ``..`` are taken as written (extract's lists)."""
     src = Path(os.path.abspath(Path(src).expanduser()))
     reasons: dict[str, str] = {}
     if src.is_dir():
@@ -313,7 +335,8 @@ def list_images(src: str | os.PathLike, *, follow_symlinks: bool = False,
         files = [root / r for r in rels]
     elif src.is_file():
         kind = "list"
-        root, rels, files = _list_paths(_read_list(src), Path(os.path.abspath(base)) if base else src.parent)
+        root, rels, files = _list_paths(_read_list(src), Path(os.path.abspath(base)) if base else src.parent,
+                                        strict=strict, what=str(src))
     else:
         raise BadInputError(f"image source {src} does not exist; pass a dataset root with wnid subfolders or a "
                             "file list")

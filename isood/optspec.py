@@ -9,7 +9,10 @@ bounds or choices, a deprecated alias. From that one description:
 * ``isood.cli`` builds the typer command (``cli_params``), with the default and the bounds in ``--help`` and
   required options marked, and a deprecated alias that still works but prints one warning line;
 * ``from_config(cls, path, section)`` reads ``--config FILE.toml`` (keys = the long option names, ``-`` or ``_``;
-  relative paths relative to the file), command-line values winning over the file's, defaults under both.
+  relative paths relative to the file), command-line values winning over the file's, defaults under both. Which
+  values hold paths is said once, in the description (``OptionSpec.path_form``): the whole value (``kind='path'``,
+  or ``path=True`` for a string option such as a cache folder), a name or a file (``maybe_path``), the PATH of
+  ``NAME=PATH`` entries (``named_path``), the PATH of a ``local-dir:PATH`` model; each item of a list.
 
 This module knows no command; it needs only the standard library (and ``tomllib``).
 """
@@ -50,6 +53,7 @@ class OptionSpec:
     kind: str | None = None           # int | float | str | path | bool | list (default: from the annotation)
     least: float | None = None
     most: float | None = None
+    least_open: bool = False          # the lower bound itself is refused: (least, most]
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
     aliases: tuple[str, ...] = ()     # deprecated spellings, accepted with one warning line
@@ -62,31 +66,44 @@ class OptionSpec:
     objects: bool = False             # the Python API may pass a loaded object instead (only strings are checked)
     maybe_path: bool = False          # a name or a file: a relative value in --config that exists there is a path
     commas: bool = False              # a comma-separated list in one string: --config may give a TOML list
+    named_path: bool = False          # NAME=PATH entries: the PATH part is a path
 
     def flag_name(self, field_name: str) -> str:
         return self.flag or "--" + field_name.replace("_", "-")
 
+    @property
+    def path_form(self) -> str:
+        """How a value of this option holds a path: 'path' (all of it), 'maybe' (a name, or a file when one
+        exists there), 'named' (the PATH of NAME=PATH), or '' (none, but a ``local-dir:PATH`` model spec)."""
+        return "path" if self.path_in_config else "maybe" if self.maybe_path else "named" if self.named_path else ""
+
 
 def option(default: Any = REQUIRED, *, help: str, flag: str | None = None, kind: str | None = None,
-           least: float | None = None, most: float | None = None, choices: Sequence[str] | None = None,
+           least: float | None = None, most: float | None = None, least_open: bool = False,
+           choices: Sequence[str] | None = None,
            metavar: str | None = None, aliases: Sequence[str] = (), argument: bool = False,
            secondary: str | None = None, cli: bool = True, why: str = "", required: bool = False,
-           objects: bool = False, maybe_path: bool = False, commas: bool = False,
+           objects: bool = False, maybe_path: bool = False, named_path: bool = False, path: bool = False,
+           commas: bool = False,
            default_factory: Callable[[], Any] | None = None) -> Any:
     """A dataclass field described for the command line (module docstring). ``least`` / ``most`` bound numbers
     (and the count of a list); ``choices`` the allowed strings; ``kind='path'`` marks a path; ``required``: the
     command line needs it (the Python API may leave it None); ``objects``: the Python API may pass a loaded
-    object (a model, an encoder) instead of its name, which is then not checked; ``maybe_path``: a name or a file
-    (``--labels 21k`` or ``--labels my.txt``): in ``--config``, a relative value naming a file next to it is that
-    file; ``commas``: a comma-separated list in one string (``--detectors msp,knn:k=10``), which ``--config`` may
-    also give as a TOML list of strings (``detectors = ["msp", "knn:k=10"]``)."""
+    object (a model, an encoder) instead of its name, which is then not checked; ``least_open``: ``least``
+    itself is refused (the bound reads ``(least, most]`` in ``--help`` and in the refusal); ``maybe_path``: a
+    name or a file (``--labels 21k`` or ``--labels my.txt``): in ``--config``, a relative value naming a file
+    next to it is that file; ``named_path``: ``NAME=PATH`` values (one or a list) whose PATH is a path;
+    ``path``: a string option that is a path but for a special value the path kind refuses (``--cache-dir ''``).
+    Every path form resolves against the ``--config`` file's folder. ``commas``: a comma-separated list in one
+    string (``--detectors msp,knn:k=10``), which ``--config`` may also give as a TOML list of strings
+    (``detectors = ["msp", "knn:k=10"]``)."""
     if kind is not None and kind not in _KINDS:
         raise ValueError(f"unknown option kind {kind!r}")
-    spec = OptionSpec(help=help, flag=flag, kind=kind, least=least, most=most,
+    spec = OptionSpec(help=help, flag=flag, kind=kind, least=least, most=most, least_open=least_open,
                       choices=tuple(choices) if choices is not None else None, metavar=metavar,
                       aliases=tuple(aliases), argument=argument, secondary=secondary, cli=cli,
-                      path_in_config=kind == "path", why=why, required=required, objects=objects,
-                      maybe_path=maybe_path, commas=commas)
+                      path_in_config=kind == "path" or path, why=why, required=required, objects=objects,
+                      maybe_path=maybe_path, named_path=named_path, commas=commas)
     meta = {"isood": spec}
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
@@ -142,11 +159,11 @@ def format_bound(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
-def _range(least: float | None, most: float | None) -> str:
+def _range(least: float | None, most: float | None, least_open: bool = False) -> str:
     if least is not None and most is not None:
-        return f"in [{format_bound(least)}, {format_bound(most)}]"
+        return f"in {'(' if least_open else '['}{format_bound(least)}, {format_bound(most)}]"
     if least is not None:
-        return f">= {format_bound(least)}"
+        return f"{'>' if least_open else '>='} {format_bound(least)}"
     if most is not None:
         return f"<= {format_bound(most)}"
     return ""
@@ -165,7 +182,7 @@ def check_value(flag: str, spec: OptionSpec, kind: str, value: Any) -> Any:
         return None
     if spec.objects and not isinstance(value, (str, os.PathLike)):
         return value
-    bound = _range(spec.least, spec.most)
+    bound = _range(spec.least, spec.most, spec.least_open)
     if kind == "int":
         if isinstance(value, bool) or not hasattr(value, "__index__"):
             raise BadInputError(f"{flag} must be an integer{' ' + bound if bound else ''}, got {value!r}")
@@ -177,8 +194,8 @@ def check_value(flag: str, spec: OptionSpec, kind: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
             raise BadInputError(f"{flag} must be a number{' ' + bound if bound else ''}, got {value!r}")
         value = float(value)
-        if not math.isfinite(value) or (spec.least is not None and value < spec.least) or \
-                (spec.most is not None and value > spec.most):
+        below = spec.least is not None and (value <= spec.least if spec.least_open else value < spec.least)
+        if not math.isfinite(value) or below or (spec.most is not None and value > spec.most):
             raise BadInputError(f"{flag} must be a finite number{' ' + bound if bound else ''}, got {value!r}")
     elif kind == "bool":
         if not isinstance(value, bool):
@@ -221,20 +238,42 @@ def check(opts: Any) -> Any:
 LOCAL_DIR = "local-dir:"
 
 
+#: What may come before ``local-dir:PATH`` in a model spec (``--model clip:local-dir:PATH``).
+_SPEC_PREFIXES = ("", "clip:")
+
+
+def _maybe(value: str, base: Path) -> str:
+    """A name-or-file value: the file next to the ``--config`` file when one is there (``FILE`` or
+    ``FILE:NAMES``, as ``--styles my.json:a,b``), else the value as written (a name)."""
+    if (base / value).exists():
+        return str(base / value)
+    head, colon, tail = value.rpartition(":")
+    if colon and head and (base / head).exists():
+        return f"{base / head}:{tail}"
+    return value
+
+
 def _resolve(value: Any, spec: OptionSpec, kind: str, base: Path) -> Any:
-    """A ``--config`` value with its relative path made relative to the file's folder ``base``: a path option,
-    the PATH of a ``local-dir:PATH`` model, a ``maybe_path`` value naming a file there; a TOML list of strings
-    for a ``commas`` option joined with commas."""
+    """A ``--config`` value with its relative path made relative to the file's folder ``base``, as the
+    option's description says (``OptionSpec.path_form``); each item of a list; the PATH of a ``local-dir:PATH``
+    model spec; a TOML list of strings for a ``commas`` option joined with commas."""
     if spec.commas and isinstance(value, list) and all(isinstance(v, str) and "," not in v for v in value):
         return ",".join(value)
+    if isinstance(value, list) and kind == "list":
+        return [_resolve(v, spec, "str", base) for v in value]
     if not isinstance(value, str) or not value:
         return value
-    if kind == "path":
+    form = "path" if kind == "path" else spec.path_form
+    if form == "path":
         return str(base / Path(value).expanduser())
-    if value.startswith(LOCAL_DIR):
-        return LOCAL_DIR + str(base / Path(value[len(LOCAL_DIR):]).expanduser())
-    if spec.maybe_path and (base / value).exists():
-        return str(base / value)
+    if form == "maybe":
+        return _maybe(value, base)
+    if form == "named":
+        name, eq, rest = value.partition("=")
+        return f"{name}={base / Path(rest.strip()).expanduser()}" if eq and rest.strip() else value
+    prefix, local, rest = value.partition(LOCAL_DIR)
+    if local and prefix in _SPEC_PREFIXES:
+        return prefix + LOCAL_DIR + str(base / Path(rest).expanduser())
     return value
 
 
@@ -283,7 +322,7 @@ def help_text(spec: OptionSpec, kind: str, default: Any) -> str:
     elif default is not None and not (kind == "bool" and default is False) and default != ():
         shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else default
         notes.append(f"default: {shown}")
-    bound = _range(spec.least, spec.most)
+    bound = _range(spec.least, spec.most, spec.least_open)
     if bound and kind in ("int", "float"):
         notes.append(bound)
     if spec.choices and kind != "list":

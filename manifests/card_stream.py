@@ -38,6 +38,7 @@ from manifests.card import (
 )
 from manifests.output import writing
 from manifests.store import Manifest, read
+from manifests.verify import verify
 from manifests.stream import ROW_GROUP_ROWS, ParquetStream, key_counts, partition_parquet, string_keys
 
 __all__ = ["MainTableStream", "streamed_layout", "finish_stream", "write_streamed", "add_card", "WHOLE_TABLE_ROWS"]
@@ -226,6 +227,8 @@ def _card_is_current(m: Manifest, table_files: Mapping[str, str], title: str | N
     if planned != {p for p in listed if p.startswith(CONFIGS_DIR + "/")}:
         return False
     card = dataset_card(m.meta, others, title=title, layout=layout, n_rows=int(m.meta["tables"][main]["rows"]))
+    if not (m.root / CARD_FILE).is_file() or any(not (m.root / p).is_file() for p in planned):
+        return False
     return (m.root / CARD_FILE).read_text(encoding="utf-8") == card
 
 
@@ -240,6 +243,24 @@ def _card_title(root: Path) -> str | None:
     return str(title) if title else None
 
 
+def _derived(path: str) -> bool:
+    """A file ``add_card`` draws from the rest (the card, the per-config Parquet files)."""
+    return path == CARD_FILE or path.startswith(CONFIGS_DIR + "/")
+
+
+def _read_for_card(root: str | Path) -> Manifest:
+    """The manifest, verified (fast) but for the files ``add_card`` rebuilds: a missing README.md or config file
+    is what ``isood card`` is for (an edited one is refused like any other change: it may hold someone's work);
+    anything else failing is refused, naming it."""
+    report = verify(root, mode="fast")
+    report.missing = [p for p in report.missing if not _derived(p)]
+    if not report.ok:
+        lines = report.lines()
+        raise ManifestError(f"{root} fails verification: {'; '.join(lines[:2])}; restore its files or rebuild it "
+                            f"(`isood verify {root}` lists every problem)")
+    return read(root)
+
+
 def add_card(root: str | Path, note: str = "dataset card and per-config Parquet files") -> Manifest:
     """Give an existing manifest (written without a card, or by an older isood) its card and config files.
 
@@ -251,7 +272,7 @@ def add_card(root: str | Path, note: str = "dataset card and per-config Parquet 
     """
     kind = read(root).kind
     with writing(root, kind, option="MANIFEST_DIR") as o:  # the output lock, also when nothing is to be written
-        m = read(root, verify="fast")
+        m = _read_for_card(root)
         table_files = {name: str(rec["path"]) for name, rec in m.meta["tables"].items()}
         title = _card_title(m.root)
         if _card_is_current(m, table_files, title):

@@ -43,6 +43,7 @@ from typing import Any, Callable
 from isood.errors import IsoodError
 from isood.errors import one_line
 from isood.files import TMP_PREFIX
+from isood.inputs import is_inside
 from manifests.card import CARD_FILE, is_feature_file
 from manifests.store import MANIFEST_FILE, read
 from manifests.verify import content_hash, verify
@@ -207,8 +208,21 @@ def _patterns(paths: list[str]) -> list[str]:
     return [glob.escape(p) for p in paths]
 
 
+def check_publish_out(root: str | os.PathLike, out: str | os.PathLike) -> None:
+    """Refuse an ``--out`` (the dry-run copy, or the folder of ``publish.json``) that is the manifest folder,
+    inside it or holds it (links resolved): writing there would leave the manifest failing `isood verify`."""
+    real_root, real_out = os.path.realpath(root), os.path.realpath(out)
+    where = ("is" if real_out == real_root else "is inside" if is_inside(real_out, real_root)
+             else "holds" if is_inside(real_root, real_out) else "")
+    if where:
+        raise PublishError(f"--out {out} {where} the manifest {root}: writing there would change it; pass a "
+                           "folder outside it")
+
+
 def copy_plan(p: PublishPlan, out: str | os.PathLike) -> Path:
-    """Copy exactly the files of a plan into `out` (must be empty or absent): the folder that would be uploaded."""
+    """Copy exactly the files of a plan into `out` (must be empty or absent, and outside the manifest): the
+    folder that would be uploaded."""
+    check_publish_out(p.root, out)
     out = Path(out)
     if out.exists() and any(not q.name.startswith(TMP_PREFIX) for q in out.iterdir()):  # not the --out lock
         raise PublishError(f"--out {out} is not empty; pass a new or empty folder for the dry-run copy")

@@ -6,24 +6,24 @@ import os
 from pathlib import Path, PurePosixPath
 
 from isood.errors import ManifestError
+from isood.inputs import is_inside as is_inside  # one rule (isood.inputs: the input-path policy)
+from isood.inputs import name_problem
 
 
 def check_relative(path: str) -> str:
-    """Return `path` as a POSIX relative path, refusing absolute paths and any `..` component."""
+    """Return `path` as a POSIX relative path, refusing absolute paths, any `..` component and control
+    characters (a NUL, a newline: ``isood.inputs.name_problem``)."""
     if not isinstance(path, str) or not path:
         raise ManifestError(f"manifest path must be a non-empty string, got {path!r}")
+    problem = name_problem(path)
+    if problem is not None:
+        raise ManifestError(f"manifest path {path!r} {problem}; rename the file")
     p = PurePosixPath(path.replace("\\", "/"))
     if p.is_absolute() or path.startswith(("/", "\\")) or (len(path) > 1 and path[1] == ":"):
         raise ManifestError(f"manifest path {path!r} is absolute; paths must be relative to the manifest root")
     if ".." in p.parts:
         raise ManifestError(f"manifest path {path!r} escapes the manifest root ('..' is not allowed)")
     return p.as_posix()
-
-
-def is_inside(real: str | os.PathLike, real_root: str | os.PathLike) -> bool:
-    """Whether ``real`` is ``real_root`` or below it (both absolute, symlinks already resolved)."""
-    real, real_root = os.fspath(real), os.fspath(real_root)
-    return os.path.commonpath([real, real_root]) == real_root
 
 
 def resolve_inside(root: Path, path: str) -> Path:

@@ -305,9 +305,9 @@ def _check_path_columns(root: Path, kind: str, tables: Mapping[str, pd.DataFrame
             for values in groups:
                 bad = bad_path_values(values)
                 if bad:
-                    raise BadInputError(f"writing {root}: {kind} table {name!r} column {column!r} holds absolute or "
-                                        f"'..' paths ({', '.join(bad)}); store paths relative to the root the "
-                                        "manifest records")
+                    raise BadInputError(f"writing {root}: {kind} table {name!r} column {column!r} holds absolute, "
+                                        f"'..' or control-character paths ({', '.join(bad)}); store paths relative "
+                                        "to the root the manifest records, without newlines or NUL bytes")
 
 
 def _set_aside_old(root: Path) -> dict | None:

@@ -38,6 +38,7 @@ from isood.defaults import VERIFY_MODES, cache_dir
 from isood.errors import BadInputError, ManifestError
 from isood.errors import one_line
 from isood.files import TMP_PREFIX, atomic_write_bytes, sha256_bytes, sha256_file
+from isood.inputs import BAD_PATH_PATTERN as INPUT_BAD_PATH
 from manifests.meta import CARD_FILE, CONFIGS_DIR, MANIFEST_FILE, load_meta
 from manifests.paths import resolve_inside
 from manifests.schema import kind_spec
@@ -49,7 +50,7 @@ __all__ = ["VerifyReport", "verify", "VERIFY_MODES", "FAST_HASH_BYTES", "content
 #: In ``fast`` mode files up to this size are always hashed; larger ones when their stat changed.
 FAST_HASH_BYTES = 8 << 20
 #: A stored path that is absolute (POSIX or a drive letter) or has a ``..`` component.
-BAD_PATH_PATTERN = r"^/|^\\|^[A-Za-z]:[\\/]|(^|/)\.\.(/|$)"
+BAD_PATH_PATTERN = INPUT_BAD_PATH  # absolute, '..' or a control character (isood.inputs: one policy)
 
 
 def check_verify_mode(mode: str) -> str:
@@ -180,13 +181,14 @@ def _extra(root: Path, listed: set[str]) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------ fields
 def bad_path_values(column: pa.ChunkedArray | pa.Array, limit: int = 3) -> list[str]:
-    """The first ``limit`` values of a string column that are absolute or have a ``..`` component."""
+    """The first ``limit`` values of a string column that are absolute, have a ``..`` component or a control
+    character (shown escaped)."""
     if len(column) == 0:
         return []
     mask = pc.fill_null(pc.match_substring_regex(column, BAD_PATH_PATTERN), False)
     if not pc.any(mask).as_py():
         return []
-    return [str(v) for v in pc.filter(column, mask).slice(0, limit).to_pylist()]
+    return [repr(str(v))[1:-1] for v in pc.filter(column, mask).slice(0, limit).to_pylist()]
 
 
 def _row_groups(path: Path, columns: list[str]) -> Iterator[pa.Table]:
@@ -218,8 +220,8 @@ def _table_problems(root: Path, meta: dict, listed_bad: set[str]) -> list[str]:
             if column in schema.names:
                 bad = [v for group in _row_groups(path, [column]) for v in bad_path_values(group[column])][:3]
                 if bad:
-                    problems.append(f"table {name!r} column {column!r} holds absolute or '..' paths ({', '.join(bad)}); "
-                                    "stored paths must be relative to the manifest's root")
+                    problems.append(f"table {name!r} column {column!r} holds absolute, '..' or control-character "
+                                    f"paths ({', '.join(bad)}); stored paths must be relative to the manifest's root")
     if spec is not None:
         problems += [f"{meta['kind']} manifest lists no table {n!r}; rebuild it with {spec.writer}"
                      for n, t in spec.tables.items() if not t.optional and n not in meta["tables"]]

@@ -67,7 +67,7 @@ def test_a_value_outside_the_bounds_is_refused_in_one_line_before_any_work(words
     flag = spec.flag_name(field.name)
     bad = []
     if spec.least is not None:
-        bad.append(spec.least - 1)
+        bad.append(spec.least if spec.least_open else spec.least - 1)
     if spec.most is not None:
         bad.append(spec.most + 1)
     if kind == "float":
@@ -86,7 +86,7 @@ def test_a_flag_means_one_thing_across_commands():
     for words, _cls, f, spec, kind in _rows():
         if spec.argument:  # a positional argument has no flag to share
             continue
-        key = (kind, spec.least, spec.most, spec.choices, spec.argument)
+        key = (kind, spec.least, spec.least_open, spec.most, spec.choices, spec.argument)
         meaning.setdefault(spec.flag_name(f.name), set()).add(key)
     mixed = {flag: keys for flag, keys in meaning.items() if len(keys) > 1}
     assert not mixed, mixed
@@ -106,7 +106,8 @@ def test_help_shows_defaults_required_and_bounds(words, cls, monkeypatch):
             shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
             assert f"default: {shown}" in out, (words, f.name)
         if kind in ("int", "float") and spec.least is not None and spec.most is not None:
-            assert f"in [{_num(spec.least)}, {_num(spec.most)}]" in out, (words, f.name)
+            bracket = "(" if spec.least_open else "["
+            assert f"in {bracket}{_num(spec.least)}, {_num(spec.most)}]" in out, (words, f.name)
         assert "<" + "str>" not in out and "list[" not in out  # no Python types in --help
 
 

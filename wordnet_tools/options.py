@@ -22,9 +22,10 @@ _PRESET_HELP = ("Named exclusion: " + "; ".join(f"{k} = {', '.join(p.exclude)}" 
 class FilterOptions:
     """`isood wordnet filter`."""
 
-    candidates: str = option("21k", help=f"Candidate classes: {CLASS_LIST_FORMS}.", metavar="CLASSES")
+    candidates: str = option("21k", help=f"Candidate classes: {CLASS_LIST_FORMS}.", metavar="CLASSES",
+                             maybe_path=True)
     id_classes: str = option("1k", help="In-distribution classes (same forms as --candidates).", metavar="CLASSES",
-                             aliases=("--id",))
+                             aliases=("--id",), maybe_path=True)
     exclude: tuple[str, ...] | None = option(None, help="Drop classes under this synset (repeatable; wins over "
                                                        "--preset). Pass --exclude '' for none.", metavar="SYNSET")
     preset: str | None = option(None, help=_PRESET_HELP, choices=tuple(PRESETS), metavar="NAME")
@@ -41,7 +42,7 @@ class AuditOptions:
                          help="A list of wnids or image paths (<wnid>/<file> or <wnid>_<n>.JPEG), or a manifest "
                               "folder whose main table has a wnid column (splits, image-list, import).")
     id_classes: str = option("1k", help="In-distribution classes (same forms as filter's --candidates).",
-                             metavar="CLASSES", aliases=("--id",))
+                             metavar="CLASSES", aliases=("--id",), maybe_path=True)
     exclude: tuple[str, ...] | None = option(None, help="Excluded subtree (repeatable; wins over --preset; '' for "
                                                        "none).", metavar="SYNSET")
     preset: str | None = option(None, help=_PRESET_HELP, choices=tuple(PRESETS), metavar="NAME")

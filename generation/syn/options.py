@@ -14,8 +14,8 @@ from generation.syn.edges import PROMPT_EDGE_MODES
 from isood.defaults import DEFAULT_PIPELINE, LAID_TRIPLETS, NA_THRESHOLD
 from isood.errors import BadInputError
 from isood.kinds import SYN_IS, SYN_IS_PART, SYN_IS_PROMPTS
-from isood.optspec import (EngineFields, JobArrayFields, batch_size_option, check, device_option, levels_option,
-                           option, out_option, seed_option, verify_option)
+from isood.optspec import (LOCAL_DIR, EngineFields, JobArrayFields, batch_size_option, check, device_option,
+                           levels_option, option, out_option, seed_option, verify_option)
 from isood.parts import check_shard_args
 from manifests.store import Manifest
 
@@ -23,6 +23,9 @@ __all__ = ["KIND", "KIND_PROMPTS", "KIND_PART", "SynOptions", "SynResult", "chec
            "input_paths"]
 
 KIND, KIND_PROMPTS, KIND_PART = SYN_IS, SYN_IS_PROMPTS, SYN_IS_PART
+#: The most images one prompt gets, and the most images one run may plan (--per-cell x cells x
+#: --images-per-prompt): the plan is one table in memory (about 1 KB a row); the release's Syn-IS is 320,000.
+MAX_IMAGES_PER_PROMPT, MAX_PLANNED_IMAGES = 10_000, 10_000_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,7 +35,7 @@ class SynOptions(EngineFields, JobArrayFields):
     pipeline batches b % num_shards == shard_index)."""
 
     out: str = out_option("Output Syn-IS manifest directory.")
-    styles: str = option("sdxl", metavar="STYLES",
+    styles: str = option("sdxl", metavar="STYLES", maybe_path=True,
                          help="Styles: sdxl, sdxl:NAME,NAME, FILE.json (SDXL style file) or FILE.json:NAME,NAME.")
     labels: str = option("21k", metavar="LABELS", maybe_path=True,
                          help="Labels: 21k, 1k, 21k-p, 12k, a class-filter manifest, or a file of wnids/labels.")
@@ -53,7 +56,9 @@ class SynOptions(EngineFields, JobArrayFields):
                                     "or calibrated (the --splits edges moved by the median prompt distance minus "
                                     "the median image distance, per axis).")
     per_cell: int = option(10, least=1, help="Prompts sampled per grid cell (seeded).")
-    images_per_prompt: int = option(1, least=1, help="Images generated per prompt.")
+    images_per_prompt: int = option(1, least=1, most=MAX_IMAGES_PER_PROMPT, help="Images generated per prompt.",
+                                    why="each planned image is a row of the plan held in memory; sample more "
+                                        "prompts (--per-cell) instead")
     pipeline: str = option(DEFAULT_PIPELINE, metavar="PIPELINE", help="diffusers pipeline: a Hub name or "
                                                                         "local-dir:PATH.")
     size: int = option(512, least=8, most=MAX_SIZE, help="Image height and width (a multiple of 8).")
@@ -75,7 +80,8 @@ class SynOptions(EngineFields, JobArrayFields):
                                      help="Use the built-in prompt blocklist.")
     safety_checker: str | None = option(None, metavar="MODULE:FUNCTION",
                                         help="Image safety checker package.module:function (image, item) -> "
-                                             "reason|None.")
+                                             "reason|None; imported and called (also from --config): it runs "
+                                             "as trusted code, pass only code you would run yourself.")
     laid_triplets: int = option(LAID_TRIPLETS, least=1, flag="--triplets",
                                 help="LAID training triplets (when LAID is trained here).")
     progress: bool = option(True, cli=False, help="Progress bars.")
@@ -132,5 +138,15 @@ def check_options(opts: SynOptions, *, engine: str = "local", custom_generator: 
                             "--splits DIR (or --prompt-edges prompts)")
     if opts.partial and opts.prompts_only:
         raise BadInputError("--num-shards splits image generation; --prompts-only runs once (drop --num-shards)")
+    most = int(opts.per_cell) * int(opts.n_levels) ** 2 * int(opts.images_per_prompt)
+    if most > MAX_PLANNED_IMAGES:
+        raise BadInputError(f"--per-cell {opts.per_cell} x {int(opts.n_levels) ** 2} cells x --images-per-prompt "
+                            f"{opts.images_per_prompt} may plan {most:,} images, more than {MAX_PLANNED_IMAGES:,} "
+                            "(the plan is held in memory); lower --per-cell or --images-per-prompt")
+    pipeline = str(opts.pipeline)
+    if (not opts.prompts_only and not custom_generator and pipeline.startswith(LOCAL_DIR)
+            and not Path(pipeline[len(LOCAL_DIR):]).expanduser().is_dir()):
+        raise BadInputError(f"--pipeline {pipeline}: no folder at {pipeline[len(LOCAL_DIR):]}; pass the folder of a "
+                            "saved diffusers pipeline (model_index.json), or a Hub name")
     opts.settings()
     return opts

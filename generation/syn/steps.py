@@ -74,13 +74,19 @@ def task_rows(plan: pd.DataFrame, *, batch_size: int, num_shards: int, shard_ind
     return plan.iloc[[j for k in units for j in range(k * b, min(len(plan), (k + 1) * b))]]
 
 
+def _strings(values: list[str], like: pd.Series) -> list[str] | pd.Series:
+    """A new string column's values; none at all (a job-array task that generated nothing) as an empty column of
+    ``like``'s string dtype, not the float column an empty list would make."""
+    return values if values else pd.Series([], dtype=like.dtype)
+
+
 def split_generated(plan: pd.DataFrame, *, sha256: Mapping[str, str],
                     rejected: Mapping[str, str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The generated ``plan`` rows as ``(images, rejected)``: accepted rows get their ``sha256`` (IMAGE_COLUMNS),
     rejected ones their ``reason`` (rows of the rejected table, stage ``image``)."""
     ok = ~plan["path"].isin(set(rejected))
-    images = plan[ok].assign(sha256=[sha256[p] for p in plan.loc[ok, "path"]])
-    bad = plan[~ok].assign(reason=[rejected[p] for p in plan.loc[~ok, "path"]])
+    images = plan[ok].assign(sha256=_strings([sha256[p] for p in plan.loc[ok, "path"]], plan["path"]))
+    bad = plan[~ok].assign(reason=_strings([rejected[p] for p in plan.loc[~ok, "path"]], plan["path"]))
     return images[IMAGE_COLUMNS].reset_index(drop=True), rejected_rows(bad, "image")
 
 

@@ -55,6 +55,8 @@ def _write_receipt(out: Path, result: hub.PublishResult, repo_id: str) -> None:
 @command(app, "publish", PublishOptions,
          help="Publish a verified manifest to the Hugging Face Hub as a dataset, tagged with its dataset version.")
 def publish(opts: PublishOptions) -> None:
+    if opts.out is not None:  # before the lock file, which sits beside --out
+        hub.check_publish_out(opts.manifest_dir, opts.out)
     with output_lock(opts.out) if opts.out is not None else contextlib.nullcontext():
         _publish(opts)
 

@@ -49,8 +49,8 @@ from .detectors import CAPTURE_KINDS, ODIN, Detector, ForwardOutputs
 from .models import ModelAdapter
 from .perturbation import odin_scores
 
-__all__ = ["CACHE_VERSION", "OutputCache", "cache_key", "score_kind", "as_loader", "split_batch", "ImageList",
-           "Unreadable", "UnreadableImagesError", "scan_unreadable", "probe_input", "default_transform",
+__all__ = ["CACHE_VERSION", "OutputCache", "cache_key", "labels_digest", "score_kind", "as_loader", "split_batch",
+           "ImageList", "Unreadable", "UnreadableImagesError", "scan_unreadable", "probe_input", "default_transform",
            "check_precision", "precision_context", "extract_outputs"]
 
 CACHE_VERSION = 3  # 2: 16-bit images scaled to 8 bits, bombs refused before decoding; 3: float / 32-bit images
@@ -302,6 +302,16 @@ def cache_key(model_id: str, data_id: str, preprocess_id: str = "") -> str:
     """Hex key of (model identity, data identity, preprocessing) for the on-disk output cache."""
     h = hashlib.sha256(json.dumps([CACHE_VERSION, model_id, data_id, preprocess_id]).encode())
     return h.hexdigest()[:32]
+
+
+def labels_digest(labels) -> str:
+    """A short hash of a dataset's labels (class indices in the model's order), part of its cache identity: the
+    cache stores the labels beside the outputs, so other labels (``--classes``, ``--id-test-labels``, a permuted
+    class list) are another entry, never the old labels."""
+    if labels is None:
+        return "none"
+    arr = np.ascontiguousarray(np.asarray(labels, dtype=np.int64))
+    return hashlib.blake2b(arr.tobytes(), digest_size=12).hexdigest()
 
 
 class OutputCache:

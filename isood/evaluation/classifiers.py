@@ -163,5 +163,10 @@ def adapter_from_option(model: str | None, *, checkpoint: str | None = None, num
         raise MissingWeightsError(hub_access().missing(f"--model {model}", instead)) from None
     except RuntimeError as e:
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        if "weights_only" in str(e) or "Weights only" in str(e):  # torch.load refused a pickled object
+            raise BadInputError(f"--checkpoint {checkpoint}: torch.load(weights_only=True) refused it: it holds "
+                                "pickled Python objects besides tensors, which are not loaded (they could run "
+                                "code); save the weights only (torch.save(model.state_dict(), PATH) or "
+                                ".safetensors)") from None
         raise BadInputError(f"cannot load model '{model}' from --checkpoint {checkpoint}: {first}: pass "
                             "--num-classes N matching the checkpoint's classifier head") from None

@@ -62,14 +62,14 @@ import manifests
 from isood.content import content_listing
 from isood.defaults import DEFAULT_DETECTORS, DEFAULT_VERIFY, OOD_LABEL, cache_dir
 from isood.devices import resolve_device
-from isood.errors import BadInputError, ManifestError
+from isood.errors import BadInputError, IsoodError, ManifestError
 from isood.images import ImageSource, list_images
 from isood.kinds import AUDIT, EVALUATION, IMAGE_LIST, SPLITS, SYN_IS, AuditView
 from wordnet_tools.rules import leak_mask, parse_rules
 
 from .assemble import (ID_TEST, ID_TRAIN, EvalSet, check_files, evaluate_with_leaks, grid_parts,
                        precomputed_rows, sanity_table, scores_table, set_metrics)
-from .capture import ImageList, check_precision, default_transform, probe_input
+from .capture import ImageList, check_precision, default_transform, labels_digest, probe_input
 from .cells import CellEvaluation
 from .classes import (class_list, imagenet_1k, label_file, labels_for, labels_from_file, outputs_labels,
                       read_class_file, wnids_of)
@@ -424,7 +424,8 @@ def _check_model_outputs(model: ModelAdapter, detectors: Mapping[str, Detector],
 def score_with_model(adapter: ModelAdapter, detectors: Mapping[str, Detector], sets: Mapping[str, EvalSet],
                      opts: EvaluateOptions) -> DetectorScores:
     """Fit on the ID training images (when given) and score the others, one forward pass per batch, outputs
-    cached (keyed by each dataset's content and transform); each dataset through its own transform, images decoded
+    cached (keyed by each dataset's content, transform and labels: ``--classes`` and ``--id-test-labels`` change
+    them); each dataset through its own transform, images decoded
     as ``--decode`` says, the model run in ``--precision``."""
     fallback = adapter.transform or default_transform()
     data = {}
@@ -436,7 +437,8 @@ def score_with_model(adapter: ModelAdapter, detectors: Mapping[str, Detector], s
         score_train=opts.der and ID_TRAIN in data, batch_size=opts.batch_size, device=resolve_device(opts.device),
         num_workers=opts.workers, progress=opts.progress,
         cache_dir=output_cache_dir(opts),
-        data_ids={k: f"{s.data_id}|{s.transform or fallback!r}" for k, s in sets.items()}, precision=opts.precision)
+        data_ids={k: f"{s.data_id}|{s.transform or fallback!r}|labels={labels_digest(s.labels)}"
+                  for k, s in sets.items()}, precision=opts.precision)
     return scores
 
 
@@ -573,9 +575,9 @@ def _compute(opts: EvaluateOptions, detectors: Mapping[str, Detector], *, adapte
                                    score_train=opts.der)
     else:
         _check_roots(inputs)
-        src_train = list_images(opts.id_train) if opts.id_train is not None else None
+        src_train = list_images(opts.id_train, strict=True) if opts.id_train is not None else None
         assert opts.id_test is not None, "check_options: --id-test is required"
-        src_test = list_images(opts.id_test, base=opts.id_test_root)
+        src_test = list_images(opts.id_test, base=opts.id_test_root, strict=True)
         n_train = len(set(src_train.table["wnid"]) - {""}) if src_train is not None else None
         model = _model(opts, adapter, detectors, n_id_classes=n_train, src_train=src_train)
         model_name = model.name
@@ -600,11 +602,25 @@ def _compute(opts: EvaluateOptions, detectors: Mapping[str, Detector], *, adapte
                      classes, n_model, test_root)
 
 
+def _named_roots(manifest: str) -> list[str]:
+    """The image roots a manifest's view names (``test_root``, ``id_root``, ``image_root``; [] for a folder that
+    is no readable manifest of an evaluable kind, which the run refuses later with its own message)."""
+    try:
+        view = manifests.read(manifest, kind=EVALUABLE_KINDS)
+    except (IsoodError, OSError):
+        return []
+    roots = (getattr(view, name, None) for name in ("test_root", "id_root", "image_root"))
+    return [str(r) for r in roots if r]
+
+
 def _inputs_of(opts: EvaluateOptions) -> list[str]:
-    """Every path the run reads (the output folder may be none of them, nor inside one)."""
+    """Every path the run reads, the roots its manifests name included (the output folder may be none of them,
+    nor inside one)."""
     named = [v for _, _, v in (str(t).partition("=") for t in (*opts.ood, *opts.ood_root))]
+    manifests_read = [opts.splits, opts.syn, *[v for _, _, v in (str(t).partition("=") for t in opts.ood)]]
+    roots = [r for m in manifests_read if m for r in _named_roots(m)]
     paths = [opts.splits, opts.syn, opts.leak_audit, opts.id_train, opts.id_test, opts.test_root, opts.checkpoint,
-             opts.id_test_root, opts.id_test_labels, *named]
+             opts.id_test_root, opts.id_test_labels, *named, *roots]
     return [p for p in paths if p]
 
 
@@ -738,6 +754,12 @@ def evaluate(model=None, *, id_test, ood=None, roots=None, preprocess=None, dete
     the same one-line ``IsoodError``\\s. No output cache unless ``cache_dir`` names one; no progress bars unless
     ``progress``.
     """
+    if id_test is None or not isinstance(id_test, (str, os.PathLike)):
+        raise BadInputError(f"isood.evaluate: id_test= is required: pass the ID test folder or file list (a path), "
+                            f"got {type(id_test).__name__}")
+    if not (model is None or isinstance(model, (str, ModelAdapter)) or hasattr(model, "forward")):
+        raise BadInputError(f"isood.evaluate: model={model!r} ({type(model).__name__}); pass a --model string, a "
+                            "torch module or an isood.evaluation.ModelAdapter")
     adapter, model_name = (None, model) if model is None or isinstance(model, str) else (model, None)
     detectors, objects = detector_objects(detectors)
     presets = (preprocess,) if isinstance(preprocess, str) else _pairs(preprocess, "preprocess")

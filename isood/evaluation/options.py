@@ -17,6 +17,7 @@ fitted and DER is not computed (a detector that needs fitting is refused).
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,7 +71,9 @@ class EvaluateOptions:
                                help="Classifier: a timm name, 'torchvision/<name>', py:MODULE:FUNCTION, or clip:SPEC "
                                     "for a CLIP zero-shot classifier (SPEC: an open_clip name such as "
                                     "ViT-B-16:openai or local-dir:PATH; classes from --classes or --id-train; "
-                                    "detectors mcm, glmcm) (not needed with precomputed outputs).")
+                                    "detectors mcm, glmcm) (not needed with precomputed outputs). py:MODULE:FUNCTION "
+                                    "imports MODULE and calls FUNCTION (also from --config): it runs as trusted "
+                                    "code, pass only code you would run yourself.")
     detectors: str = option(DEFAULT_DETECTORS, metavar="SPEC", commas=True,
                             help="Comma-separated detectors, with parameters as name:key=value (e.g. knn:k=10): msp, "
                                  "maxlogit, energy, odin, mds, knn, vim, react, dice, gradnorm, klm; ash (ASH-B at "
@@ -106,7 +109,7 @@ class EvaluateOptions:
     precision: str = option(DEFAULT_PRECISION, choices=PRECISIONS, metavar="PRECISION",
                             help="Forward passes in fp32 (OpenOOD's numbers), fp16 (CUDA only) or bf16, the last two "
                                  "under autocast with the model channels-last. Part of the output-cache key.")
-    cache_dir: str | None = option(None, metavar="DIR",
+    cache_dir: str | None = option(None, metavar="DIR", path=True,
                                    help="Model-output cache (default $ISOOD_CACHE_DIR/outputs; '' for none).")
     sanity_random_model: bool = option(False, help="Also run the detectors on a randomly initialised copy of the "
                                                    "model (AUROC vs AUROC_M).")
@@ -133,11 +136,11 @@ class EvaluateOptions:
     progress: bool = option(True, cli=False, help="Progress bars.")
     # -- any benchmark (issue 18): OOD sets by name, their roots, the ID test list's root and labels, the
     #    preprocessing per set, Table 1's convention
-    ood: tuple[str, ...] = option((), kind="list", metavar="[GROUP:]NAME=MANIFEST",
+    ood: tuple[str, ...] = option((), kind="list", metavar="[GROUP:]NAME=MANIFEST", named_path=True,
                                   help="An OOD set, repeatable: a splits (cells: per-cell rows and Table 1), syn-is, "
                                        "or image-list manifest (isood import imagenet-ood / openood-imglist: per-set "
                                        "rows); GROUP near or far adds OpenOOD's nearood / farood mean rows.")
-    ood_root: tuple[str, ...] = option((), kind="list", metavar="NAME=DIR",
+    ood_root: tuple[str, ...] = option((), kind="list", metavar="NAME=DIR", named_path=True,
                                        help="Repeatable: the folder an OOD set's image paths are relative to "
                                             "(required for image lists; default: a splits manifest's test_root, a "
                                             "Syn-IS manifest's folder).")
@@ -286,8 +289,9 @@ def preprocess_presets(opts: EvaluateOptions, names: set[str]) -> tuple[str, dic
 
 
 def check_paths(opts: EvaluateOptions) -> None:
-    """The folders and files the options name besides the manifests exist (checked by the stage, before anything
-    is read): ``--ood-root`` folders, ``--id-test-root``, ``--id-test-labels``."""
+    """The folders and files the options name besides the manifests exist (checked with the options, before
+    anything is read or loaded): ``--ood-root`` folders, ``--id-test-root``, ``--id-test-labels``, ``--classes``,
+    ``--checkpoint``, a ``clip:local-dir:PATH`` model's folder, a ``py:MODULE:FUNCTION`` model's module."""
     for name, folder in named_values(opts.ood_root, "--ood-root").items():
         if not Path(folder).is_dir():
             raise BadInputError(f"--ood-root {name}={folder}: not a folder; pass the folder the set's image paths "
@@ -298,6 +302,25 @@ def check_paths(opts: EvaluateOptions) -> None:
     if opts.id_test_labels is not None and not Path(opts.id_test_labels).is_file():
         raise BadInputError(f"--id-test-labels {opts.id_test_labels}: file not found; pass a file of "
                             "'<image> <label>' lines")
+    if opts.classes is not None and not Path(opts.classes).is_file():
+        raise BadInputError(f"--classes {opts.classes}: file not found; pass a file of the model's class wnids in "
+                            "logit order, one per line")
+    if opts.checkpoint is not None and not Path(opts.checkpoint).is_file():
+        raise BadInputError(f"--checkpoint {opts.checkpoint}: file not found; pass a local weights file "
+                            "(.safetensors / .pth)")
+    model = opts.model if isinstance(opts.model, str) else ""
+    local = model[len("clip:local-dir:"):] if model.startswith("clip:local-dir:") else None
+    if local is not None and not Path(local).is_dir():
+        raise BadInputError(f"--model {model}: no folder at {local}; pass the folder of a local open_clip model")
+    if model.startswith("py:"):
+        module = model_function(model)[0]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise BadInputError(f"--model {model}: no module {module!r} is installed; pass py:MODULE:FUNCTION of an "
+                                "importable module (it runs as trusted code)")
 
 
 def resolved(opts: EvaluateOptions) -> bool:
@@ -329,6 +352,7 @@ def check_options(opts: EvaluateOptions, *, need_out: bool = True) -> dict[str, 
     plot_metrics(opts)
     if opts.model is not None and opts.model.startswith("py:"):
         model_function(opts.model)
+    check_paths(opts)  # files and folders the options name: before anything heavy loads
     detectors = parse_detectors(opts.detectors)
     if opts.id_train is None:
         fitted = [n for n, d in detectors.items() if d.needs_fit]

@@ -142,7 +142,11 @@ def run_extract(opts: ExtractOptions, *, engine: BatchEngine | None = None, argv
             write_features_manifest(o.work, run.rows, run.config, run.inputs, argv=argv)
         else:
             write_part(run, opts, argv=argv)
-    return run.result(read(o.final, kind=kind))
+    result = run.result(read(o.final, kind=kind))
+    if kind == FEATURES and result.n_images == 0:  # a manifest nothing can use: said, not silent
+        warnings.warn(f"{o.final} holds 0 images: all {result.n_rejected} were rejected (its `rejected` table says "
+                      "why); fix or replace them before building splits from it", IsoodWarning, stacklevel=2)
+    return result
 
 
 # ------------------------------------------------------------------------------------------------ merge

@@ -11,10 +11,11 @@ import numpy as np
 import pandas as pd
 
 from isood.defaults import OOD_LABEL
-from isood.errors import BadInputError, ManifestError
+from isood.errors import BadInputError
 from isood.kinds import IMAGE_LIST
 from isood.textio import decode_text, read_lines
 from manifests import Manifest, input_record, read, write_with_card, writing
+from isood.inputs import entry_problem
 from manifests.paths import check_relative
 from wordnet_tools.wnids import wnid_from_path
 
@@ -52,12 +53,11 @@ def _parse_line(text: str, *, labels: str, where: str, verbatim: bool = False) -
         raise ListFormatError(f"{where}: expected {_EXPECTED[labels]} per line, got {text[:120]!r}")
     if not -2**63 <= label < 2**63:
         raise ListFormatError(f"{where}: label {tokens[1]!r} is out of range (64-bit integers)")
-    try:
-        path = check_relative(tokens[0])
-        return (tokens[0] if verbatim else path), label
-    except ManifestError:
-        raise ListFormatError(f"{where}: image path {tokens[0]!r} is absolute or contains '..'; "
-                              "use paths relative to the dataset root") from None
+    problem = entry_problem(tokens[0])  # the input-path policy (isood.inputs)
+    if problem is not None:
+        raise ListFormatError(f"{where}: image path {tokens[0]!r} {problem}; use paths relative to the dataset "
+                              "root, without control characters")
+    return (tokens[0] if verbatim else check_relative(tokens[0])), label
 
 
 def parse_lines(lines: Iterable[bytes | str], *, labels: str = "optional", name: str = "list",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, NamedTuple, Sequence
@@ -27,10 +28,11 @@ import pandas as pd
 import pyarrow as pa
 
 from isood.defaults import N_LEVELS, NA_THRESHOLD
-from isood.errors import BadInputError
+from isood.errors import BadInputError, IsoodWarning
 from isood.grid import cell_name, cell_table, check_levels, edges_table, is_na
 from isood.kinds import SPLITS
 from isood.files import sha256_bytes, sha256_file
+from isood.inputs import walk_files
 from isood.stages.interop.imports import ListFormatError, parse_list
 from isood.stages.interop.lines import (
     OddLines,
@@ -82,14 +84,18 @@ def cell_of_list(rel: str, *, n_levels: int = N_LEVELS) -> tuple[str, int, int] 
 
 
 def find_cell_lists(directory: str | os.PathLike, *, n_levels: int = N_LEVELS) -> tuple[list[CellList], list[str]]:
-    """The cell lists of a release folder (sorted by subset, cov, sem) and the other files found there."""
+    """The cell lists of a release folder (sorted by subset, cov, sem) and the other files found there, walked by
+    the input-path policy (``isood.inputs.walk_files``: hidden folders are no subsets, a symlinked subset folder
+    inside the folder is followed and said in one warning line, a link leading outside it is refused)."""
     root = Path(directory)
     if not root.is_dir():
         raise BadInputError(f"{root}: not a folder; pass the folder holding the cov_{{c}}_sem_{{s}}.txt lists")
     found: dict[tuple[str, int, int], CellList] = {}
     ignored: list[str] = []
-    for p in sorted(q for q in root.rglob("*") if q.is_file()):
-        rel = p.relative_to(root).as_posix()
+    walked = walk_files(root, what=str(root))  # the input-path policy: hidden skipped, links inside the root
+    for note in walked.notes:
+        warnings.warn(f"{root}: {note}", IsoodWarning, stacklevel=2)
+    for rel, p in walked.files.items():
         key = cell_of_list(rel, n_levels=n_levels)
         if key is None:
             ignored.append(rel)

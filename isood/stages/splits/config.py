@@ -57,15 +57,15 @@ class BuildConfig:
     backend: str = option("auto", choices=BACKENDS, metavar="BACKEND",
                           help="Nearest-neighbour backend: auto (exact; approximate IVF with --ann-recall), torch, "
                                "faiss-flat, faiss-ivf (nprobe 32).")
-    ann_recall: float | None = option(None, least=0.0, most=1.0, metavar="RECALL",
-                                      help="Search approximately, tuned to this recall@1 (e.g. 0.99, > 0) on a "
+    ann_recall: float | None = option(None, least=0.0, least_open=True, most=1.0, metavar="RECALL",
+                                      help="Search approximately, tuned to this recall@1 (e.g. 0.99) on a "
                                            "sample of the test images against exact search; the achieved recall "
                                            "and level agreement go into the manifest. Default: exact.")
     batch_size: int = batch_size_option("Images per batch when extracting.")
     workers: int | None = workers_option(None, "when extracting")
     shard_size: int = option(DEFAULT_SHARD_SIZE, least=1, help="Images per feature shard when extracting.")
     device: str | None = device_option()
-    cache_dir: str | None = option(None, metavar="DIR",
+    cache_dir: str | None = option(None, metavar="DIR", path=True,
                                    help="Text-feature cache (default $ISOOD_CACHE_DIR/text-features).")
     verify: str = verify_option()
     progress: bool = option(True, cli=False, help="Progress bars.")

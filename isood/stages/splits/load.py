@@ -72,11 +72,18 @@ class Inputs:
 
 
 def check_sources(cfg: BuildConfig) -> None:
-    """Both sources exist (``--out`` is checked by the writer, ``manifests.writing``)."""
+    """Both sources exist, and ``--laid`` / ``--class-filter`` when given (``--out`` is checked by the writer,
+    ``manifests.writing``)."""
     for name in ("id", "test"):
         if not Path(getattr(cfg, name)).exists():
             raise BadInputError(f"--{name} {getattr(cfg, name)} does not exist; pass an image folder, a file list or "
                                 "a feature set")
+    if cfg.laid and not Path(cfg.laid).is_file():
+        raise BadInputError(f"--laid {cfg.laid}: file not found; pass a trained LAID W (.safetensors), or leave "
+                            "--laid out to train it here (with --clip)")
+    if cfg.class_filter and not Path(cfg.class_filter).is_dir():
+        raise BadInputError(f"--class-filter {cfg.class_filter}: not a folder; pass a class-filter manifest "
+                            "(isood wordnet filter --out DIR)")
 
 
 def input_paths(cfg: BuildConfig) -> list[str]:
