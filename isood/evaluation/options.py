@@ -158,7 +158,7 @@ class EvaluateOptions:
                                               "model (default), imagenet, openood, timm, release (per set as the "
                                               "IS-OOD release: Resize(224) for splits manifests, Resize(256) "
                                               "otherwise), release-1k, release-21k.")
-    benchmark: str | None = option(None, metavar="NAME",
+    benchmark: str | None = option(None, metavar="NAME", maybe_path=True,
                                    help="A named benchmark (`isood benchmarks` lists them; or a .toml file): its OOD "
                                         "sets, groups, image roots and ID test set are found under --data-root and "
                                         "added to any --splits/--syn/--ood; its lists are imported once into the "
