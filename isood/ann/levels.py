@@ -42,7 +42,7 @@ __all__ = ["LevelPlan", "LevelSearch", "near_edge", "lower_bound", "EDGE_Z", "SC
 Exact = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 #: Margin scales ``h`` tried by the tuner (``inf``: one bound for every query).
-SCALES = (0.01, 0.02, 0.05, 0.1, math.inf)
+SCALES = (0.05, 0.1, 0.2, math.inf)
 #: Standard errors of the sample's end quantiles by which the provisional edges are widened.
 EDGE_Z = 4.0
 #: A list scanned costs this many times its share of an exact search (scanning lists is less efficient).
@@ -59,6 +59,7 @@ class LevelPlan:
                  exact_share: float):
         self.nprobe, self.scale, self.tau = int(nprobe), float(scale), float(tau)
         self.edges, self.slack, self.exact_share = edges, slack, float(exact_share)
+        self.shift = [0.0, 0.0]  # how far the end quantiles of the sample's IVF answers are from its exact ones
 
     def weight(self, margin: np.ndarray) -> np.ndarray:
         """``w`` of queries with these margins (1 for the scale ``inf``), capped to keep it finite."""
@@ -142,7 +143,9 @@ def tune_levels(index: IVFIndex, query: np.ndarray, exact_sims: np.ndarray, samp
             w = plan.weight(margin)
             ratio = np.sort(over[changed] / w[changed])[::-1]
             plan.tau = float(ratio[allowed]) * (1 + 1e-6) if allowed < len(ratio) else 0.0
-            plan.exact_share = float(np.mean(near_edge(_distance(found), plan.tau * w, edges, slack) | ~ok))
+            plan.exact_share = float(np.mean(near_edge(_distance(found), plan.tau * w, edges) | ~ok))
+            plan.shift = [float(abs(np.quantile(_distance(found[ok]), c) - np.quantile(_distance(exact_s[ok]), c)))
+                          if ok.any() else 0.0 for c in target.grid_clip]
             cost = SCAN_WEIGHT * p / index.nlist + plan.exact_share
             if best is None or cost < best[0]:
                 best = (cost, plan)
@@ -182,6 +185,8 @@ class LevelSearch:
         self.kept_rows: list[np.ndarray] = []
         self.kept_q: list[np.ndarray] = []
         self.both = np.concatenate(rows)
+        order = np.argsort(self.both)
+        self.both_sorted, self.ex_sorted = self.both[order], self.ex_sims[order]
 
     def search(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(similarity, row) of the next chunk of queries (before the fixes of :meth:`finish`)."""
@@ -202,13 +207,29 @@ class LevelSearch:
             sims[a:a + len(part)], idx[a:a + len(part)] = s, i
             self.reach[start + a:start + a + len(part)] = plan.tau * plan.weight(margin)
         self.found[start:self.done] = sims
-        near = near_edge(_distance(sims), self.reach[start:self.done], plan.edges, plan.slack) | (idx < 0)
+        edges, slack = self._provisional()
+        near = near_edge(_distance(sims), self.reach[start:self.done], edges, slack) | (idx < 0)
         rows = np.flatnonzero(near)
         if len(rows):
             self.kept_rows.append(start + rows)
             self.kept_q.append(np.array(q[rows], dtype=np.float32))
         self.seconds[2] += time.perf_counter() - t
         return sims, idx
+
+    def _provisional(self) -> tuple[np.ndarray, np.ndarray]:
+        """Edges of the distances found so far (the sampled queries' exact ones in), widened by EDGE_Z
+        standard errors of their end quantiles and by the sample's IVF overestimate of them."""
+        seen = self.found[:self.done].copy()
+        inside = self.both[self.both < self.done]
+        at = np.searchsorted(self.both_sorted, inside)
+        seen[inside] = self.ex_sorted[at]
+        d = _distance(seen)
+        d = d[np.isfinite(seen)]
+        if self.done < self.n_query:  # distances still to come: the exact sample's edges weigh in
+            d = np.concatenate([d, _distance(self.ex_sims)])
+        edges, slack = _edges(d, self.target)
+        t = np.linspace(0.0, 1.0, len(edges))
+        return edges, slack + (1 - t) * self.plan.shift[0] + t * self.plan.shift[1]
 
     def finish(self) -> tuple[list[Fix], AnnReport]:
         """The fixes to apply to the answers, in order, and the report (once every chunk was searched)."""
@@ -220,20 +241,27 @@ class LevelSearch:
                                  target_levels=target.levels, levels_tune=1.0)
         t = time.perf_counter()
         kept = np.concatenate(self.kept_rows) if self.kept_rows else np.empty(0, np.int64)
-        if len(kept):
-            k_sims, k_idx = self.exact(np.ascontiguousarray(np.concatenate(self.kept_q)))
-        else:
-            k_sims, k_idx = np.empty(0, np.float32), np.empty(0, np.int64)
-        self.seconds[2] += time.perf_counter() - t
+        kept_q = np.concatenate(self.kept_q) if self.kept_q else np.empty((0, 0), np.float32)
         approx = self.found.copy()  # what each query is answered (before the sampled rows get their exact answer)
-        approx[kept] = k_sims
-        final = approx.copy()
-        final[self.both] = self.ex_sims
-        edges = level_edges(_distance(final), target.grid_levels, clip=target.grid_clip)
+        exact_done = np.zeros(self.n_query, bool)
+        searched = np.zeros(len(kept), bool)
+        k_sims, k_idx = np.full(len(kept), np.nan, np.float32), np.full(len(kept), -1, np.int64)
+        while True:  # the final edges, and an exact answer for every kept query an edge is within reach of
+            final = approx.copy()
+            final[self.both] = self.ex_sims
+            edges = level_edges(_distance(final), target.grid_levels, clip=target.grid_clip)
+            todo = ~searched & (near_edge(_distance(final[kept]), self.reach[kept], edges) | ~np.isfinite(final[kept]))
+            if not todo.any():
+                break
+            k_sims[todo], k_idx[todo] = self.exact(np.ascontiguousarray(kept_q[todo]))
+            searched |= todo
+            approx[kept[todo]] = k_sims[todo]
+        self.seconds[2] += time.perf_counter() - t
+        kept, k_sims, k_idx = kept[searched], k_sims[searched], k_idx[searched]
         exact_done = np.zeros(self.n_query, bool)
         exact_done[kept] = True
         exact_done[self.both] = True
-        uncovered = int(np.sum(near_edge(_distance(final), self.reach, edges) & ~exact_done))
+        uncovered = int(np.sum((near_edge(_distance(final), self.reach, edges) | ~np.isfinite(final)) & ~exact_done))
         n_t, check = len(self.rows[0]), self.rows[1]
         ex_d = _distance(self.ex_sims)
         ap_d = _distance(approx[self.both])
@@ -247,7 +275,7 @@ class LevelSearch:
             tune_seconds=tune, search_seconds=search, index_bytes=self.index.nbytes, check_rows=check,
             check_exact=self.ex_sims[n_t:].copy(), check_approx=approx[check].copy(), n_queries=self.n_query,
             target_levels=target.levels, levels_tune=float(np.mean(agree[:n_t])))
-        report.levels = {"plan": self.plan.as_dict(), "exact_share": len(kept) / max(self.n_query, 1),
+        report.levels = {"plan": self.plan.as_dict(), "exact_share": len(kept) / max(self.n_query, 1), "kept_share": len(searched) / max(self.n_query, 1),
                          "exact_share_tuned": self.plan.exact_share, "uncovered": uncovered,
                          "levels_heldout": k_held / n_held if n_held else 1.0,
                          "levels_heldout_lower": lower_bound(k_held, n_held), "bound_confidence": BOUND_CONFIDENCE,
