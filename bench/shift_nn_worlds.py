@@ -46,9 +46,9 @@ def clip_world(n_ref: int, n_query: int, *, dim: int = 256, n_classes: int = 1_0
         eps = rng.standard_normal((n, dim)) * (noise / np.sqrt(dim))
         return _unit(cone + centre + w * style + eps)
 
-    per = rng.permutation(np.arange(n_ref) % n_classes)
-    ref = _blocks(n_ref, lambda n, it=iter(range(0, n_ref, 50_000)): (lambda s: images(
-        centres[per[s:s + n]], shared[rng.integers(0, n_styles, n)]))(next(it)))
+    per = rng.permutation(np.arange(n_ref) % n_classes)  # 200 images per class at 200k rows
+    ref = np.concatenate([images(centres[per[s:s + 50_000]], shared[rng.integers(0, n_styles, len(per[s:s + 50_000]))])
+                          for s in range(0, n_ref, 50_000)])
     # queries: 1,000 new classes, each a mix of a reference class and a fresh direction (near .. far)
     n_new = n_classes
     base = rng.integers(0, n_classes, n_new)

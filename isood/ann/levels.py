@@ -37,7 +37,8 @@ from isood.ann.tune import MAX_SCAN_FRACTION, MIN_SAMPLE, _needed, AnnReport, Fi
 from isood.errors import BadInputError
 from isood.grid import bin_with_edges, level_edges
 
-__all__ = ["LevelPlan", "LevelSearch", "near_edge", "lower_bound", "EDGE_Z", "SCALES", "SCAN_WEIGHT"]
+__all__ = ["LevelPlan", "LevelSearch", "near_edge", "lower_bound", "tune_levels", "EDGE_Z", "KMEANS_ITER", "SCALES",
+           "SCAN_WEIGHT"]
 
 Exact = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
@@ -47,6 +48,9 @@ SCALES = (0.05, 0.1, 0.2, math.inf)
 EDGE_Z = 4.0
 #: A list scanned costs this many times its share of an exact search (scanning lists is less efficient).
 SCAN_WEIGHT = 2.0
+#: k-means iterations of the index (the lists only have to be compact enough to probe; the answer's level is
+#: what is checked): 8 cost 40% of the default 20 and gave the same recall@1 at 128 of 2048 lists (clip world).
+KMEANS_ITER = 8
 #: One-sided confidence of the reported lower bound of the held-out level agreement.
 BOUND_CONFIDENCE = 0.95
 
@@ -174,7 +178,7 @@ class LevelSearch:
         if n_t < 2 * MIN_SAMPLE:  # too few queries to tune and calibrate on: exact search is as cheap
             return
         t0 = time.perf_counter()
-        self.index = build_ivf(reference, nlist=nlist, train_size=train_size, seed=seed)
+        self.index = build_ivf(reference, nlist=nlist, train_size=train_size, seed=seed, niter=KMEANS_ITER)
         t1 = time.perf_counter()
         self.ex_sims, self.ex_idx = exact(np.ascontiguousarray(sample))
         self.plan = tune_levels(self.index, np.ascontiguousarray(sample[:n_t]), self.ex_sims[:n_t],

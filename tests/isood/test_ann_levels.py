@@ -83,7 +83,7 @@ def test_a_query_not_near_an_edge_keeps_its_level_whatever_the_exact_answer():
     # found distances: random, on the edges, and a hair above them (near-ties)
     d = np.concatenate([rng.uniform(0.0, 1.0, 20000), edges, np.nextafter(edges, 2.0), edges + 1e-9])
     reach = rng.uniform(0.0, 0.1, len(d))
-    reach[-3 * len(edges):] = np.tile([0.0, 1e-12, 2e-9], len(edges)).repeat(1)[: 3 * len(edges)]
+    reach[-3 * len(edges):] = np.repeat([0.0, 1e-12, 2e-9], len(edges))  # zero, tiny and tie-sized reaches
     free = ~near_edge(d, reach, edges)
     for frac in (0.0, 0.5, 1.0 - 1e-12, 1.0):  # every exact distance in [d - reach, d]
         true = d - frac * reach
@@ -107,5 +107,5 @@ def test_public_names_keep_working_with_ann_levels():
     assert np.allclose(found.distance, d, atol=1e-6)
     exact = brute_force(q, ref)
     assert np.all(found.distance >= exact - 1e-5)
-    assert np.allclose(1.0 - (q[found.index] * ref[found.index]).sum(1) if False else found.distance,
-                       np.clip(1.0 - np.einsum("ij,ij->i", q, ref[found.index]), 0, 2), atol=1e-5)
+    # the index is the row the distance was measured to
+    assert np.allclose(found.distance, np.clip(1.0 - np.einsum("ij,ij->i", q, ref[found.index]), 0, 2), atol=1e-5)
