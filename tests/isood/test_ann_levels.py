@@ -25,10 +25,10 @@ def heavy_tailed_world(n_ref=6000, n_query=16000, dim=24, seed=3):
     scale = np.arange(1, dim + 1) ** -0.7
     basis = np.linalg.qr(rng.standard_normal((dim, dim)))[0]
     noise = lambda n, a: (rng.standard_normal((n, dim)) * scale * a) @ basis.T  # noqa: E731
-    ref = _unit(centres[labels] + noise(n_ref, 0.5))
+    ref = _unit(centres[labels] + noise(n_ref, 0.3))
     near = rng.random(n_query) < 0.4
     base = np.where(near[:, None], centres[rng.integers(0, n_cls, n_query)], _unit(rng.standard_normal((n_query, dim))))
-    return ref, _unit(base + noise(n_query, 0.6))
+    return ref, _unit(base + noise(n_query, 0.4))
 
 
 def brute_force(q, r):
