@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spectrum", type=float, default=1.0, help="power-law exponent of the noise spectrum (0 = isotropic)")
     p.add_argument("--levels", action="store_true",
                    help="ann_levels 0.999 vs exact faiss IndexFlatIP on two CLIP-like generators (shift_nn_levels.py)")
-    p.add_argument("--check", type=int, default=20_000, help="--levels: queries searched exactly (timing + agreement)")
+    p.add_argument("--check", type=int, default=4_000, help="--levels: queries searched exactly (timing + agreement)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
     a = p.parse_args(argv)

@@ -34,7 +34,7 @@ def _exact_flat(ref: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, float]:
     return sims[:, 0], time.perf_counter() - t
 
 
-def run_levels(n_ref: int, n_query: int, n_check: int, *, target: float = 0.999, sample: int = 4000,
+def run_levels(n_ref: int, n_query: int, n_check: int, *, target: float = 0.999, sample: int = 2000,
                worlds: tuple[str, ...] = ("clip", "heavy"), seed: int = 0) -> list[str]:
     """One line per generator: ratio, agreement, bound (module docstring)."""
     lines = []
