@@ -6,22 +6,23 @@ distance (the nearest row may sit in a list that was not probed), so a query's l
 internal edge lies within the overestimate below its distance (or an end edge within it either side: the end
 edges are quantiles of all the distances). :class:`LevelSearch`:
 
-1. builds the IVF index and searches two disjoint samples of the queries exactly (tuning, held-out; the tuning
-   one is halved into a *choice* and a *calibration* half);
-2. on the choice half picks the probed lists ``nprobe`` and a margin scale ``h`` of the cheapest plan: the
-   overestimate ``1 - s`` of a query is bounded by ``tau * w`` with ``w = exp(-m / h)``, ``m`` = its best
-   similarity after ``nprobe`` lists minus the similarity of its next centroid (a query far from the lists it
-   did not probe cannot gain much from them), and cost = lists scanned + queries searched exactly;
-3. on the calibration half sets ``tau`` to the largest ``overestimate / w`` (a split-conformal bound: for a query
-   exchangeable with the calibration ones, the chance that its overestimate exceeds ``tau * w`` is at most
-   ``1 / (n_calibration + 1)``);
-4. searches every query with ``nprobe`` lists and searches exactly each query with an edge within ``tau * w``
-   of its distance (the edges: those of the exact sample, widened by the uncertainty of its end quantiles);
-5. reports the level agreement of the held-out queries at the build's own edges and its one-sided lower
-   confidence bound (Wilson), and the queries an edge reached that were not searched exactly (``uncovered``).
+1. builds the IVF index and searches two disjoint samples of the queries exactly (tuning, held-out);
+2. on the tuning sample picks the probed lists ``nprobe``, a margin scale ``h`` and a bound ``tau`` of the cheapest
+   plan: a query's *reach* is ``tau * w`` with ``w = exp(-m / h)``, ``m`` = its best similarity after ``nprobe``
+   lists minus the similarity of its next centroid (a query far ahead of the lists it did not probe gains little
+   from them); ``tau`` is the smallest that leaves at most the target's share (plus one binomial standard error)
+   of the tuning queries at another level with no edge within reach; cost = lists scanned (``SCAN_WEIGHT``) +
+   the share of queries an edge is within reach of (searched exactly);
+3. searches every query with ``nprobe`` lists, keeps the queries an edge may be within reach of (edges of the
+   distances found so far, widened by ``EDGE_Z`` standard errors of their end quantiles), and at the end, at the
+   final edges, searches exactly every kept query an edge is within reach of (repeated until the edges settle);
+4. reports the level agreement of the held-out queries at the build's own edges and its one-sided lower
+   confidence bound (Wilson), from held-out queries only, and the queries an edge reached that were not kept
+   (``uncovered``: 0 unless a streamed build's edges moved beyond their estimate).
 
-So a query keeps an approximate distance only where (up to the conformal chance) no exact answer could move it
-to another level, and the end edges are those of an exact build. Torch-free; faiss builds the index.
+So a query keeps an approximate distance only where, by the tuned reach, no exact answer could move it to another
+level; a query whose overestimate exceeds its reach (the tuning sample bounds how often) may change level, which the
+held-out check measures. Torch-free; faiss builds the index.
 """
 from __future__ import annotations
 
