@@ -19,6 +19,7 @@ bench/RESULTS.md (``--no-record`` to skip).
     python bench/shift_nn.py --quick    # tiny smoke run (seconds)
     python bench/shift_nn.py --full     # 2M x 256 reference, 50k queries
     python bench/shift_nn.py --skip hnsw,pq   # leave out some of the field's indexes
+    python bench/shift_nn.py --levels   # ann_levels vs exact flat on two CLIP-like generators, 200k x 400k
     python bench/shift_nn.py --gpu      # exact search on the device: 1M queries x 1.28M x 256 (issue 20, part 2)
     python bench/shift_nn.py --gpu --quick --device cpu   # the same at tiny sizes on the CPU (checks the script)
 
@@ -276,9 +277,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip", default="", help="comma list of field indexes to leave out: " + ",".join(FIELD_INDEXES))
     p.add_argument("--noise", type=float, default=0.6, help="within-class noise norm (centres have norm 1)")
     p.add_argument("--spectrum", type=float, default=1.0, help="power-law exponent of the noise spectrum (0 = isotropic)")
+    p.add_argument("--levels", action="store_true",
+                   help="ann_levels 0.999 vs exact faiss IndexFlatIP on two CLIP-like generators (shift_nn_levels.py)")
+    p.add_argument("--check", type=int, default=4_000, help="--levels: queries searched exactly (timing + agreement)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
     a = p.parse_args(argv)
+    if a.levels:
+        from shift_nn_levels import run_levels
+
+        n_ref, n_query = (a.n_ref or (20_000 if a.quick else 200_000)), (a.n_query or (40_000 if a.quick else 400_000))
+        lines = run_levels(n_ref, n_query, min(a.check, n_query // 4), seed=a.seed)
+        if not a.no_record:
+            record("shift_nn.py --levels", f"{n_ref} x {n_query}", " | ".join(lines))
+        return 0
     if a.gpu:
         run_gpu(a.device, a.quick, precision=a.precision, seed=a.seed, record_row=not a.no_record)
         return 0

@@ -20,7 +20,10 @@ Backends (:class:`SearchOptions`):
   ``levels`` (``--ann-levels``: the share of rows whose grid level is unchanged), which tunes an adaptive probe
   plan on a sample of the queries against exact search and reports what it reached on a held-out sample
   (:mod:`isood.ann.tune`); :mod:`isood.ann.agreement` turns that sample into the share of images whose grid
-  cell equals an exact build's, with a confidence interval.
+  cell equals an exact build's, with a confidence interval. A ``levels`` target searches with
+  :mod:`isood.ann.levels`: IVF answers, and an exact search of every query an edge is within reach of (the reach
+  tuned on the tuning sample: an IVF distance can only overestimate), with the held-out level agreement and its
+  one-sided lower confidence bound in the report.
 
 Measured by ``bench/shift_nn.py`` on 1M x 256 clustered features, half of the queries far OOD (bench/RESULTS.md,
 2 CPU cores): exact faiss flat ~380 queries/s (at the FLOP floor); ``recall=0.995`` -> nprobe 8, 32% of the
@@ -44,6 +47,7 @@ from isood.ann.exact import DEFAULT_MEMORY_MB, block_sizes, search_faiss_flat, s
 from isood.ann.fused import PRECISIONS, FusedIndex, FusedStats, error_bound, search_fused
 from isood.ann.ivf import (DEFAULT_NPROBE, QUERY_CHUNK, IVFIndex, ProbePlan, build_ivf, default_nlist, ivf_search,
                            list_maxima, probe, scan_lists)
+from isood.ann.levels import LevelPlan, LevelSearch, lower_bound, near_edge, tune_levels
 from isood.ann.search import (BACKENDS, EXACT_BACKENDS, ChunkedSearch, ExactSearch, SearchOptions, chunk_options,
                               resolve_backend, search, search_faiss_ivf, search_report)
 from isood.ann.tune import (DEFAULT_SAMPLE, MAX_SCAN_FRACTION, AnnReport, Fix, IvfChunks, RecallOutOfReach, Target,
@@ -58,5 +62,6 @@ __all__ = [
     "chunk_options", "TunedSearch", "IvfChunks", "Fix", "RecallOutOfReach", "reachable_target", "Agreement",
     "AGREEMENT_CONFIDENCE", "AGREEMENT_RESAMPLES", "estimate_exact_edges", "exact_agreement", "held_out_distances",
     "EXACT_BACKENDS", "ExactSearch", "PRECISIONS", "FusedIndex", "FusedStats", "error_bound", "search_fused",
-    "list_maxima", "Target", "tune_plan_levels", "wilson_interval",
+    "list_maxima", "Target", "tune_plan_levels", "wilson_interval", "LevelPlan", "LevelSearch", "lower_bound",
+    "near_edge", "tune_levels",
 ]

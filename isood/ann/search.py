@@ -9,6 +9,7 @@ import numpy as np
 
 from isood.ann.exact import DEFAULT_MEMORY_MB, block_sizes, faiss_gpu, import_faiss, search_faiss_flat, search_torch
 from isood.ann.fused import FusedIndex, check_precision
+from isood.ann.levels import LevelSearch
 from isood.ann.ivf import QUERY_CHUNK, ProbePlan, build_ivf
 from isood.ann.tune import DEFAULT_SAMPLE, AnnReport, Fix, IvfChunks, Target, TunedSearch, sample_rows
 from isood.defaults import N_LEVELS, QUANTILE_CLIP
@@ -186,14 +187,22 @@ class ChunkedSearch:
                  block_rows: int = QUERY_CHUNK):
         self.reference, self.options = reference, options
         whole = chunk_options(options, n_query, reference)
-        self.tuned: TunedSearch | None = None
+        self.tuned: TunedSearch | LevelSearch | None = None
         self.ivf: IvfChunks | None = None
         if options.approximate:
             exact = ExactSearch(reference, options, resolve_backend("auto", options.device))
             if rows is None or sample is None:
                 raise BadInputError("a tuned chunked search needs the sampled rows and their queries")
+            target = options.target
+            assert target is not None  # options.approximate
+            if target.levels is not None:
+                self.tuned = LevelSearch(
+                    reference, sample, rows, n_query=n_query, target=target, exact=exact,
+                    exact_chunk=lambda x: exact(x, whole), nlist=options.nlist, train_size=options.train_size,
+                    seed=options.seed, query_chunk=block_rows)
+                return
             self.tuned = TunedSearch(
-                reference, sample, rows, n_query=n_query, target=options.target,
+                reference, sample, rows, n_query=n_query, target=target,
                 exact=exact, exact_chunk=lambda x: exact(x, whole), nlist=options.nlist,
                 train_size=options.train_size, seed=options.seed, query_chunk=block_rows)
             return

@@ -99,6 +99,7 @@ class AnnReport:
     n_queries: int = 0  # every query searched (tuning and held-out ones included)
     target_levels: float | None = None  # an ann_levels target (target_recall is None then)
     levels_tune: float | None = None  # level agreement on the tuning queries (their own grid), levels target
+    levels: dict | None = None  # a level search's plan and held-out agreement (isood.ann.levels)
 
     def as_dict(self) -> dict:
         plan = self.plan.as_dict() if self.plan is not None else {"nprobe": None, "reprobe": None, "margin": None}
@@ -110,6 +111,8 @@ class AnnReport:
                "index_bytes": self.index_bytes}
         if self.target_levels is not None:
             out.update(target_levels=self.target_levels, levels_tune=self.levels_tune)
+        if self.levels is not None:
+            out.update(self.levels)
         return out
 
 

@@ -20,8 +20,15 @@ def ann_line(ann: dict) -> str:
     the agreement at the build's own edges only)."""
     axes = ann["axes"]
     recall = " / ".join(f"{a} {v['recall_heldout']:.4f}" for a, v in axes.items())
-    text = f"approximate search (--ann-recall {ann['target_recall']:g}) on {ann['held_out_images']} held-out images: " \
-           f"recall@1 {recall}"
+    if ann.get("target_levels") is not None:
+        bound = " / ".join(f"{a} {v['levels_heldout']:.4%} (one-sided {v['bound_confidence']:.0%} lower bound "
+                           f"{v['levels_heldout_lower']:.4%}, searched exactly near an edge {v['exact_share']:.1%})"
+                           for a, v in axes.items())
+        option = f"--ann-levels {ann['target_levels']:g}"
+        recall = f"{recall}; held-out levels {bound}"
+    else:
+        option = f"--ann-recall {ann['target_recall']:g}"
+    text = f"approximate search ({option}) on {ann['held_out_images']} held-out images: recall@1 {recall}"
     if "cell_agreement_ci" not in ann:
         return text + ", cell agreement {:.2%} (at this build's edges)".format(ann["cell_agreement"])
     lo, hi = ann["cell_agreement_ci"]

@@ -119,3 +119,29 @@ def test_an_unreachable_target_is_one_line_exit_2(inputs, tmp_path):
                                           (["--ann-recall", "0.99", "--backend", "torch"], "--backend torch")])
 def test_bad_ann_options_are_one_line_exit_2(inputs, tmp_path, extra, named):
     assert named in _one_error_line(_run(inputs, tmp_path / "s", *extra))
+
+
+def test_ann_levels_keeps_levels_and_records_the_held_out_bound(inputs, tmp_path):
+    res = _run(inputs, tmp_path / "s", "--ann-levels", "0.999")
+    assert res.exit_code == 0, res.output
+    assert "--ann-levels 0.999" in res.output and "lower bound" in res.output
+    m = manifests.read(tmp_path / "s", kind=SPLITS)
+    ann = m.ann
+    assert m.config["ann_levels"] == 0.999 and ann["target_levels"] == 0.999 and ann["target_recall"] is None
+    t_sem, t_cov = inputs["W"].transform(inputs["x_test"])
+    i_sem, i_cov = inputs["W"].transform(inputs["x_id"])
+    for axis, q, r in (("sem", t_sem, i_sem), ("cov", t_cov, i_cov)):
+        exact = _brute_distance(q, r)
+        got = m.images[f"d_{axis}"].to_numpy()
+        assert np.all(got >= exact - 1e-5)
+        edges = m.axis_edges(axis)  # the build's edges; brute force at them, every image
+        assert np.mean(_level(got, edges) == _level(exact, edges)) >= 0.999
+        a = ann["axes"][axis]
+        assert a["levels_heldout_lower"] < a["levels_heldout"] and a["uncovered"] == 0
+
+
+@pytest.mark.parametrize("extra, named", [(["--ann-levels", "1.5"], "--ann-levels"),
+                                          (["--ann-levels", "0.999", "--ann-recall", "0.99"], "not both"),
+                                          (["--ann-levels", "0.999", "--backend", "faiss-flat"], "--backend")])
+def test_bad_ann_levels_options_are_one_line_exit_2(inputs, tmp_path, extra, named):
+    assert named in _one_error_line(_run(inputs, tmp_path / "s", *extra))

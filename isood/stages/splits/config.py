@@ -61,6 +61,11 @@ class BuildConfig:
                                       help="Search approximately, tuned to this recall@1 (e.g. 0.99) on a "
                                            "sample of the test images against exact search; the achieved recall "
                                            "and level agreement go into the manifest. Default: exact.")
+    ann_levels: float | None = option(None, least=0.0, most=1.0, metavar="SHARE",
+                                      help="Search approximately, keeping this share of the images' levels "
+                                           "(e.g. 0.999, > 0): IVF answers plus an exact search of every image "
+                                           "an edge is within reach of; the held-out level agreement and its "
+                                           "lower bound go into the manifest. Default: exact.")
     batch_size: int = batch_size_option("Images per batch when extracting.")
     workers: int | None = workers_option(None, "when extracting")
     shard_size: int = option(DEFAULT_SHARD_SIZE, least=1, help="Images per feature shard when extracting.")
@@ -100,19 +105,22 @@ def read_toml(config_file: str | os.PathLike) -> dict[str, Any]:
 
 
 def _check_ann(cfg: BuildConfig) -> None:
-    """--ann-recall is a number in (0, 1] and asks for approximate search (not an exact --backend)."""
-    r = cfg.ann_recall
-    if r is None:
-        return
-    try:
-        value = float(r)
-    except (TypeError, ValueError):
-        value = float("nan")
-    if isinstance(r, bool) or not 0.0 < value <= 1.0:
-        raise BadInputError(f"--ann-recall must be a number in (0, 1] (e.g. 0.99), got {r!r}")
-    if cfg.backend in ("torch", "faiss-flat"):
-        raise BadInputError(f"--ann-recall {value:g} asks for approximate search but --backend {cfg.backend} is exact; "
-                            "pass --backend auto or faiss-ivf, or drop --ann-recall")
+    """--ann-recall / --ann-levels: a number in (0, 1], one of them, asking for approximate search (not an exact
+    --backend)."""
+    if cfg.ann_recall is not None and cfg.ann_levels is not None:
+        raise BadInputError(f"pass either --ann-recall ({cfg.ann_recall}) or --ann-levels ({cfg.ann_levels}), not both")
+    for flag, r, example in (("--ann-recall", cfg.ann_recall, "0.99"), ("--ann-levels", cfg.ann_levels, "0.999")):
+        if r is None:
+            continue
+        try:
+            value = float(r)
+        except (TypeError, ValueError):
+            value = float("nan")
+        if isinstance(r, bool) or not 0.0 < value <= 1.0:
+            raise BadInputError(f"{flag} must be a number in (0, 1] (e.g. {example}), got {r!r}")
+        if cfg.backend in ("torch", "faiss-flat"):
+            raise BadInputError(f"{flag} {value:g} asks for approximate search but --backend {cfg.backend} is "
+                                f"exact; pass --backend auto or faiss-ivf, or drop {flag}")
 
 
 def validate(cfg: BuildConfig) -> BuildConfig:

@@ -145,7 +145,8 @@ def _build(cfg: BuildConfig, out: Path, *, warn: Warn | None, argv: list[str] | 
     n_id = len(x_id)
     laid, fit_seconds = train_laid(cfg, inputs, encoder, dim=x_id.shape[1])
     stream = shift_stream(x_id, laid, n_test=len(test), backend=cfg.backend, device=cfg.device,
-                          ann_recall=cfg.ann_recall, seed=cfg.seed)
+                          ann_recall=cfg.ann_recall, seed=cfg.seed, ann_levels=cfg.ann_levels,
+                          n_levels=cfg.levels, clip=cfg.clip_quantile)
     del x_id  # the ID side is its LAID halves from here on
     found = _measure(cfg, stream, test, n_id)
     grid = bin_shifts(test.index, found.d_sem, found.d_cov, n_levels=cfg.levels, na_threshold=cfg.na_threshold,

@@ -10,7 +10,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from isood.defaults import QUANTILE_CLIP
+from isood.defaults import N_LEVELS, QUANTILE_CLIP
 from isood.errors import BadInputError
 from isood.ann import AnnReport, exact_agreement
 from isood.grid import assign_levels, axis_edges, cell_names, cell_table, edges_table
@@ -87,21 +87,26 @@ def filter_test_rows(index: pd.DataFrame, *, kept_wnids: Iterable[str] | None = 
 
 
 def measure_shift(x_test: np.ndarray, x_id: np.ndarray, laid: LAID, *, backend: str = "auto",
-                  device: str | None = None, ann_recall: float | None = None, seed: int = 0) -> ShiftSearch:
+                  device: str | None = None, ann_recall: float | None = None, seed: int = 0,
+                  ann_levels: float | None = None, n_levels: int = N_LEVELS,
+                  clip: Sequence[float] = QUANTILE_CLIP) -> ShiftSearch:
     """(D_sem, D_cov, ann reports) of every test row against the ID rows through ``laid`` (``device``
     'auto'/'' = default; ``ann_recall``: approximate search tuned to that recall@1, see ``isood.ann``), the
     test rows held in memory."""
     return shift_search(x_test, x_id, laid, backend=backend, device=explicit_device(device), ann_recall=ann_recall,
-                        seed=seed)
+                        seed=seed, ann_levels=ann_levels, grid_levels=n_levels,
+                        grid_clip=(float(clip[0]), float(clip[1])))
 
 
 def shift_stream(x_id: np.ndarray, laid: LAID, *, n_test: int, backend: str = "auto", device: str | None = None,
-                 ann_recall: float | None = None, seed: int = 0) -> ShiftStream:
+                 ann_recall: float | None = None, seed: int = 0, ann_levels: float | None = None,
+                 n_levels: int = N_LEVELS, clip: Sequence[float] = QUANTILE_CLIP) -> ShiftStream:
     """The ID side made ready for a test set of ``n_test`` rows streamed chunk by chunk (its LAID halves: the
     ID features can be let go); ``ShiftStream.measure`` gives what :func:`measure_shift` gives for the same
     rows held in memory."""
     return ShiftStream(x_id, laid, n_test=n_test, backend=backend, device=explicit_device(device),
-                       ann_recall=ann_recall, seed=seed)
+                       ann_recall=ann_recall, seed=seed, ann_levels=ann_levels, grid_levels=n_levels,
+                       grid_clip=(float(clip[0]), float(clip[1])))
 
 
 @dataclass(frozen=True, eq=False)
@@ -170,9 +175,10 @@ def ann_summary(reports: Mapping[str, AnnReport] | None, edges: pd.DataFrame, *,
         if agree.levels[axis] < LEVEL_AGREEMENT_TARGET:
             _say(warn, f"approximate search ({axis}): an estimated {1 - agree.levels[axis]:.2%} of the images "
                        f"(from {n} held-out ones) get another level than an exact build would give them; raise "
-                       "--ann-recall or search exactly")
+                       f"{'--ann-levels' if target is None else '--ann-recall'} or search exactly")
     first = next(iter(reports.values()))
-    return {"target_recall": first.target_recall, "held_out_images": int(first.check_queries),
+    return {"target_recall": first.target_recall, "target_levels": first.target_levels,
+            "held_out_images": int(first.check_queries),
             "cell_agreement": agree.cell, "cell_agreement_ci": list(agree.cell_ci),
             "cell_agreement_fixed_edges": agree.cell_fixed_edges, "confidence": agree.confidence, "axes": axes}
 
