@@ -7,7 +7,7 @@ registers them all (in the order ``isood --help`` lists them).
 from __future__ import annotations
 
 from isood.cli._app import app
-from isood.cli import wordnet, manifest_commands, demo, extract, splits, clean, syn, evaluate, compare, dev  # noqa: E402,F401  (register)
+from isood.cli import wordnet, manifest_commands, demo, extract, splits, clean, syn, evaluate, compare, show, dev  # noqa: E402,F401  (register)
 
 
 def main() -> None:
