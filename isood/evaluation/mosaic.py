@@ -15,13 +15,15 @@ distance interval (``[lower, upper)``).
   one figure pixel per image pixel at ``DPI`` (no resampling), so ``panel_box`` says where each cell's panel is.
 - ``grid_mosaic``: both, for a grid manifest's typed view (``isood.kinds.GridView``) and the folder its image
   paths are relative to; ``mosaic_files``: its PNG and PDF bytes (``MOSAIC_PNG``, ``MOSAIC_PDF``; identical
-  input, identical bytes).
+  input, identical bytes); ``grid_mosaics``: the small mosaics of an evaluation's grids (``mosaic_name``), which
+  ``report.render_html`` shows per dataset.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -39,10 +41,11 @@ from .plots import DPI, NA_COLOR, figure_bytes
 
 __all__ = ["MOSAIC_PNG", "MOSAIC_PDF", "DEFAULT_PER_CELL", "DEFAULT_SIZE", "MosaicGrid", "grid_of", "parse_cells",
            "sample_cells", "read_thumbnail", "mosaic_figure", "panel_box", "grid_mosaic", "mosaic_files",
-           "missing_images"]
+           "missing_images", "mosaic_name", "grid_mosaics", "REPORT_PER_CELL", "REPORT_SIZE"]
 
 MOSAIC_PNG, MOSAIC_PDF = "mosaic.png", "mosaic.pdf"
 DEFAULT_PER_CELL, DEFAULT_SIZE = 4, 64
+REPORT_PER_CELL, REPORT_SIZE = 2, 48  # the report's and the dataset card's mosaics: small
 _PAD = 4  # pixels between panels
 _MARGIN = {"left": 150, "right": 20, "bottom": 90, "top": 40}
 _MIN_WIDTH = 560  # pixels: room for the title  # pixels around the canvas (labels, title)
@@ -234,6 +237,29 @@ def grid_mosaic(view, image_root: str | os.PathLike, *, per_cell: int = DEFAULT_
     if title is None:
         title = f"{view.kind} {Path(view.root).name}: up to {per_cell} images per cell (seed {seed})"
     return mosaic_figure(grid, thumbs, per_cell=per_cell, size=size, cells=wanted, title=title)
+
+
+def mosaic_name(dataset: str) -> str:
+    """``plots/mosaic_<dataset>.png``: a grid's mosaic in an evaluation (names slugged like ``plots``' names)."""
+    return f"plots/mosaic_{re.sub(r'[^A-Za-z0-9.]+', '-', str(dataset)).strip('-').lower() or 'x'}.png"
+
+
+def grid_mosaics(grids: Mapping[str, tuple[object, str | os.PathLike | None]], *, per_cell: int = REPORT_PER_CELL,
+                 size: int = REPORT_SIZE, seed: int = 0) -> dict[str, bytes]:
+    """The mosaic PNG of each grid ``name -> (typed view, image root)`` whose sampled images are reachable, by
+    ``mosaic_name`` (a grid whose root is unknown or whose images are not there is left out: e.g. an evaluation
+    of precomputed outputs)."""
+    out = {}
+    for name, (view, root) in grids.items():
+        if root is None or not Path(root).is_dir():
+            continue
+        try:
+            fig = grid_mosaic(view, root, per_cell=per_cell, size=size, seed=seed,
+                              title=f"{name}: up to {per_cell} images per cell (seed {seed})")
+        except BadInputError:
+            continue
+        out[mosaic_name(name)] = figure_bytes(fig, "png", DPI)
+    return out
 
 
 def mosaic_files(fig: Figure) -> dict[str, bytes]:
