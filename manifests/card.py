@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 
 from isood.errors import ManifestError
 from isood.files import atomic_write_bytes, sha256_bytes
+from manifests.card_info import config_features, public_argv, public_text
 from manifests.meta import CARD_FILE, CONFIGS_DIR
 from manifests.schema import CardSpec, kind_spec
 from manifests.store import MANIFEST_FILE, PARQUET_OPTIONS, Manifest, parquet_bytes, write_manifest
@@ -321,9 +322,10 @@ def markdown_table(df: pd.DataFrame, max_rows: int = 40) -> str:
 
 
 def _front_matter(kind: str, title: str, n_rows: int, configs: Mapping[str, Mapping[str, str]],
-                  partitions: Iterable[str]) -> str:
+                  partitions: Iterable[str], dataset_info: list[dict] | None = None) -> str:
     """The card's YAML front matter, written by huggingface_hub's ``DatasetCardData`` (the Hub's own schema of a
-    dataset card: `configs`, `license`, ...), keys in the order below."""
+    dataset card: `configs`, `license`, ...), keys in the order below; ``dataset_info``: each config's typed
+    `features` (``manifests.card_info.config_features``)."""
     from huggingface_hub import DatasetCardData  # ~0.3 s to import: only when a card is drawn
 
     front: dict[str, Any] = {
@@ -334,6 +336,8 @@ def _front_matter(kind: str, title: str, n_rows: int, configs: Mapping[str, Mapp
         "size_categories": [_size_category(n_rows)],
         "configs": _yaml_configs(configs, partitions),
     }
+    if dataset_info:
+        front["dataset_info"] = dataset_info
     return "---\n" + DatasetCardData(**front).to_yaml(original_order=list(front)) + "\n---\n"
 
 
@@ -367,14 +371,16 @@ def _provenance_sections(meta: Mapping[str, Any]) -> list[str]:
             f"- content sha256: `{meta.get('content_sha256', '?')}`"]
     command = meta.get("command") or {}
     if command.get("argv"):
-        prov.append("- command: `" + " ".join(str(a) for a in command["argv"]) + "`")
+        prov.append("- command: `" + " ".join(public_argv(command["argv"])) + "`")
     if command.get("config"):
-        prov.append("- config:\n\n```json\n" + json.dumps(command["config"], indent=2, sort_keys=True) + "\n```")
+        prov.append("- config:\n\n```json\n" + public_text(json.dumps(command["config"], indent=2, sort_keys=True))
+                    + "\n```")
     parts = ["## Provenance\n\n" + "\n".join(prov) + "\n"]
     inputs = meta.get("inputs") or []
     if inputs:
         parts.append("### Inputs\n\n" + markdown_table(pd.DataFrame(
-            [{"name": i.get("name"), "source": i.get("source", ""), "sha256": i.get("sha256", "")} for i in inputs]
+            [{"name": i.get("name"), "source": public_text(i.get("source", "")), "sha256": i.get("sha256", "")}
+             for i in inputs]
         )))
     files = [r for r in meta.get("files", []) if r["path"] != CARD_FILE]
     if files:
@@ -398,13 +404,16 @@ def _provenance_sections(meta: Mapping[str, Any]) -> list[str]:
 
 
 def dataset_card(manifest_meta: Mapping[str, Any], tables: Mapping[str, pd.DataFrame | pa.Table],
-                 *, title: str | None = None, layout: ConfigLayout | None = None, n_rows: int | None = None) -> str:
+                 *, title: str | None = None, layout: ConfigLayout | None = None, n_rows: int | None = None,
+                 root: str | os.PathLike | None = None) -> str:
     """README.md text for a manifest: YAML front matter (`configs:` for `datasets`), loading example, configs,
     the kind's own sections, provenance, changelog and licence. Configs whose files are not in
     `manifest_meta["files"]` are left out, so the card never points at a file the manifest lacks.
 
     ``layout`` and ``n_rows`` (rows of the main table): given when the main table was streamed
-    (``streamed_layout``) and ``tables`` holds the other tables only."""
+    (``streamed_layout``) and ``tables`` holds the other tables only. ``root``: the folder holding the config
+    files, whose Parquet schemas give each config's typed `features` (``_dataset_info``); none without it. Absolute
+    paths in the provenance are cut (``manifests.card_info.public_text``)."""
     kind = manifest_meta["kind"]
     card = card_spec(kind, tables)
     layout = resolve_empty(layout or config_layout(kind, tables, manifest_meta), manifest_meta)
@@ -412,12 +421,13 @@ def dataset_card(manifest_meta: Mapping[str, Any], tables: Mapping[str, pd.DataF
     listed = {rec["path"] for rec in manifest_meta.get("files", [])}
     configs = {
         name: splits for name, splits in layout.configs.items()
-        if not listed or all(p in listed for p in splits.values())
+        if not listed or all(p in listed or "*" in p for p in splits.values())
     }
     if n_rows is None:
         n_rows = len(tables[layout.main]) if layout.main else 0
     title = title or card.title
-    parts = [_front_matter(kind, title, n_rows, configs, layout.partitions),
+    info = _dataset_info(root, card, manifest_meta, tables, layout, configs) if root is not None else None
+    parts = [_front_matter(kind, title, n_rows, configs, layout.partitions, info),
              f"# {title} (v{manifest_meta.get('dataset_version', '?')})\n\n{card.description}\n"]
     parts += _loading_sections(layout, configs)
     for heading, text in (card.sections(manifest_meta, tables) if card.sections else ()):
@@ -426,6 +436,16 @@ def dataset_card(manifest_meta: Mapping[str, Any], tables: Mapping[str, pd.DataF
     if card.licence is not None:
         parts.append("## Licence\n\n" + card.licence(manifest_meta))
     return "\n".join(parts)
+
+
+def _dataset_info(root: str | os.PathLike, card: CardSpec, meta: Mapping[str, Any], tables: Mapping[str, pd.DataFrame],
+                  layout: ConfigLayout, configs: Mapping[str, Mapping[str, str]]) -> list[dict]:
+    """Each config's typed `features` (``manifests.card_info.config_features``): the ``config_by`` column a
+    ``ClassLabel`` of the kind's ``config_values``."""
+    names = (card.config_values(tables, meta) if card.config_by and card.config_values else None) or None
+    main_path = ((meta.get("tables") or {}).get(layout.main) or {}).get("path") if layout.main else None
+    return config_features(root, configs, main_configs=["all", *layout.partitions], main_path=main_path,
+                           class_column=layout.config_by or card.config_by, class_names=names)
 
 
 # ---------------------------------------------------------------------------------------------------- writing
@@ -487,7 +507,7 @@ def write_with_card(
     _prune_empty_dirs(root / CONFIGS_DIR)
     meta = _with_files(manifest.meta, _write_empty(root, manifest.meta, resolve_empty(layout, manifest.meta)))
     return _attach_card(Manifest(root=root, meta=meta),
-                        dataset_card(meta, card_tables, title=title, layout=layout, n_rows=n_rows))
+                        dataset_card(meta, card_tables, title=title, layout=layout, n_rows=n_rows, root=root))
 
 
 def _prune_empty_dirs(top: Path) -> None:

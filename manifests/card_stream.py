@@ -225,7 +225,8 @@ def _card_is_current(m: Manifest, table_files: Mapping[str, str], title: str | N
     planned = {p for splits in layout.configs.values() for p in splits.values() if p.startswith(CONFIGS_DIR + "/")}
     if planned != {p for p in listed if p.startswith(CONFIGS_DIR + "/")}:
         return False
-    card = dataset_card(m.meta, others, title=title, layout=layout, n_rows=int(m.meta["tables"][main]["rows"]))
+    card = dataset_card(m.meta, others, title=title, layout=layout, n_rows=int(m.meta["tables"][main]["rows"]),
+                        root=m.root)
     return (m.root / CARD_FILE).read_text(encoding="utf-8") == card
 
 
