@@ -10,6 +10,7 @@ The main entry points are re-exported here lazily (importing ``isood`` loads not
     ev = isood.evaluate(model, id_test="val/", ood={"near:ssb": "imports/ssb"}, roots={"ssb": "/data"})
     ev.per_set, ev.per_cell, ev.table1                  # pandas frames, nothing written
     splits = isood.read("out/splits", kind="splits")   # a typed view (isood.kinds.SplitsView)
+    ds = isood.load_dataset("out/splits", split="test")  # datasets.Dataset with an Image column
 
 The layers (README, "Development"): foundations (``isood.errors``, ``defaults``, ``arrays``, ``files``,
 ``devices``, ``progress``, ``parts``, ``batch_engine``, ``lazy``, ``content``, ``textio``) -> ``manifests`` and
@@ -56,6 +57,7 @@ _EXPORTS = {
     "BuildConfig": "isood.stages.splits",
     "build_splits": "isood.stages.splits",
     "read": "manifests",
+    "load_dataset": "isood.image_datasets",
 }
 __all__ = ["__version__", *sorted(_EXPORTS)]
 _getattr, __dir__ = lazy_exports(__name__, _EXPORTS)

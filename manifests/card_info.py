@@ -29,7 +29,7 @@ LOCAL = "<local>"
 #: The column of embedded images in a published image dataset (``datasets.Image``).
 IMAGE_COLUMN = "image"
 # an absolute POSIX path (not part of a URL or of a relative path), or a Windows drive path
-_ABS = re.compile(r"(?<![\w.:/~<>-])(?:/(?:[^\s/\"'`,;|)\]]+/)*([^\s/\"'`,;|)\]]+)/?|[A-Za-z]:\\(?:[^\s\\\"'`,;|]+\\)*([^\s\\\"'`,;|]+))")
+_ABS = re.compile(r"(?<![\w./~<>-])(?:/(?:[^\s/\"'`,;|)\]]+/)*([^\s/\"'`,;|)\]]+)/?|[A-Za-z]:\\(?:[^\s\\\"'`,;|]+\\)*([^\s\\\"'`,;|]+))")
 
 
 def public_text(text: str) -> str:
