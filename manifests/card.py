@@ -442,7 +442,8 @@ def _dataset_info(root: str | os.PathLike, card: CardSpec, meta: Mapping[str, An
                   layout: ConfigLayout, configs: Mapping[str, Mapping[str, str]]) -> list[dict]:
     """Each config's typed `features` (``manifests.card_info.config_features``): the ``config_by`` column a
     ``ClassLabel`` of the kind's ``config_values``."""
-    names = (card.config_values(tables, meta) if card.config_by and card.config_values else None) or None
+    values = card.config_values(tables, meta) if card.config_by and card.config_values else None
+    names = [str(v) for v in values] if values else None
     main_path = ((meta.get("tables") or {}).get(layout.main) or {}).get("path") if layout.main else None
     return config_features(root, configs, main_configs=["all", *layout.partitions], main_path=main_path,
                            class_column=layout.config_by or card.config_by, class_names=names)

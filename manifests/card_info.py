@@ -77,7 +77,8 @@ def config_features(root: str | os.PathLike, configs: Mapping[str, Mapping[str, 
     out = []
     for name in configs:
         files = [p for ps in configs[name].values() for p in ([ps] if isinstance(ps, str) else ps)]
-        first = next((root / p for p in files if (root / p).is_file()), None)
+        found = (q for p in files for q in (sorted(root.glob(p)) if "*" in p else [root / p]) if q.is_file())
+        first = next(found, None)
         if first is None:
             continue
         features = _features_of(first)

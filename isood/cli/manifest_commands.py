@@ -64,11 +64,14 @@ def _publish(opts: PublishOptions) -> None:
                          dry_run=opts.dry_run, token_from_env=opts.token_from_env, echo=_say,
                          include_features=opts.include_features)
     if isinstance(result, hub.PublishPlan):  # a dry run returns the plan
-        for line in result.lines():
-            _say(line)
-        if opts.out is not None:
-            hub.copy_plan(result, opts.out)
-            _say(f"dry run: copied the upload folder to {opts.out}")
+        try:
+            for line in result.lines():
+                _say(line)
+            if opts.out is not None:
+                hub.copy_plan(result, opts.out)
+                _say(f"dry run: copied the upload folder to {opts.out}")
+        finally:
+            result.close()
     elif opts.out is not None:
         _write_receipt(Path(opts.out), result, opts.repo_id)
 

@@ -135,3 +135,70 @@ def test_syn_is_loads_its_own_images(tmp_path):
     assert not re.search(re.escape(str(tmp_path)), (syn / "README.md").read_text())
     ds = isood.load_dataset(syn, config="cov_1_sem_1", split="test", cache_dir=str(tmp_path / "hf"))
     assert sorted(_pixels(r["image"]) for r in ds) == sorted(colour(1, 1, i) for i in range(3))
+
+
+class RecordingApi:
+    """The HfApi methods publish calls; upload_folder records exactly what huggingface_hub would upload."""
+
+    def __init__(self):
+        self.uploaded, self.folders = None, []
+
+    def create_repo(self, *args, **kwargs):
+        return "https://hub.example/datasets/" + args[0]
+
+    def upload_folder(self, *, folder_path, allow_patterns, **kwargs):
+        from pathlib import Path
+
+        from huggingface_hub.utils import filter_repo_objects
+
+        present = sorted(p.relative_to(folder_path).as_posix() for p in Path(folder_path).rglob("*") if p.is_file())
+        self.uploaded = {p: Path(folder_path, p).read_bytes() for p in filter_repo_objects(present,
+                                                                                         allow_patterns=allow_patterns)}
+        self.folders.append(folder_path)
+        return None
+
+    def create_tag(self, *args, **kwargs):
+        return None
+
+
+def test_publishing_syn_is_uploads_its_images_other_grids_only_lists(tmp_path):
+    from typer.testing import CliRunner
+
+    import manifests
+    from isood.cli import app
+    from manifests import hub
+
+    syn = syn_manifest(tmp_path / "syn")
+    up = tmp_path / "upload"
+    r = CliRunner().invoke(app, ["publish", str(syn), "--repo-id", "alice/syn", "--dry-run", "--out", str(up)])
+    assert r.exit_code == 0, r.output
+    assert "images embedded" in r.output
+    assert manifests.verify(up).ok and manifests.verify(syn).ok  # the manifest itself is left as it was
+    assert manifests.read(up).meta["content_sha256"] == manifests.read(syn).meta["content_sha256"]
+    text = (up / "README.md").read_text()
+    assert str(tmp_path) not in text
+    info = {d["config_name"]: d for d in DatasetCard.load(up / "README.md").data.to_dict()["dataset_info"]}
+    assert datasets.Features._from_yaml_list(info["all"]["features"])["image"] == datasets.Image()
+    loaded = datasets.load_dataset(str(up), cache_dir=str(tmp_path / "hf"))["test"]
+    assert loaded.num_rows == 6 and isinstance(loaded.features["image"], datasets.Image)
+    for row in loaded:  # the image is the file's own bytes, decoded
+        assert _pixels(row["image"]) == colour(1, int(row["path"][-6]), int(row["path"][-5]))
+    raw = loaded.cast_column("image", datasets.Image(decode=False))
+    assert all(r["image"]["bytes"] == (syn / r["path"]).read_bytes() for r in raw)
+    cell = datasets.load_dataset(str(up), "cov_1_sem_0", cache_dir=str(tmp_path / "hf"))["test"]
+    assert sorted(_pixels(r["image"]) for r in cell) == sorted(colour(1, 0, i) for i in range(3))
+
+    # the real upload sends exactly the dry run's folder, and removes the folder it built
+    api = RecordingApi()
+    hub.publish(syn, "alice/syn", api=api, echo=lambda s: None)
+    staged = sorted(q.relative_to(up).as_posix() for q in up.rglob("*") if q.is_file())
+    assert sorted(api.uploaded) == staged
+    assert all(api.uploaded[p] == (up / p).read_bytes() for p in staged if p != "README.md")
+    assert not any(q.name.startswith(".~") for q in tmp_path.iterdir()) and api.folders[0] != str(syn)
+
+    # a splits manifest (images outside it) uploads its lists only
+    splits, _, _ = _splits(tmp_path / "s")
+    api = RecordingApi()
+    hub.publish(splits, "alice/splits", api=api, echo=lambda s: None)
+    assert api.folders == [str(splits)] and not any(p.endswith(".png") for p in api.uploaded)
+    assert not any(p.startswith("data/configs/images/") for p in api.uploaded)
