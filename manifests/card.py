@@ -33,7 +33,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import pandas as pd
 import pyarrow as pa
@@ -46,7 +46,7 @@ from manifests.meta import CARD_FILE, CONFIGS_DIR
 from manifests.schema import CardSpec, kind_spec
 from manifests.store import MANIFEST_FILE, PARQUET_OPTIONS, Manifest, parquet_bytes, write_manifest
 
-__all__ = ["CARD_FILE", "CONFIGS_DIR", "FEATURES_PREFIX", "is_feature_file", "ConfigLayout", "config_layout",
+__all__ = ["CARD_FILE", "CONFIGS_DIR", "CARD_FIGURE", "FEATURES_PREFIX", "is_feature_file", "ConfigLayout", "config_layout",
            "dataset_card", "write_with_card", "markdown_table", "split_name", "card_spec", "card_frames",
            "allowed_splits", "plan_configs", "add_other_tables", "resolve_empty", "empty_parquet_bytes"]
 
@@ -54,6 +54,8 @@ __all__ = ["CARD_FILE", "CONFIGS_DIR", "FEATURES_PREFIX", "is_feature_file", "Co
 #: ``.npy`` array): large (~24 GB of test features at IS-OOD's size) and derived, so `isood publish` leaves them
 #: out unless asked (``--include-features``), and the card says so.
 FEATURES_PREFIX = "features-"
+#: A figure of the data shown in the card (a grid's mosaic: ``write_with_card(figure=...)``); derived like the card.
+CARD_FIGURE = f"{CONFIGS_DIR}/card.png"
 
 
 def is_feature_file(path: str) -> bool:
@@ -429,6 +431,10 @@ def dataset_card(manifest_meta: Mapping[str, Any], tables: Mapping[str, pd.DataF
     info = _dataset_info(root, card, manifest_meta, tables, layout, configs) if root is not None else None
     parts = [_front_matter(kind, title, n_rows, configs, layout.partitions, info),
              f"# {title} (v{manifest_meta.get('dataset_version', '?')})\n\n{card.description}\n"]
+    if CARD_FIGURE in listed:
+        parts.append(f"## Sample\n\n![A sample of the images per cell]({CARD_FIGURE})\n\nSampled images of each cell "
+                     "(semantic level left to right, covariate level bottom to top; N/A cells grey); "
+                     "`isood show DIR` draws more.\n")
     parts += _loading_sections(layout, configs)
     for heading, text in (card.sections(manifest_meta, tables) if card.sections else ()):
         parts.append(f"## {heading}\n\n{text}")
@@ -465,6 +471,7 @@ def write_with_card(
     note: str = "",
     argv: list[str] | None = None,
     title: str | None = None,
+    figure: Callable[[Path], bytes | None] | None = None,
 ) -> Manifest:
     """`manifests.write_manifest` plus the per-config Parquet files and the README.md dataset card.
 
@@ -474,7 +481,9 @@ def write_with_card(
     (``manifests.card_stream.write_streamed`` does both). Any other table may come in `table_files` too (e.g.
     streamed in row groups): it gets a config like the in-memory ones, and is read for the card only when the
     kind's ``CardSpec.reads`` names it. The files of the configs without rows (``resolve_empty``) are written
-    once the tables are, with their columns.
+    once the tables are, with their columns. ``figure(root)``: PNG bytes drawn from the manifest written in
+    ``root`` (None: none), stored as ``CARD_FIGURE`` and shown in the card (a grid's mosaic, when its images are
+    reachable).
     """
     root = Path(root)
     files = dict(files or {})
@@ -507,6 +516,10 @@ def write_with_card(
     )
     _prune_empty_dirs(root / CONFIGS_DIR)
     meta = _with_files(manifest.meta, _write_empty(root, manifest.meta, resolve_empty(layout, manifest.meta)))
+    png = figure(root) if figure is not None else None
+    if png:
+        atomic_write_bytes(root / CARD_FIGURE, png)
+        meta = _with_files(meta, [{"path": CARD_FIGURE, "sha256": sha256_bytes(png), "bytes": len(png)}])
     return _attach_card(Manifest(root=root, meta=meta),
                         dataset_card(meta, card_tables, title=title, layout=layout, n_rows=n_rows, root=root))
 

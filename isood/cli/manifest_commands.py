@@ -12,6 +12,7 @@ import typer
 import manifests
 from isood.cli._app import app, export_app, import_app, out_console
 from isood.cli.options import command
+from isood.evaluation.mosaic import card_mosaic
 from isood.files import atomic_write_bytes, output_lock
 from isood.stages import interop
 from isood.stages.interop.options import ExportOpenoodOptions, ImportListOptions, ImportListsOptions
@@ -81,7 +82,7 @@ def _publish(opts: PublishOptions) -> None:
               "load it (a manifest whose card is current is left as it is; the content hash and dataset version "
               "never change).")
 def card(opts: CardOptions) -> None:
-    m = add_card(opts.manifest_dir)
+    m = add_card(opts.manifest_dir, figure=card_mosaic)
     _say(f"card: {opts.manifest_dir}/README.md ({m.kind} v{m.dataset_version})")
 
 

@@ -36,12 +36,13 @@ from matplotlib.figure import Figure
 
 from isood.errors import BadInputError, IsoodError
 from isood.grid import cell_name
+from isood.kinds import SPLITS, SYN_IS
 
 from .plots import DPI, NA_COLOR, figure_bytes
 
 __all__ = ["MOSAIC_PNG", "MOSAIC_PDF", "DEFAULT_PER_CELL", "DEFAULT_SIZE", "MosaicGrid", "grid_of", "parse_cells",
            "sample_cells", "read_thumbnail", "mosaic_figure", "panel_box", "grid_mosaic", "mosaic_files",
-           "missing_images", "mosaic_name", "grid_mosaics", "REPORT_PER_CELL", "REPORT_SIZE"]
+           "missing_images", "mosaic_name", "grid_mosaics", "image_root_of", "card_mosaic", "REPORT_PER_CELL", "REPORT_SIZE"]
 
 MOSAIC_PNG, MOSAIC_PDF = "mosaic.png", "mosaic.pdf"
 DEFAULT_PER_CELL, DEFAULT_SIZE = 4, 64
@@ -260,6 +261,28 @@ def grid_mosaics(grids: Mapping[str, tuple[object, str | os.PathLike | None]], *
             continue
         out[mosaic_name(name)] = figure_bytes(fig, "png", DPI)
     return out
+
+
+def image_root_of(view, given: str | os.PathLike | None = None) -> str | None:
+    """The folder a grid manifest's image paths are relative to: ``given``, else a splits manifest's
+    ``test_root``, a Syn-IS manifest's own folder (None when unknown: an import)."""
+    if given is not None:
+        return os.fspath(given)
+    if view.kind == SYN_IS:
+        return str(view.root)
+    return view.test_root if view.kind == SPLITS else None
+
+
+def card_mosaic(root: str | os.PathLike) -> bytes | None:
+    """The small mosaic (PNG) of the grid manifest written in ``root`` for its dataset card
+    (``manifests.write_with_card(figure=...)``), or None when its images are not reachable."""
+    import manifests
+
+    view = manifests.read(root, kind=(SPLITS, SYN_IS))
+    images = image_root_of(view)
+    if images is None:
+        return None
+    return grid_mosaics({view.kind: (view, images)}).get(mosaic_name(view.kind))
 
 
 def mosaic_files(fig: Figure) -> dict[str, bytes]:

@@ -20,7 +20,8 @@ from pathlib import Path
 import manifests
 from isood.defaults import DEFAULT_VERIFY
 from isood.errors import BadInputError, ManifestError
-from isood.evaluation.mosaic import DEFAULT_PER_CELL, DEFAULT_SIZE, MOSAIC_PDF, MOSAIC_PNG, grid_mosaic, mosaic_files
+from isood.evaluation.mosaic import (DEFAULT_PER_CELL, DEFAULT_SIZE, MOSAIC_PDF, MOSAIC_PNG, grid_mosaic, image_root_of,
+                                     mosaic_files)
 from isood.files import TMP_PREFIX, atomic_write_bytes, output_lock
 from isood.kinds import SPLITS, SYN_IS
 from isood.optspec import REQUIRED, option, seed_option, verify_option
@@ -59,16 +60,6 @@ class ShowResult:
     files: list[Path]
     kind: str
     image_root: str
-
-
-def image_root_of(view, given: str | os.PathLike | None = None) -> str | None:
-    """The folder a grid manifest's image paths are relative to: ``given``, else a splits manifest's
-    ``test_root``, a Syn-IS manifest's own folder (None when unknown: an import)."""
-    if given is not None:
-        return os.fspath(given)
-    if view.kind == SYN_IS:
-        return str(view.root)
-    return view.test_root if view.kind == SPLITS else None
 
 
 def _check_out(out: Path, manifest: Path) -> None:

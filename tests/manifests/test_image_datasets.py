@@ -66,13 +66,24 @@ def test_card_has_typed_features_and_no_machine_path(tmp_path):
     assert cells.features["na"] == datasets.Value("bool")
 
 
-def test_public_text_cuts_absolute_paths_only():
-    from manifests.card_info import public_argv, public_text
+def test_card_shows_a_mosaic_when_the_images_are_reachable(tmp_path):
+    import manifests
+    from manifests.card import CARD_FIGURE
+    from manifests.card_stream import add_card
 
-    assert public_text('"/home/me/data/imagenet/train"') == '"<local>/train"'
-    assert public_text("local-dir:/opt/models/clip") == "local-dir:<local>/clip"
-    assert public_text("https://image-net.org/x and tiny/clip") == "https://image-net.org/x and tiny/clip"
-    assert public_argv(["/srv/venv/bin/isood", "show", "/data/m"]) == ["isood", "show", "<local>/m"]
+    splits, root, _ = _splits(tmp_path)
+    assert f"![A sample of the images per cell]({CARD_FIGURE})" in (splits / "README.md").read_text()
+    assert manifests.verify(splits).ok
+    png = np.asarray(Image.open(splits / CARD_FIGURE).convert("RGB")).reshape(-1, 3)
+    seen = {tuple(int(v) for v in px) for px in png}
+    shown = {colour(c, s, i) for (c, s), n in CELLS.items() for i in range(n)} & seen
+    assert {(c, s) for c, s, _ in ((k[0] // 100, k[1] // 100, 0) for k in shown)} == {(0, 0), (0, 1), (1, 1)}
+    # a grid whose images are out of reach (an import records no image folder): no figure, no broken link
+    images = pd.read_parquet(splits / "data" / "images.parquet")
+    blind = write_splits(tmp_path / "blind", images=images, edges=edges_table([0.0, 0.5, 1.0], [0.0, 0.5, 1.0]),
+                         cells=cell_table(images["cov_level"], images["sem_level"], 2, 2), config={"na_threshold": 2})
+    assert CARD_FIGURE not in {r["path"] for r in blind.meta["files"]}
+    assert "card.png" not in (blind.root / "README.md").read_text()
 
 
 def _pixels(im):
@@ -197,8 +208,8 @@ def test_publishing_syn_is_uploads_its_images_other_grids_only_lists(tmp_path):
     assert not any(q.name.startswith(".~") for q in tmp_path.iterdir()) and api.folders[0] != str(syn)
 
     # a splits manifest (images outside it) uploads its lists only
-    splits, _, _ = _splits(tmp_path / "s")
+    splits, _, images = _splits(tmp_path / "s")
     api = RecordingApi()
     hub.publish(splits, "alice/splits", api=api, echo=lambda s: None)
-    assert api.folders == [str(splits)] and not any(p.endswith(".png") for p in api.uploaded)
+    assert api.folders == [str(splits)] and not set(images["path"]) & set(api.uploaded)
     assert not any(p.startswith("data/configs/images/") for p in api.uploaded)
