@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 
 from isood.errors import ManifestError
 from isood.files import atomic_write_bytes, sha256_bytes
-from manifests.card_info import config_features, public_argv, public_text
+from manifests.card_info import card_dataset_info, public_argv, public_text
 from manifests.meta import CARD_FILE, CONFIGS_DIR
 from manifests.schema import CardSpec, kind_spec
 from manifests.store import MANIFEST_FILE, PARQUET_OPTIONS, Manifest, parquet_bytes, write_manifest
@@ -414,8 +414,8 @@ def dataset_card(manifest_meta: Mapping[str, Any], tables: Mapping[str, pd.DataF
 
     ``layout`` and ``n_rows`` (rows of the main table): given when the main table was streamed
     (``streamed_layout``) and ``tables`` holds the other tables only. ``root``: the folder holding the config
-    files, whose Parquet schemas give each config's typed `features` (``_dataset_info``); none without it. Absolute
-    paths in the provenance are cut (``manifests.card_info.public_text``)."""
+    files, whose Parquet schemas give each config's typed `features` (``manifests.card_info``); none without it.
+    Absolute paths in the provenance are cut (``manifests.card_info.public_text``)."""
     kind = manifest_meta["kind"]
     card = card_spec(kind, tables)
     layout = resolve_empty(layout or config_layout(kind, tables, manifest_meta), manifest_meta)
@@ -428,7 +428,7 @@ def dataset_card(manifest_meta: Mapping[str, Any], tables: Mapping[str, pd.DataF
     if n_rows is None:
         n_rows = len(tables[layout.main]) if layout.main else 0
     title = title or card.title
-    info = _dataset_info(root, card, manifest_meta, tables, layout, configs) if root is not None else None
+    info = card_dataset_info(root, card, manifest_meta, tables, layout, configs) if root is not None else None
     parts = [_front_matter(kind, title, n_rows, configs, layout.partitions, info),
              f"# {title} (v{manifest_meta.get('dataset_version', '?')})\n\n{card.description}\n"]
     if CARD_FIGURE in listed:
@@ -442,17 +442,6 @@ def dataset_card(manifest_meta: Mapping[str, Any], tables: Mapping[str, pd.DataF
     if card.licence is not None:
         parts.append("## Licence\n\n" + card.licence(manifest_meta))
     return "\n".join(parts)
-
-
-def _dataset_info(root: str | os.PathLike, card: CardSpec, meta: Mapping[str, Any], tables: Mapping[str, pd.DataFrame],
-                  layout: ConfigLayout, configs: Mapping[str, Mapping[str, str]]) -> list[dict]:
-    """Each config's typed `features` (``manifests.card_info.config_features``): the ``config_by`` column a
-    ``ClassLabel`` of the kind's ``config_values``."""
-    values = card.config_values(tables, meta) if card.config_by and card.config_values else None
-    names = [str(v) for v in values] if values else None
-    main_path = ((meta.get("tables") or {}).get(layout.main) or {}).get("path") if layout.main else None
-    return config_features(root, configs, main_configs=["all", *layout.partitions], main_path=main_path,
-                           class_column=layout.config_by or card.config_by, class_names=names)
 
 
 # ---------------------------------------------------------------------------------------------------- writing

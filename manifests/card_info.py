@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-__all__ = ["LOCAL", "public_text", "public_argv", "config_features", "IMAGE_COLUMN"]
+__all__ = ["LOCAL", "public_text", "public_argv", "config_features", "card_dataset_info", "IMAGE_COLUMN"]
 
 LOCAL = "<local>"
 #: The column of embedded images in a published image dataset (``datasets.Image``).
@@ -88,3 +88,14 @@ def config_features(root: str | os.PathLike, configs: Mapping[str, Mapping[str, 
             features[IMAGE_COLUMN] = datasets.Image()
         out.append({"config_name": name, **datasets.DatasetInfo(features=features)._to_yaml_dict()})
     return out
+
+
+def card_dataset_info(root: str | os.PathLike, card: Any, meta: Mapping[str, Any], tables: Mapping[str, Any],
+                      layout: Any, configs: Mapping[str, Mapping[str, Any]]) -> list[dict]:
+    """``config_features`` of a card (``card``: the kind's ``CardSpec``; ``layout``: its ``ConfigLayout``): the
+    ``config_by`` column a ``ClassLabel`` of the kind's ``config_values``."""
+    values = card.config_values(tables, meta) if card.config_by and card.config_values else None
+    names = [str(v) for v in values] if values else None
+    main_path = ((meta.get("tables") or {}).get(layout.main) or {}).get("path") if layout.main else None
+    return config_features(root, configs, main_configs=["all", *layout.partitions], main_path=main_path,
+                           class_column=layout.config_by or card.config_by, class_names=names)

@@ -9,7 +9,9 @@
    glob-escaped), but the feature shards (`manifests.card.is_feature_file`: build-splits' `features-id/` and
    `features-test/` sub-manifests, ~24 GB of test features at IS-OOD's size, and any `.npy` array) unless
    `include_features=True` (`--include-features`; a feature set, whose shards are its content, is refused
-   without it; the dataset card says which files are feature shards, and the plan lists what it leaves out), in
+   without it; the dataset card says which files are feature shards, and the plan lists what it leaves out); a
+   manifest holding its images (Syn-IS) is uploaded from a folder built for it (``manifests.hub_images``: its
+   images also embedded in Parquet, the card's configs pointing there), in
    one commit whose message holds the dataset version. Leaving files out uploads a manifest.json that lists only
    what is uploaded (``published_manifest``: a downloaded copy verifies; a ``published`` record names what was
    left out and the full content hash), after the data, in its own commit. Folders above `LARGE_UPLOAD_BYTES` or `LARGE_UPLOAD_FILES`

@@ -47,9 +47,15 @@ def owns_images(m: Manifest) -> bool:
     rec = (m.meta.get("tables") or {}).get(main or "")
     if rec is None or "path" not in pq.read_schema(m.root / rec["path"]).names:
         return False
-    paths = pq.read_table(m.root / rec["path"], columns=["path"]).column("path").to_pylist()
     listed = {r["path"] for r in m.meta["files"]}
-    return bool(paths) and all(p in listed for p in paths)
+    parquet = pq.ParquetFile(m.root / rec["path"])
+    if not parquet.num_row_groups:
+        return False
+    first = parquet.read_row_group(0, columns=["path"]).column("path")
+    if not len(first) or first[0].as_py() not in listed:  # a splits manifest of 12M rows is decided here
+        return False
+    paths = pq.read_table(m.root / rec["path"], columns=["path"]).column("path").to_pylist()
+    return all(p in listed for p in paths)
 
 
 def _place(src: Path, dst: Path) -> None:

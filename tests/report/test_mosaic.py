@@ -127,3 +127,23 @@ def test_refusals_name_what_to_pass(tmp_path):
         show(splits, tmp_path / "m", image_root=tmp_path / "nowhere")
     r = CliRunner().invoke(app, ["show", str(splits), "--out", str(tmp_path / "m"), "--per-cell", "0"])
     assert r.exit_code == 2 and "--per-cell" in r.output
+
+
+def test_an_import_without_image_folder_or_distances_needs_image_root(tmp_path):
+    """An imported release records no image folder and no distances: --image-root is required, the axes name
+    the levels only."""
+    from isood.stages.interop.release import release_edges
+
+    splits, root = grid_world(tmp_path)
+    view = manifests.read(splits, kind="splits")
+    write_splits(tmp_path / "import", images=view.images, cells=view.cells, edges=release_edges(N),
+                 config={"na_threshold": 2})
+    with pytest.raises(BadInputError, match="--image-root"):
+        show(tmp_path / "import", tmp_path / "m")
+    show(tmp_path / "import", tmp_path / "m", image_root=root, per_cell=PER_CELL, size=SIZE)
+    fig = grid_mosaic(manifests.read(tmp_path / "import", kind="splits"), root, per_cell=PER_CELL, size=SIZE)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["0", "1", "2"]
+    png = np.asarray(Image.open(tmp_path / "m" / "mosaic.png").convert("RGB"))
+    assert colours_in(panel(png, fig, 2, 2)) & {colour(2, 2, i) for i in range(5)}
+    labelled = grid_mosaic(view, root, per_cell=PER_CELL, size=SIZE)  # with distances: "level\n[lower, upper)"
+    assert [t.get_text() for t in labelled.axes[0].get_xticklabels()][1] == "1\n[0.1, 0.2)"
