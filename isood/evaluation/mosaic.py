@@ -12,7 +12,8 @@ distance interval (``[lower, upper)``).
   cov, sem))`` from the cell's rows sorted by path: one seed gives one figure, and a cell shows the same images
   whichever other cells are drawn.
 - ``mosaic_figure``: the figure from the thumbnails (pure: arrays in, a ``Figure`` out). The canvas is shown at
-  one figure pixel per image pixel at ``DPI`` (no resampling), so ``panel_box`` says where each cell's panel is.
+  one figure pixel per image pixel at ``DPI`` (no resampling); the cell (cov, sem) is centred on the data point
+  (sem, cov) of the figure's axes and spans +-0.5 around it.
 - ``grid_mosaic``: both, for a grid manifest's typed view (``isood.kinds.GridView``) and the folder its image
   paths are relative to; ``mosaic_files``: its PNG and PDF bytes (``MOSAIC_PNG``, ``MOSAIC_PDF``; identical
   input, identical bytes); ``grid_mosaics``: the small mosaics of an evaluation's grids (``mosaic_name``), which
@@ -41,7 +42,7 @@ from isood.kinds import SPLITS, SYN_IS
 from .plots import DPI, NA_COLOR, figure_bytes
 
 __all__ = ["MOSAIC_PNG", "MOSAIC_PDF", "DEFAULT_PER_CELL", "DEFAULT_SIZE", "MosaicGrid", "grid_of", "parse_cells",
-           "sample_cells", "read_thumbnail", "mosaic_figure", "panel_box", "grid_mosaic", "mosaic_files",
+           "sample_cells", "read_thumbnail", "mosaic_figure", "grid_mosaic", "mosaic_files",
            "missing_images", "mosaic_name", "grid_mosaics", "image_root_of", "card_mosaic", "REPORT_PER_CELL", "REPORT_SIZE"]
 
 MOSAIC_PNG, MOSAIC_PDF = "mosaic.png", "mosaic.pdf"
@@ -150,16 +151,6 @@ def _panel_pixels(per_cell: int, size: int) -> tuple[int, int]:
     return cols * size + _PAD, rows * size + _PAD
 
 
-def panel_box(fig: Figure, cov: int, sem: int) -> tuple[int, int, int, int]:
-    """Where the panel of cell (cov, sem) lies in the figure rendered at ``DPI``: ``(top, left, height, width)``
-    in pixels of the rendered image (row 0 at the top)."""
-    info = fig._isood_mosaic  # type: ignore[attr-defined]
-    n, pw, ph = info["n"], info["panel_w"], info["panel_h"]
-    left = info["left"] + sem * pw
-    top = _MARGIN["top"] + (n - 1 - cov) * ph
-    return top, left, ph, pw
-
-
 def _level_labels(n: int, edges: np.ndarray | None) -> list[str]:
     if edges is None or len(edges) != n + 1 or not np.isfinite(edges).all():
         return [str(i) for i in range(n)]
@@ -211,7 +202,6 @@ def mosaic_figure(grid: MosaicGrid, thumbs: Mapping[tuple[int, int], Sequence[np
         spine.set_visible(False)
     if title:
         ax.set_title(title, fontsize=10)
-    fig._isood_mosaic = {"n": n, "panel_w": pw, "panel_h": ph, "left": left}  # type: ignore[attr-defined]
     return fig
 
 
@@ -257,7 +247,7 @@ def grid_mosaics(grids: Mapping[str, tuple[object, str | os.PathLike | None]], *
         try:
             fig = grid_mosaic(view, root, per_cell=per_cell, size=size, seed=seed,
                               title=f"{name}: up to {per_cell} images per cell (seed {seed})")
-        except BadInputError:
+        except (IsoodError, OSError):  # an image out of reach or unreadable: no mosaic, the rest goes on
             continue
         out[mosaic_name(name)] = figure_bytes(fig, "png", DPI)
     return out
