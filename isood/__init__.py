@@ -10,6 +10,7 @@ The main entry points are re-exported here lazily (importing ``isood`` loads not
     ev = isood.evaluate(model, id_test="val/", ood={"near:ssb": "imports/ssb"}, roots={"ssb": "/data"})
     ev.per_set, ev.per_cell, ev.table1                  # pandas frames, nothing written
     splits = isood.read("out/splits", kind="splits")   # a typed view (isood.kinds.SplitsView)
+    ds = isood.load_dataset("out/splits", split="test")  # datasets.Dataset with an Image column
 
 The layers (README, "Development"): foundations (``isood.errors``, ``defaults``, ``arrays``, ``files``,
 ``devices``, ``progress``, ``parts``, ``batch_engine``, ``lazy``, ``content``, ``textio``) -> ``manifests`` and
@@ -57,6 +58,7 @@ _EXPORTS = {
     "build_splits": "isood.stages.splits",
     "read": "manifests",
     "Benchmark": "isood.benchmarks.api",
+    "load_dataset": "isood.image_datasets",
 }
 #: Sub-modules reachable as attributes without an import statement (``isood.detectors.KNN(k=50)``).
 _MODULES = ("detectors", "benchmarks")

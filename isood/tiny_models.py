@@ -207,6 +207,7 @@ class TinyModels:
             f"isood evaluate --splits {out}/splits --syn {out}/syn --id-train {im}/train --id-test {im}/val "
             f"--model {f['--model']} --checkpoint {f['--checkpoint']} --out {out}/eval",
             f"isood verify {out}/eval",
+            f"isood show {out}/splits --out {out}/mosaic",
             f"isood wordnet audit {out}/splits --out {out}/audit",
         ]
 

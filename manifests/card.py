@@ -33,7 +33,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import pandas as pd
 import pyarrow as pa
@@ -41,11 +41,12 @@ import pyarrow.parquet as pq
 
 from isood.errors import ManifestError
 from isood.files import atomic_write_bytes, sha256_bytes
+from manifests.card_info import card_dataset_info, public_argv, public_text
 from manifests.meta import CARD_FILE, CONFIGS_DIR
 from manifests.schema import CardSpec, kind_spec
 from manifests.store import MANIFEST_FILE, PARQUET_OPTIONS, Manifest, parquet_bytes, write_manifest
 
-__all__ = ["CARD_FILE", "CONFIGS_DIR", "FEATURES_PREFIX", "is_feature_file", "ConfigLayout", "config_layout",
+__all__ = ["CARD_FILE", "CONFIGS_DIR", "CARD_FIGURE", "FEATURES_PREFIX", "is_feature_file", "ConfigLayout", "config_layout",
            "dataset_card", "write_with_card", "markdown_table", "split_name", "card_spec", "card_frames",
            "allowed_splits", "plan_configs", "add_other_tables", "resolve_empty", "empty_parquet_bytes"]
 
@@ -53,6 +54,8 @@ __all__ = ["CARD_FILE", "CONFIGS_DIR", "FEATURES_PREFIX", "is_feature_file", "Co
 #: ``.npy`` array): large (~24 GB of test features at IS-OOD's size) and derived, so `isood publish` leaves them
 #: out unless asked (``--include-features``), and the card says so.
 FEATURES_PREFIX = "features-"
+#: A figure of the data shown in the card (a grid's mosaic: ``write_with_card(figure=...)``); derived like the card.
+CARD_FIGURE = f"{CONFIGS_DIR}/card.png"
 
 
 def is_feature_file(path: str) -> bool:
@@ -321,9 +324,10 @@ def markdown_table(df: pd.DataFrame, max_rows: int = 40) -> str:
 
 
 def _front_matter(kind: str, title: str, n_rows: int, configs: Mapping[str, Mapping[str, str]],
-                  partitions: Iterable[str]) -> str:
+                  partitions: Iterable[str], dataset_info: list[dict] | None = None) -> str:
     """The card's YAML front matter, written by huggingface_hub's ``DatasetCardData`` (the Hub's own schema of a
-    dataset card: `configs`, `license`, ...), keys in the order below."""
+    dataset card: `configs`, `license`, ...), keys in the order below; ``dataset_info``: each config's typed
+    `features` (``manifests.card_info.config_features``)."""
     from huggingface_hub import DatasetCardData  # ~0.3 s to import: only when a card is drawn
 
     front: dict[str, Any] = {
@@ -334,6 +338,8 @@ def _front_matter(kind: str, title: str, n_rows: int, configs: Mapping[str, Mapp
         "size_categories": [_size_category(n_rows)],
         "configs": _yaml_configs(configs, partitions),
     }
+    if dataset_info:
+        front["dataset_info"] = dataset_info
     return "---\n" + DatasetCardData(**front).to_yaml(original_order=list(front)) + "\n---\n"
 
 
@@ -367,14 +373,16 @@ def _provenance_sections(meta: Mapping[str, Any]) -> list[str]:
             f"- content sha256: `{meta.get('content_sha256', '?')}`"]
     command = meta.get("command") or {}
     if command.get("argv"):
-        prov.append("- command: `" + " ".join(str(a) for a in command["argv"]) + "`")
+        prov.append("- command: `" + " ".join(public_argv(command["argv"])) + "`")
     if command.get("config"):
-        prov.append("- config:\n\n```json\n" + json.dumps(command["config"], indent=2, sort_keys=True) + "\n```")
+        prov.append("- config:\n\n```json\n" + public_text(json.dumps(command["config"], indent=2, sort_keys=True))
+                    + "\n```")
     parts = ["## Provenance\n\n" + "\n".join(prov) + "\n"]
     inputs = meta.get("inputs") or []
     if inputs:
         parts.append("### Inputs\n\n" + markdown_table(pd.DataFrame(
-            [{"name": i.get("name"), "source": i.get("source", ""), "sha256": i.get("sha256", "")} for i in inputs]
+            [{"name": i.get("name"), "source": public_text(i.get("source", "")), "sha256": i.get("sha256", "")}
+             for i in inputs]
         )))
     files = [r for r in meta.get("files", []) if r["path"] != CARD_FILE]
     if files:
@@ -398,13 +406,16 @@ def _provenance_sections(meta: Mapping[str, Any]) -> list[str]:
 
 
 def dataset_card(manifest_meta: Mapping[str, Any], tables: Mapping[str, pd.DataFrame | pa.Table],
-                 *, title: str | None = None, layout: ConfigLayout | None = None, n_rows: int | None = None) -> str:
+                 *, title: str | None = None, layout: ConfigLayout | None = None, n_rows: int | None = None,
+                 root: str | os.PathLike | None = None) -> str:
     """README.md text for a manifest: YAML front matter (`configs:` for `datasets`), loading example, configs,
     the kind's own sections, provenance, changelog and licence. Configs whose files are not in
     `manifest_meta["files"]` are left out, so the card never points at a file the manifest lacks.
 
     ``layout`` and ``n_rows`` (rows of the main table): given when the main table was streamed
-    (``streamed_layout``) and ``tables`` holds the other tables only."""
+    (``streamed_layout``) and ``tables`` holds the other tables only. ``root``: the folder holding the config
+    files, whose Parquet schemas give each config's typed `features` (``manifests.card_info``); none without it.
+    Absolute paths in the provenance are cut (``manifests.card_info.public_text``)."""
     kind = manifest_meta["kind"]
     card = card_spec(kind, tables)
     layout = resolve_empty(layout or config_layout(kind, tables, manifest_meta), manifest_meta)
@@ -412,13 +423,18 @@ def dataset_card(manifest_meta: Mapping[str, Any], tables: Mapping[str, pd.DataF
     listed = {rec["path"] for rec in manifest_meta.get("files", [])}
     configs = {
         name: splits for name, splits in layout.configs.items()
-        if not listed or all(p in listed for p in splits.values())
+        if not listed or all(p in listed or "*" in p for p in splits.values())
     }
     if n_rows is None:
         n_rows = len(tables[layout.main]) if layout.main else 0
     title = title or card.title
-    parts = [_front_matter(kind, title, n_rows, configs, layout.partitions),
+    info = card_dataset_info(root, card, manifest_meta, tables, layout, configs) if root is not None else None
+    parts = [_front_matter(kind, title, n_rows, configs, layout.partitions, info),
              f"# {title} (v{manifest_meta.get('dataset_version', '?')})\n\n{card.description}\n"]
+    if CARD_FIGURE in listed:
+        parts.append(f"## Sample\n\n![A sample of the images per cell]({CARD_FIGURE})\n\nSampled images of each cell "
+                     "(semantic level left to right, covariate level bottom to top; N/A cells grey); "
+                     "`isood show DIR` draws more.\n")
     parts += _loading_sections(layout, configs)
     for heading, text in (card.sections(manifest_meta, tables) if card.sections else ()):
         parts.append(f"## {heading}\n\n{text}")
@@ -444,6 +460,7 @@ def write_with_card(
     note: str = "",
     argv: list[str] | None = None,
     title: str | None = None,
+    figure: Callable[[Path], bytes | None] | None = None,
 ) -> Manifest:
     """`manifests.write_manifest` plus the per-config Parquet files and the README.md dataset card.
 
@@ -453,7 +470,9 @@ def write_with_card(
     (``manifests.card_stream.write_streamed`` does both). Any other table may come in `table_files` too (e.g.
     streamed in row groups): it gets a config like the in-memory ones, and is read for the card only when the
     kind's ``CardSpec.reads`` names it. The files of the configs without rows (``resolve_empty``) are written
-    once the tables are, with their columns.
+    once the tables are, with their columns. ``figure(root)``: PNG bytes drawn from the manifest written in
+    ``root`` (None: none), stored as ``CARD_FIGURE`` and shown in the card (a grid's mosaic, when its images are
+    reachable).
     """
     root = Path(root)
     files = dict(files or {})
@@ -486,8 +505,12 @@ def write_with_card(
     )
     _prune_empty_dirs(root / CONFIGS_DIR)
     meta = _with_files(manifest.meta, _write_empty(root, manifest.meta, resolve_empty(layout, manifest.meta)))
+    png = figure(root) if figure is not None else None
+    if png:
+        atomic_write_bytes(root / CARD_FIGURE, png)
+        meta = _with_files(meta, [{"path": CARD_FIGURE, "sha256": sha256_bytes(png), "bytes": len(png)}])
     return _attach_card(Manifest(root=root, meta=meta),
-                        dataset_card(meta, card_tables, title=title, layout=layout, n_rows=n_rows))
+                        dataset_card(meta, card_tables, title=title, layout=layout, n_rows=n_rows, root=root))
 
 
 def _prune_empty_dirs(top: Path) -> None:

@@ -14,7 +14,7 @@ module knows no kind.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from isood.errors import ManifestError
 from manifests.card import (
+    CARD_FIGURE,
     CARD_FILE,
     CONFIGS_DIR,
     ConfigLayout,
@@ -183,7 +184,7 @@ def write_streamed(root: str | Path, *, kind: str, stream: MainTableStream | Non
                    table_files: Mapping[str, str] | None = None, inputs: Iterable[dict] = (),
                    files: Mapping[str, bytes | str] | None = None, existing_files: Iterable[str] = (),
                    summary: Mapping[str, Any] | None = None, note: str = "", argv: list[str] | None = None,
-                   title: str | None = None) -> Manifest:
+                   title: str | None = None, figure: Callable[[Path], bytes | None] | None = None) -> Manifest:
     """``manifests.card.write_with_card`` (same arguments) for a main table written by ``stream``
     (``finish_stream``) or given in ``table_files`` (partitioned here, ``streamed_layout``)."""
     root, table_files = Path(root), dict(table_files or {})
@@ -199,7 +200,7 @@ def write_streamed(root: str | Path, *, kind: str, stream: MainTableStream | Non
         layout = streamed_layout(root, kind, main, table_files[main], others, meta, paths)
     return write_with_card(root, kind=kind, tables=tables, config=config, inputs=inputs, files=files,
                            existing_files=existing_files, table_files=table_files, layout=layout, summary=summary,
-                           note=note, argv=argv, title=title)
+                           note=note, argv=argv, title=title, figure=figure)
 
 
 # ------------------------------------------------------------------------------------------------ isood card
@@ -224,9 +225,10 @@ def _card_is_current(m: Manifest, table_files: Mapping[str, str], title: str | N
                       others, meta, dict(table_files))
     resolve_empty(layout, m.meta)
     planned = {p for splits in layout.configs.values() for p in splits.values() if p.startswith(CONFIGS_DIR + "/")}
-    if planned != {p for p in listed if p.startswith(CONFIGS_DIR + "/")}:
+    if planned != {p for p in listed if p.startswith(CONFIGS_DIR + "/") and p != CARD_FIGURE}:
         return False
-    card = dataset_card(m.meta, others, title=title, layout=layout, n_rows=int(m.meta["tables"][main]["rows"]))
+    card = dataset_card(m.meta, others, title=title, layout=layout, n_rows=int(m.meta["tables"][main]["rows"]),
+                        root=m.root)
     if not (m.root / CARD_FILE).is_file() or any(not (m.root / p).is_file() for p in planned):
         return False
     return (m.root / CARD_FILE).read_text(encoding="utf-8") == card
@@ -261,7 +263,8 @@ def _read_for_card(root: str | Path) -> Manifest:
     return read(root)
 
 
-def add_card(root: str | Path, note: str = "dataset card and per-config Parquet files") -> Manifest:
+def add_card(root: str | Path, note: str = "dataset card and per-config Parquet files",
+             figure: Callable[[Path], bytes | None] | None = None) -> Manifest:
     """Give an existing manifest (written without a card, or by an older isood) its card and config files.
 
     A manifest that already has the card and config files this isood writes is left as it is (nothing is
@@ -278,11 +281,12 @@ def add_card(root: str | Path, note: str = "dataset card and per-config Parquet 
         if _card_is_current(m, table_files, title):
             o.unchanged()
         else:
-            _rewrite_with_card(m, o.work, table_files, title, note)
+            _rewrite_with_card(m, o.work, table_files, title, note, figure)
     return read(root, kind=kind)
 
 
-def _rewrite_with_card(m: Manifest, work: Path, table_files: dict[str, str], title: str | None, note: str) -> None:
+def _rewrite_with_card(m: Manifest, work: Path, table_files: dict[str, str], title: str | None, note: str,
+                       figure: Callable[[Path], bytes | None] | None = None) -> None:
     others = [
         r["path"] for r in m.meta["files"]
         if r["path"] not in set(table_files.values()) and r["path"] != CARD_FILE
@@ -292,7 +296,7 @@ def _rewrite_with_card(m: Manifest, work: Path, table_files: dict[str, str], tit
     args: dict[str, Any] = dict(kind=m.kind, tables={}, table_files=table_files, config=command.get("config") or {},
                                 inputs=m.meta.get("inputs", []), existing_files=others,
                                 summary=m.meta.get("summary") or {}, note=note, argv=command.get("argv") or [],
-                                title=title)
+                                title=title, figure=figure)
     if table_files:
         write_streamed(work, **args)
     else:

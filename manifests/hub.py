@@ -9,7 +9,9 @@
    glob-escaped), but the feature shards (`manifests.card.is_feature_file`: build-splits' `features-id/` and
    `features-test/` sub-manifests, ~24 GB of test features at IS-OOD's size, and any `.npy` array) unless
    `include_features=True` (`--include-features`; a feature set, whose shards are its content, is refused
-   without it; the dataset card says which files are feature shards, and the plan lists what it leaves out), in
+   without it; the dataset card says which files are feature shards, and the plan lists what it leaves out); a
+   manifest holding its images (Syn-IS) is uploaded from a folder built for it (``manifests.hub_images``: its
+   images also embedded in Parquet, the card's configs pointing there), in
    one commit whose message holds the dataset version. Leaving files out uploads a manifest.json that lists only
    what is uploaded (``published_manifest``: a downloaded copy verifies; a ``published`` record names what was
    left out and the full content hash), after the data, in its own commit. Folders above `LARGE_UPLOAD_BYTES` or `LARGE_UPLOAD_FILES`
@@ -36,6 +38,8 @@ import json
 import os
 import re
 import shutil
+import tempfile
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -45,6 +49,7 @@ from isood.errors import one_line
 from isood.files import TMP_PREFIX
 from isood.inputs import is_inside
 from manifests.card import CARD_FILE, is_feature_file
+from manifests.hub_images import EMBEDDED_DIR, owns_images, stage_upload
 from manifests.store import MANIFEST_FILE, read
 from manifests.verify import content_hash, verify
 
@@ -74,6 +79,12 @@ class PublishPlan:
     private: bool = False
     left_out: list[tuple[str, int]] = field(default_factory=list)  # feature shards not uploaded (path, bytes)
     manifest_bytes: bytes | None = None  # the manifest.json uploaded instead of the folder's (left-out files)
+    staged: Any = None  # a folder built for the upload (``hub_images.stage_upload``): its finalizer removes it
+
+    def close(self) -> None:
+        """Remove the folder built for the upload, if any (also done when the plan is garbage-collected)."""
+        if self.staged is not None:
+            self.staged()
 
     @property
     def total_bytes(self) -> int:
@@ -85,6 +96,10 @@ class PublishPlan:
         out.append(f"{len(self.files)} files, {self.total_bytes:,} bytes -> dataset {self.repo_id} "
                    f"({'private' if self.private else 'public'}), tag {self.tag}"
                    + (", resumable batched upload" if self.large else ", one commit"))
+        embedded = [path for path, _ in self.files if path.startswith(EMBEDDED_DIR + "/")]
+        if embedded:
+            out.append(f"images embedded in {len(embedded)} Parquet files under {EMBEDDED_DIR}/ (the card's configs "
+                       "point there: the Hub's viewer and datasets show the images)")
         if self.left_out:
             out.append(self.left_out_line())
         return out
@@ -163,17 +178,30 @@ def plan(root: str | os.PathLike, repo_id: str, *, private: bool = False, tag: s
     dropped = {p for p, _ in left_out}
     files = [(p, s) for p, s in files if p not in dropped]
     manifest_bytes = published_manifest(m.meta, left_out) if left_out else None
-    files.append((MANIFEST_FILE, len(manifest_bytes) if manifest_bytes else (root / MANIFEST_FILE).stat().st_size))
+    upload_root = root
+    if owns_images(m):  # Syn-IS: the images embedded in Parquet, in a folder built for the upload
+        upload_root = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}publish-", dir=root.parent))
+        try:
+            files = stage_upload(m, files, upload_root, manifest_bytes=manifest_bytes)
+        except BaseException:
+            shutil.rmtree(upload_root, ignore_errors=True)
+            raise
+        manifest_bytes = None
+    else:
+        files.append((MANIFEST_FILE, len(manifest_bytes) if manifest_bytes else (root / MANIFEST_FILE).stat().st_size))
     version = m.dataset_version
     note = (m.meta.get("changelog") or [{}])[-1].get("note", "")
     large = sum(s for _, s in files) > LARGE_UPLOAD_BYTES or len(files) > LARGE_UPLOAD_FILES
-    return PublishPlan(
-        root=root, repo_id=repo_id, kind=m.kind, dataset_version=version, files=files,
+    p = PublishPlan(
+        root=upload_root, repo_id=repo_id, kind=m.kind, dataset_version=version, files=files,
         commit_message=f"isood {m.kind} manifest v{version}",
         commit_description=f"dataset version {version}; content sha256 {m.meta.get('content_sha256', '?')}"
         + (f"; {note}" if note else ""),
         tag=tag or f"v{version}", large=large, private=private, left_out=left_out, manifest_bytes=manifest_bytes,
     )
+    if upload_root != root:  # the staged folder goes when the plan does
+        p.staged = weakref.finalize(p, shutil.rmtree, upload_root, ignore_errors=True)
+    return p
 
 
 def published_manifest(meta: dict, left_out: list[tuple[str, int]]) -> bytes:
@@ -291,6 +319,14 @@ def publish(
     p = plan(root, repo_id, private=private, tag=tag, include_features=include_features)
     if dry_run:
         return p
+    try:
+        return _upload(p, repo_id, private=private, token=token, token_from_env=token_from_env, api=api, echo=echo)
+    finally:
+        p.close()
+
+
+def _upload(p: PublishPlan, repo_id: str, *, private: bool, token: str | None, token_from_env: bool, api: Any,
+            echo: Callable[[str], None]) -> PublishResult:
     if token_from_env:
         token = os.environ.get("HF_TOKEN")
         if not token:

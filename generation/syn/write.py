@@ -13,6 +13,7 @@ from generation.outputs import prune_images, read_state, reject_marker, write_st
 from generation.syn.options import KIND, KIND_PART, KIND_PROMPTS
 from generation.syn.steps import (IMAGE_COLUMNS, REJECTED_COLUMNS, cell_lists, merge_part_tables, merge_summaries,
                                   syn_cells)
+from isood.evaluation.mosaic import card_mosaic
 from isood.kinds import LAID_FILE
 from isood.files import link_or_copy
 from manifests.store import Manifest
@@ -45,7 +46,7 @@ def write_syn_manifest(out: str | Path, *, images: pd.DataFrame, prompts: pd.Dat
         manifest = manifests.write_with_card(out, kind=KIND, tables=tables, config=config, inputs=inputs,
                                              files={**cell_lists(images), **laid_files},
                                              existing_files=list(images["path"]), summary=summary,
-                                             note="Syn-IS images", title="Syn-IS", argv=argv)
+                                             note="Syn-IS images", title="Syn-IS", argv=argv, figure=card_mosaic)
     return manifest, cells
 
 

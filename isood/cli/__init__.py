@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from isood.cli._app import app
 from isood.cli import (wordnet, manifest_commands, demo, extract, splits, clean, syn, evaluate, compare,  # noqa: E402,F401
-                       benchmarks, dev)  # (register)
+                       show, benchmarks, dev)  # (register)
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ import typer
 import manifests
 from isood.cli._app import app, export_app, import_app, out_console
 from isood.cli.options import command
+from isood.evaluation.mosaic import card_mosaic
 from isood.files import atomic_write_bytes, output_lock
 from isood.stages import interop
 from isood.stages.interop.options import ExportOpenoodOptions, ImportListOptions, ImportListsOptions
@@ -66,11 +67,14 @@ def _publish(opts: PublishOptions) -> None:
                          dry_run=opts.dry_run, token_from_env=opts.token_from_env, echo=_say,
                          include_features=opts.include_features)
     if isinstance(result, hub.PublishPlan):  # a dry run returns the plan
-        for line in result.lines():
-            _say(line)
-        if opts.out is not None:
-            hub.copy_plan(result, opts.out)
-            _say(f"dry run: copied the upload folder to {opts.out}")
+        try:
+            for line in result.lines():
+                _say(line)
+            if opts.out is not None:
+                hub.copy_plan(result, opts.out)
+                _say(f"dry run: copied the upload folder to {opts.out}")
+        finally:
+            result.close()
     elif opts.out is not None:
         _write_receipt(Path(opts.out), result, opts.repo_id)
 
@@ -80,7 +84,7 @@ def _publish(opts: PublishOptions) -> None:
               "load it (a manifest whose card is current is left as it is; the content hash and dataset version "
               "never change).")
 def card(opts: CardOptions) -> None:
-    m = add_card(opts.manifest_dir)
+    m = add_card(opts.manifest_dir, figure=card_mosaic)
     _say(f"card: {opts.manifest_dir}/README.md ({m.kind} v{m.dataset_version})")
 
 

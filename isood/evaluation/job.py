@@ -64,7 +64,7 @@ from isood.defaults import DEFAULT_DETECTORS, DEFAULT_VERIFY, OOD_LABEL, cache_d
 from isood.devices import resolve_device
 from isood.errors import BadInputError, IsoodError, ManifestError
 from isood.images import ImageSource, list_images
-from isood.kinds import AUDIT, EVALUATION, IMAGE_LIST, SPLITS, SYN_IS, AuditView
+from isood.kinds import AUDIT, EVALUATION, GRID_KINDS, IMAGE_LIST, SPLITS, SYN_IS, AuditView
 from wordnet_tools.rules import leak_mask, parse_rules
 
 from .assemble import (ID_TEST, ID_TRAIN, EvalSet, check_files, evaluate_with_leaks, grid_parts,
@@ -77,6 +77,7 @@ from .classifiers import adapter_from_option
 from .conventions import release_results_files
 from .detectors import Detector, parse_detectors
 from .models import ModelAdapter, model_classes, randomized_copy, wrap_model
+from .mosaic import grid_mosaics
 from .options import (SPLITS_SET, EvaluateOptions, OodSpec, check_options, check_paths, named_values, ood_sets,
                       plot_metrics, preprocess_presets, resolved)
 from .outputs import is_outputs_dir, load_outputs
@@ -657,6 +658,7 @@ def _evaluate(opts: EvaluateOptions, detectors: Mapping[str, Detector], out: Pat
         sanity=c.sanity, random_per_cell=c.random_per_cell, metrics=plot_metrics(opts), meta=meta,
         title=f"isood evaluation: {c.model_name}", argv=argv, set_metrics=c.per_set, extra_files=extra,
         bootstrap=opts.bootstrap, seed=opts.seed,
+        mosaics=grid_mosaics({n: (i.view, i.root) for n, i in c.inputs.items() if i.kind in GRID_KINDS}, seed=opts.seed),
         summary={"model": c.model_name, "detectors": list(detectors), "datasets": evaluation.datasets,
                  "sets": [n for n, s in sets.items() if s.is_ood], "table_convention": opts.table_convention,
                  "seconds": round(time.perf_counter() - t0, 2),

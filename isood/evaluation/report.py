@@ -26,6 +26,7 @@ import pandas as pd
 from .cells import CellEvaluation
 from .levels import detector_means, leak_pairs, leak_ranking, measured_in_both
 from .metrics import lower_is_better, metric_label
+from .mosaic import mosaic_name
 from .plots import compare_name, heatmap_name, leak_diff_name, level_curve_name
 
 __all__ = ["render_html", "render_markdown", "markdown_table", "table1_frame", "leak_means", "ranking_summary",
@@ -436,6 +437,11 @@ def render_html(result: CellEvaluation, images: Mapping[str, bytes], *, title: s
         parts.append(_html_table(sanity, left=("detector", "dataset")))
 
     for ds in result.datasets:
+        if mosaic_name(ds) in images:
+            parts.append(f"<h2>Images per cell: {html.escape(ds)}</h2>")
+            parts.append('<p class="note">A few sampled images of every cell (semantic level left to right, '
+                         'covariate level bottom to top; N/A cells grey); <code>isood show MANIFEST</code> draws more.</p>')
+            parts.append(_figure(images[mosaic_name(ds)], f"{ds}: images per cell"))
         figs = [_figure(images[compare_name(ds, m)], metric_label(m)) for m in metrics if compare_name(ds, m) in images]
         if figs:
             parts.append(f"<h2>Detectors compared: {html.escape(ds)}</h2>")

@@ -143,13 +143,15 @@ def write_evaluation(result: CellEvaluation, out: str | os.PathLike, *, config: 
                      summary: Mapping[str, Any] | None = None, argv: list[str] | None = None,
                      bootstrap: int = DEFAULT_BOOTSTRAP, seed: int = 0,
                      set_metrics: pd.DataFrame | None = None,
-                     extra_files: Mapping[str, bytes | str] | None = None) -> manifests.Manifest:
+                     extra_files: Mapping[str, bytes | str] | None = None,
+                     mosaics: Mapping[str, bytes] | None = None) -> manifests.Manifest:
     """Write a ``CellEvaluation`` (plus optional per-image ``scores`` and the sanity tables) as an ``evaluation``
     manifest in ``out`` (through ``manifests.writing``). ``metrics`` / ``heatmap_metrics``: what to draw
     (``plots.plot_metric_names``: default AUROC and FPR@95, ``'all'`` every computed metric; every metric is in the
     tables and CSVs whatever is drawn). With ``scores``, ``bootstrap`` resamples (seeded by ``seed``; 0: none) give
     the 95% intervals (``bootstrap_tables``). ``set_metrics``: the per-set table (``assemble.set_metrics``), also
-    in the report; ``extra_files``: more files by relative path. Returns the manifest's typed view."""
+    in the report; ``extra_files``: more files by relative path; ``mosaics``: the grids' mosaics
+    (``mosaic.grid_mosaics``), written and shown in the report. Returns the manifest's typed view."""
     if isinstance(bootstrap, bool) or not isinstance(bootstrap, (int, np.integer)) or bootstrap < 0:
         raise BadInputError(f"--bootstrap must be an integer >= 0 (0: no intervals), got {bootstrap!r}")
     images: dict[str, bytes] = {}
@@ -157,6 +159,7 @@ def write_evaluation(result: CellEvaluation, out: str | os.PathLike, *, config: 
         for chosen in (metrics, heatmap_metrics):
             plot_metric_names(result, chosen)  # a metric that was not computed: one line, before anything is drawn
         images = render_plots(result, metrics=metrics, heatmap_metrics=heatmap_metrics)
+    images.update(mosaics or {})
     intervals = bootstrap_tables(result, scores, n_boot=int(bootstrap), seed=seed) \
         if scores is not None and not result.per_cell.empty else None
     tables = evaluation_tables(result, scores=scores, sanity=sanity, random_per_cell=random_per_cell,

@@ -2,6 +2,7 @@
 tiny images made here, plus a tiny splits and Syn-IS manifest written by their stages' writers; bad input gives
 exit status 2, one line on stderr naming the offending value, no traceback and never a manifest."""
 
+import base64
 import hashlib
 
 import numpy as np
@@ -171,8 +172,12 @@ def test_evaluate_end_to_end_with_sanity_model(world, tmp_path):
     assert sanity.loc["msp", "auroc"] == pytest.approx(per_cell.query("detector == 'msp' and not na")["auroc"].mean())
 
     html = (out / "report.html").read_text()
-    # per grid dataset: 5 heatmaps, the detectors compared, 2 level curves
-    assert html.count("data:image/png;base64,") == 2 * (5 + 1 + 2) and "http" not in html
+    # per grid dataset: 5 heatmaps, the detectors compared, 2 level curves, the mosaic of its images
+    assert html.count("data:image/png;base64,") == 2 * (5 + 1 + 2 + 1) and "http" not in html
+    for ds in ("splits", "syn-is"):
+        assert f"Images per cell: {ds}" in html
+        png = (out / "plots" / f"mosaic_{ds}.png").read_bytes()
+        assert base64.b64encode(png).decode() in html
     assert (out / "summary.md").is_file()
 
     # a second evaluation with another detector does no forward pass: the output cache is reused (its `.~` stat

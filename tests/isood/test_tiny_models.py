@@ -97,7 +97,7 @@ def test_images_and_readme_match_what_the_flags_need(tiny):
     assert readme in printed.replace("\r", "") or readme.splitlines()[0] in printed
     # every path named in the commands exists (outputs under out/ aside), and each command is a real one
     commands = [ln.strip() for ln in readme.splitlines() if ln.strip().startswith("isood ")]
-    assert [c.split()[1] for c in commands] == ["build-splits", "generate-syn", "evaluate", "verify", "wordnet"]
+    assert [c.split()[1] for c in commands] == ["build-splits", "generate-syn", "evaluate", "verify", "show", "wordnet"]
     for c in commands:
         for word in shlex.split(c):
             path = word.removeprefix("local-dir:")

@@ -217,9 +217,9 @@ def test_the_tables_a_kind_declares_its_card_reads_draw_the_card_every_table_dra
 
     m = write_kind(kind, tmp_path / kind)
     tables = {name: m.table(name) for name in m.tables}
-    declared = dataset_card(m.meta, tables)
+    declared = dataset_card(m.meta, tables, root=m.root)
     assert card_module.card_spec(kind, tables).reads is not None
     real = card_module.card_spec
     monkeypatch.setattr(card_module, "card_spec", lambda k, t: dataclasses.replace(real(k, t), reads=None))
-    assert dataset_card(m.meta, tables) == declared
+    assert dataset_card(m.meta, tables, root=m.root) == declared
     assert declared == (m.root / "README.md").read_text()  # and it is the card the writer wrote

@@ -104,9 +104,9 @@ def test_revision_overrides_the_tag_and_bumped_version_is_used(tmp_path, worlds)
 @pytest.mark.parametrize("large_api", [True, False])
 def test_large_folders_upload_in_batches_and_commit_manifest_last(tmp_path, worlds, monkeypatch, large_api):
     monkeypatch.setattr(hub, "LARGE_UPLOAD_FILES", 3)
-    m = worlds.write_syn_is(tmp_path / "syn")
+    m = worlds.write_splits(tmp_path / "splits")
     api = FakeApi(large=large_api)
-    result = hub.publish(m.root, "alice/syn", api=api, echo=lambda s: None)
+    result = hub.publish(m.root, "alice/splits", api=api, echo=lambda s: None)
     first = "upload_large_folder" if large_api else "upload_folder"
     assert _names(api) == ["create_repo", first, "upload_file", "create_tag"]
     data_patterns = api.calls[1][2]["allow_patterns"]
@@ -144,20 +144,21 @@ def test_manifest_without_card_and_bad_repo_id_are_refused(tmp_path, worlds):
 
 
 def test_dry_run_lists_exactly_the_manifest_files_and_touches_no_network(tmp_path, worlds, monkeypatch):
-    m = worlds.write_syn_is(tmp_path / "syn")
+    m = worlds.write_splits(tmp_path / "splits")
 
     def no_network(*a, **k):
         raise AssertionError("dry run must not build an HfApi")
 
     monkeypatch.setattr(hub, "make_api", no_network)
-    p = hub.publish(m.root, "alice/syn", dry_run=True, echo=lambda s: None)
+    p = hub.publish(m.root, "alice/splits", dry_run=True, echo=lambda s: None)
     expected = {r["path"]: r["bytes"] for r in m.meta["files"]}
     expected["manifest.json"] = (m.root / "manifest.json").stat().st_size
     assert dict(p.files) == expected
     assert all((m.root / f).stat().st_size == b for f, b in p.files)
 
     out = tmp_path / "staged"
-    result = CliRunner().invoke(app, ["publish", str(m.root), "--repo-id", "alice/syn", "--dry-run", "--out", str(out)])
+    result = CliRunner().invoke(app, ["publish", str(m.root), "--repo-id", "alice/splits", "--dry-run", "--out",
+                                      str(out)])
     assert result.exit_code == 0, result.output
     listed = [line.split()[-1] for line in result.stdout.splitlines() if line.strip() and "->" not in line
               and not line.startswith("dry run")]

@@ -8,6 +8,7 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 
 import manifests
+from isood.evaluation.mosaic import card_mosaic
 from isood.kinds import SPLITS, SplitsView
 from manifests.card_stream import write_streamed
 
@@ -47,7 +48,7 @@ def write_splits(out: str | os.PathLike, *, images: pd.DataFrame, cells: pd.Data
         if card:
             manifests.atomic_write_bytes(o.work / IMAGES_FILE, manifests.parquet_bytes(images))
             write_streamed(o.work, tables={k: v for k, v in tables.items() if k != "images"},
-                           table_files={"images": IMAGES_FILE}, **args)
+                           table_files={"images": IMAGES_FILE}, figure=card_mosaic, **args)
         else:
             manifests.write_manifest(o.work, tables=tables, **args)
     view = manifests.read(o.final, kind=SPLITS)
