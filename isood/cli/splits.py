@@ -20,7 +20,7 @@ def ann_line(ann: dict) -> str:
     the agreement at the build's own edges only)."""
     axes = ann["axes"]
     if ann.get("held_out_check") is False or not ann.get("held_out_images", 1):
-        levels = next(iter(axes.values()), {}).get("target_levels")
+        levels = next((v.get("target_levels") for v in axes.values()), None)
         target = f"--ann-recall {ann['target_recall']:g}" if ann.get("target_recall") is not None else \
             f"--ann-levels {levels:g}" if levels is not None else "tuned"
         return (f"approximate search ({target}): too few images to tune on, every image was searched exactly; no "

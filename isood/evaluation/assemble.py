@@ -154,10 +154,15 @@ def na_thresholds(sets: Mapping[str, EvalSet], na_threshold: int | None) -> dict
     """Per grid dataset, the N/A threshold its manifest records (``manifest``) and the one used (``used``):
     ``na_threshold`` when given (an explicit option overrides every manifest), else the manifest's, else
     ``NA_THRESHOLD``."""
-    return {ds: {"manifest": s.na_threshold,
-                 "used": int(na_threshold) if na_threshold is not None else
-                 int(s.na_threshold) if s.na_threshold is not None else NA_THRESHOLD}
+    return {ds: {"manifest": s.na_threshold, "used": _used_threshold(s, na_threshold)}
             for ds, s in sets.items() if s.is_grid}
+
+
+def _used_threshold(s: EvalSet, na_threshold: int | None) -> int:
+    """The N/A threshold a grid dataset is evaluated with: ``na_threshold``, else its manifest's, else 10."""
+    if na_threshold is not None:
+        return int(na_threshold)
+    return int(s.na_threshold) if s.na_threshold is not None else NA_THRESHOLD
 
 
 def na_text(sets: Mapping[str, EvalSet], na_threshold: int | None) -> str:
@@ -177,7 +182,7 @@ def evaluate_sets(scores: DetectorScores, sets: Mapping[str, EvalSet],
     with labels; Table 1 by ``convention`` (``conventions.table1``). A cell is N/A below ``na_thresholds``'s
     ``used`` value of its dataset (``na_threshold``, else the dataset's manifest's). No grid dataset: no rows."""
     parts = []
-    used = {ds: t["used"] for ds, t in na_thresholds(sets, na_threshold).items()}
+    used = {ds: _used_threshold(s, na_threshold) for ds, s in sets.items() if s.is_grid}
     id_correct = scores.correct(ID_TEST) if scores.has_labels(ID_TEST) else None
     train_correct = (scores.correct(ID_TRAIN) if der and id_correct is not None and scores.has_labels(ID_TRAIN)
                      else None)  # DER compares with the ID test set's correctness
