@@ -233,17 +233,21 @@ def _resolve(value: Any, spec: OptionSpec, kind: str, base: Path) -> Any:
     return value
 
 
+#: The files a ``MODEL:FILE`` spec may name (open_clip's checkpoint files).
+_WEIGHT_FILES = (".safetensors", ".bin", ".pth", ".pt", ".ckpt")
+
+
 def absolute_spec(value: Any) -> Any:
     """A model spec as a manifest records it, against an explicit root, never the working directory: the PATH of
     ``local-dir:PATH`` (also inside ``clip:local-dir:PATH``) made absolute, and so a checkpoint file named after
-    the last ``:`` (``MODEL:FILE``); any other value (a Hub name, a tag) unchanged."""
+    the last ``:`` (``MODEL:FILE``, a weights file); any other value (a Hub name, a tag) unchanged."""
     if not isinstance(value, str) or not value:
         return value
     head, sep, path = value.partition(LOCAL_DIR)
     if sep and path:
         return head + LOCAL_DIR + os.path.abspath(os.path.expanduser(path))
     head, sep, tail = value.rpartition(":")
-    if sep and tail and not os.path.isabs(tail) and os.path.isfile(os.path.expanduser(tail)):
+    if sep and tail.endswith(_WEIGHT_FILES) and not os.path.isabs(tail) and os.path.isfile(os.path.expanduser(tail)):
         return f"{head}:{os.path.abspath(os.path.expanduser(tail))}"
     return value
 
