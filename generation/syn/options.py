@@ -57,7 +57,8 @@ class SynOptions(EngineFields, JobArrayFields):
     device: str | None = device_option()
     n_levels: int = levels_option("Levels per axis without --splits (with it: the splits' levels).",
                                  flag="--levels")
-    na_threshold: int = na_threshold_option()
+    na_threshold: int | None = na_threshold_option(
+        "A cell with fewer images is N/A (default: the --splits manifest's threshold, else 10).", from_manifest=True)
     blocklist: str | None = option(None, kind="path", metavar="FILE",
                                    help="Extra prompt blocklist terms, one per line.")
     default_blocklist: bool = option(True, secondary="--no-default-blocklist",

@@ -20,6 +20,7 @@ from generation.syn.options import (KIND, KIND_PART, KIND_PROMPTS, SynOptions, S
                                     input_paths, output_kinds)
 from generation.syn.steps import PromptPlan, n_batches, plan_prompts, rejected_rows, split_generated, task_rows
 from generation.syn.write import write_part, write_syn_manifest
+from isood.defaults import NA_THRESHOLD
 from isood.errors import BadInputError
 from isood.grid import edges_table
 from isood.batch_engine import BatchEngine, LocalEngine
@@ -62,6 +63,14 @@ def _recorded_path(value: str) -> str:
     return os.path.abspath(value) if value and os.path.exists(value) else value
 
 
+def _na_threshold(opts: SynOptions, inputs: SynInputs) -> int:
+    """The Syn-IS grid's N/A threshold: ``--na-threshold``, else the ``--splits`` manifest's (one rule carried from
+    the grid it is binned on), else ``NA_THRESHOLD``."""
+    if opts.na_threshold is not None:
+        return int(opts.na_threshold)
+    return inputs.splits.na_threshold if inputs.splits is not None else NA_THRESHOLD
+
+
 def syn_config(opts: SynOptions, inputs: SynInputs, plan: PromptPlan, *, generator_config: dict,
                engine: BatchEngine, image_checker: Callable | None) -> dict[str, Any]:
     """The manifest's ``command.config``: every option that shapes the content, and where the inputs came from."""
@@ -74,7 +83,7 @@ def syn_config(opts: SynOptions, inputs: SynInputs, plan: PromptPlan, *, generat
         "laid_config": laid.laid.config, "id_features": os.path.abspath(inputs.id_features),
         "splits": os.path.abspath(opts.splits) if opts.splits else None, "per_cell": opts.per_cell,
         "images_per_prompt": opts.images_per_prompt, "seed": opts.seed, "n_levels": plan.n_levels,
-        "na_threshold": opts.na_threshold, "edges_from": "splits" if inputs.splits is not None else "prompts",
+        "na_threshold": _na_threshold(opts, inputs), "edges_from": "splits" if inputs.splits is not None else "prompts",
         "blocklist": {"default": opts.default_blocklist, "terms": len(inputs.blocklist),
                       "file": _recorded_path(opts.blocklist) if opts.blocklist else None},
         "safety_checker": opts.safety_checker or (getattr(image_checker, "__name__", "custom")

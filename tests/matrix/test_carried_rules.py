@@ -6,7 +6,8 @@
   The reference: a cell is N/A when the manifest's images in it, counted here with pandas, are below the threshold.
 * Explicit roots: the build runs in one folder with relative paths (`--clip local-dir:clip`); the manifest stores
   them absolute (``isood.optspec.recorded``), so `generate-syn --splits` (no `--clip`) and `evaluate` run from
-  another folder, and their own manifests store absolute paths and specs too.
+  another folder, and their own manifests store absolute paths and specs too; the Syn-IS grid binned on the
+  splits takes their N/A threshold.
 * An approximate search with no held-out image (a set too small to tune on) reports no interval, not a perfect one.
 * CLIP zero-shot: ImageNet-1K prompts use open_clip's ``IMAGENET_CLASSNAMES``; MCM / GL-MCM refuse a non-CLIP model
   in one line before any forward pass.
@@ -148,6 +149,7 @@ def test_a_stage_run_from_another_folder_reads_the_stored_paths(world, cli, syn_
     assert syn["clip"] == f"local-dir:{proj / 'clip'}"
     assert syn["splits"] == str(proj / "splits") and syn["labels"] == str(proj / "labels.txt")
     assert syn["generator"]["settings"]["pipeline"] == f"local-dir:{elsewhere.resolve() / 'sdxl'}"
+    assert syn["na_threshold"] == 2 and manifests.read(elsewhere / "syn", kind="syn-is-prompts").na_threshold == 2  # the splits' rule
     ev = json.loads((elsewhere / "ev" / "manifest.json").read_text())["command"]["config"]
     assert ev["model"] == f"clip:local-dir:{proj / 'clip'}"
     assert ev["splits"] == str(proj / "splits") and ev["id_test"] == str(proj / "val")
