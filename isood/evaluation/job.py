@@ -723,8 +723,9 @@ def evaluate(model=None, *, id_test, ood=None, roots=None, preprocess=None, dete
     ``isood.evaluation.detectors.detector_parameters()``). ``preprocess``: a preset for every dataset or
     ``{name: preset}`` (``isood.evaluation.preprocess.PRESETS``). ``options``: any other option of ``isood evaluate``
     by its ``EvaluateOptions`` field name (``splits``, ``syn``, ``id_train``, ``test_root``, ``id_test_root``,
-    ``id_test_labels``, ``classes``, ``table_convention``, ``na_threshold``, ``der``, ``batch_size``, ``device``,
-    ``workers``, ``checkpoint``, ``num_classes``, ``verify``, ...), with the same defaults and checks; errors are
+    ``id_test_labels``, ``classes``, ``table_convention``, ``na_threshold`` (default: each grid manifest's own),
+    ``der``, ``batch_size``, ``device``, ``workers``, ``checkpoint``, ``num_classes``, ``verify``, ...), with the
+    same defaults and checks; errors are
     the same one-line ``IsoodError``\\s. No output cache unless ``cache_dir`` names one; no progress bars unless
     ``progress``.
     """
