@@ -106,6 +106,9 @@ class GridView(ClipProvenance):
 
     @property
     def na_threshold(self) -> int:
+        """The N/A threshold the grid was built with (its ``--na-threshold``; ``NA_THRESHOLD`` when it records
+        none): the one default of every reader of the grid (``isood evaluate`` / ``isood.evaluate``,
+        ``evaluate_scores``, the OpenOOD export, ``splits clean``), which an explicit threshold overrides."""
         return int(self.field("na_threshold", NA_THRESHOLD))
 
     @property
@@ -167,7 +170,8 @@ class SplitsView(GridView):
         """How the shifts were searched when build-splits ran with --ann-recall (approximate, tuned): target
         recall, achieved recall@1 on held-out images, the estimated share of images whose level (per axis) and
         cell equal an exact build's with a confidence interval, chosen parameters
-        (``isood.stages.splits.ann_summary``); None for exact search or an import."""
+        (``isood.stages.splits.ann_summary``; ``held_out_check`` False and no interval when the set was too small
+        to hold images out); None for exact search or an import."""
         return self.field("ann")
 
 

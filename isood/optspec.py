@@ -36,7 +36,7 @@ from isood.errors import BadInputError
 __all__ = ["OptionSpec", "option", "spec_of", "option_fields", "check", "check_value", "format_bound", "one_of", "from_config",
            "merge_values", "help_text", "REQUIRED", "verify_option", "seed_option", "out_option", "levels_option",
            "na_threshold_option", "batch_size_option", "workers_option", "device_option", "EngineFields",
-           "JobArrayFields", "MAX_WORKERS"]
+           "JobArrayFields", "MAX_WORKERS", "absolute_spec", "recorded"]
 
 #: The default of an option that has none (the command refuses to run without it).
 REQUIRED: Any = dataclasses.MISSING
@@ -277,6 +277,58 @@ def _resolve(value: Any, spec: OptionSpec, kind: str, base: Path) -> Any:
     return value
 
 
+#: The files a ``MODEL:FILE`` spec may name (open_clip's checkpoint files).
+_WEIGHT_FILES = (".safetensors", ".bin", ".pth", ".pt", ".ckpt")
+
+
+def absolute_spec(value: Any) -> Any:
+    """A model spec as a manifest records it, against an explicit root, never the working directory: the PATH of
+    ``local-dir:PATH`` (also inside ``clip:local-dir:PATH``) made absolute, and so a checkpoint file named after
+    the last ``:`` (``MODEL:FILE``, a weights file); any other value (a Hub name, a tag) unchanged."""
+    if not isinstance(value, str) or not value:
+        return value
+    head, sep, path = value.partition(LOCAL_DIR)
+    if sep and path:
+        return head + LOCAL_DIR + os.path.abspath(os.path.expanduser(path))
+    head, sep, tail = value.rpartition(":")
+    if sep and tail.endswith(_WEIGHT_FILES) and not os.path.isabs(tail) and os.path.isfile(os.path.expanduser(tail)):
+        return f"{head}:{os.path.abspath(os.path.expanduser(tail))}"
+    return value
+
+
+def _recorded_value(value: Any, spec: OptionSpec, kind: str) -> Any:
+    if isinstance(value, (tuple, list)):
+        if spec.path_form != "named":
+            return value
+        out = []
+        for item in value:  # NAME=PATH pairs (--ood, --ood-root): the path made absolute
+            name, sep, path = str(item).partition("=")
+            out.append(f"{name}={os.path.abspath(os.path.expanduser(path))}" if sep and path else item)
+        return type(value)(out)
+    if not isinstance(value, str) or not value:
+        return value
+    if spec.path_form == "named" and "=" in value:
+        return _recorded_value((value,), spec, "list")[0]
+    if spec.path_form == "path" or (spec.maybe_path and os.path.exists(value)):
+        return os.path.abspath(os.path.expanduser(value))
+    return absolute_spec(value)
+
+
+def recorded(opts: Any, *, skip: Iterable[str] = ()) -> dict[str, Any]:
+    """The options as a manifest's config records them (every field but ``skip``): path options, a ``maybe_path``
+    value naming a file or folder, the paths of ``NAME=PATH`` pairs and model specs (``absolute_spec``) made
+    absolute, so a manifest read from another working directory names the same files."""
+    described = {f.name: (spec, kind) for f, spec, kind in option_fields(type(opts))}
+    skipped = set(skip)
+    out = {}
+    for f in dataclasses.fields(opts):
+        if f.name in skipped:
+            continue
+        value = getattr(opts, f.name)
+        out[f.name] = _recorded_value(value, *described[f.name]) if f.name in described else value
+    return out
+
+
 def from_config(cls: type, path: str | os.PathLike, section: str) -> dict[str, Any]:
     """The options of a TOML file for the command ``section`` (its keys at the top, or under ``[section]``):
     long option names with - or _; paths relative to the file's folder; an unknown key is a one-line error."""
@@ -358,10 +410,12 @@ def out_option(help: str = "Output manifest directory.", *, required: bool = Tru
 MAX_WORKERS = 256
 
 
-def na_threshold_option(help: str = "A cell with fewer images is N/A.") -> Any:
-    """``--na-threshold``: one bound for every command (a cell needs an image to be measured)."""
-    return option(NA_THRESHOLD, help=help, least=1, why=f"a cell needs images to be measured; IS-OOD uses "
-                                                        f"{NA_THRESHOLD}")
+def na_threshold_option(help: str = "A cell with fewer images is N/A.", *, from_manifest: bool = False) -> Any:
+    """``--na-threshold``: one bound for every command (a cell needs an image to be measured). A command that
+    writes a grid defaults to ``NA_THRESHOLD``; one that reads a grid manifest (``from_manifest``) defaults to
+    None: the manifest's own threshold (``GridView.na_threshold``), which an explicit value overrides."""
+    return option(None if from_manifest else NA_THRESHOLD, help=help, least=1,
+                  why=f"a cell needs images to be measured; IS-OOD uses {NA_THRESHOLD}")
 
 
 def batch_size_option(help: str = "Images per batch.", default: int = DEFAULT_BATCH_SIZE) -> Any:

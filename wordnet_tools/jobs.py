@@ -113,11 +113,17 @@ def run_filter(candidates: str = "21k", id_classes: str = "1k", *, out: str | os
         ids = load_synset_list(id_classes)
         table = filter_classes(cand, ids, load_hierarchy(), exclude=roots, sisters_only=sisters_only,
                                fallback_names=imagenet_names())
-        config = {"candidates": candidates, "id": id_classes, "exclude": roots,
+        config = {"candidates": _recorded(candidates), "id": _recorded(id_classes), "exclude": roots,
                   "preset": preset if exclude is None else None, "sisters_only": sisters_only}
         inputs = [_list_input("candidates", candidates, cand), _list_input("id", id_classes, ids), _wordnet_input()]
         _write(o.work, CLASS_FILTER, {"classes": table}, summarise(table), config, inputs, argv)
     return manifests.read(o.final, kind=CLASS_FILTER)
+
+
+def _recorded(spec: str | os.PathLike) -> str:
+    """A class-list spec as a manifest records it: a file or folder absolute (never relative to the working
+    directory), a name (``1k``, ``21k``...) as is."""
+    return os.path.abspath(spec) if spec and Path(str(spec)).exists() else str(spec)
 
 
 def _path_inputs(*specs: str | os.PathLike) -> list[str]:
@@ -230,7 +236,7 @@ def _audit(source: str | os.PathLike, listed: list | None, id_classes: str, root
     the work folder ``out`` when given."""
     ids = load_synset_list(id_classes)
     h, names = load_hierarchy(), imagenet_names()
-    config = {"list": os.path.abspath(source), "id": id_classes, "exclude": roots,
+    config = {"list": os.path.abspath(source), "id": _recorded(id_classes), "exclude": roots,
               "preset": preset if exclude is None else None}
     extra: dict = {}
     if listed is None:  # a manifest (``run_audit``)

@@ -15,7 +15,7 @@ from isood.defaults import DEFAULT_PIPELINE, LAID_TRIPLETS, NA_THRESHOLD
 from isood.errors import BadInputError
 from isood.kinds import SYN_IS, SYN_IS_PART, SYN_IS_PROMPTS
 from isood.optspec import (LOCAL_DIR, EngineFields, JobArrayFields, batch_size_option, check, device_option,
-                           levels_option, option, out_option, seed_option, verify_option)
+                           levels_option, na_threshold_option, option, out_option, seed_option, verify_option)
 from isood.parts import check_shard_args
 from manifests.store import Manifest
 
@@ -70,10 +70,8 @@ class SynOptions(EngineFields, JobArrayFields):
     device: str | None = device_option()
     n_levels: int = levels_option("Levels per axis without --splits (with it: the splits' levels).",
                                  flag="--levels")
-    na_threshold: int | None = option(None, least=1, metavar="N",
-                                      help=f"A cell with fewer images is N/A (default: the --splits manifest's, "
-                                           f"else {NA_THRESHOLD}).",
-                                      why=f"a cell needs images to be measured; IS-OOD uses {NA_THRESHOLD}")
+    na_threshold: int | None = na_threshold_option(
+        "A cell with fewer images is N/A (default: the --splits manifest's threshold, else 10).", from_manifest=True)
     blocklist: str | None = option(None, kind="path", metavar="FILE",
                                    help="Extra prompt blocklist terms, one per line.")
     default_blocklist: bool = option(True, secondary="--no-default-blocklist",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
@@ -25,6 +26,7 @@ from isood.errors import BadInputError
 from isood.grid import edges_table
 from isood.batch_engine import BatchEngine, LocalEngine
 from isood.kinds import SplitsView
+from isood.optspec import absolute_spec
 from isood.parts import part_info
 
 __all__ = ["run_generate_syn", "candidate_prompts", "generate_step", "prompt_edges", "na_threshold", "syn_config",
@@ -59,6 +61,11 @@ def generate_step(plan: pd.DataFrame, opts: SynOptions, root: Path, *, engine: B
     return images, rejected, counts, {"settings": asdict(settings), "fingerprint": fingerprint}
 
 
+def _recorded_path(value: str) -> str:
+    """A name-or-file option as the manifest records it: a file or folder absolute (explicit roots), a name as is."""
+    return os.path.abspath(value) if value and os.path.exists(value) else value
+
+
 def prompt_edges(opts: SynOptions, splits: SplitsView | None, d_sem, d_cov) -> PromptEdges:
     """The edges of ``--prompt-edges`` (``generation.syn.edges``) with the levels and quantile clip the splits
     manifest chose (its typed view), else ``--levels`` and the grid's default clip."""
@@ -86,19 +93,24 @@ def syn_config(opts: SynOptions, inputs: SynInputs, plan: PromptPlan, edges: Pro
     laid = inputs.laid
     threshold, threshold_from = na_threshold(opts, inputs.splits)
     config = {
-        "styles": opts.styles, "style_names": [s.name for s in inputs.styles], "labels": str(opts.labels),
-        "clip": inputs.clip_spec, "clip_identity": inputs.encoder.identity, "laid": laid.origin,
-        "laid_config": laid.laid.config, "id_features": inputs.id_features,
-        "splits": str(opts.splits) if opts.splits else None, "per_cell": opts.per_cell,
+        "styles": _recorded_path(str(opts.styles)), "style_names": [s.name for s in inputs.styles],
+        "labels": _recorded_path(str(opts.labels)),
+        "clip": absolute_spec(inputs.clip_spec), "clip_identity": inputs.encoder.identity,
+        "laid": laid.origin if laid.origin == "trained" else os.path.abspath(laid.origin),
+        "laid_config": laid.laid.config, "id_features": os.path.abspath(inputs.id_features),
+        "splits": os.path.abspath(opts.splits) if opts.splits else None, "per_cell": opts.per_cell,
         "images_per_prompt": opts.images_per_prompt, "seed": opts.seed, "n_levels": plan.n_levels,
         "na_threshold": threshold, "na_threshold_from": threshold_from, "edges_from": edges.mode,
         "prompt_edges": edges.as_config(),
-        "blocklist": {"default": opts.default_blocklist, "file": opts.blocklist, "terms": len(inputs.blocklist)},
+        "blocklist": {"default": opts.default_blocklist, "terms": len(inputs.blocklist),
+                      "file": _recorded_path(opts.blocklist) if opts.blocklist else None},
         "safety_checker": opts.safety_checker or (getattr(image_checker, "__name__", "custom")
                                                   if image_checker else None),
         "generator": generator_config or {"settings": asdict(opts.settings()), "generated": False},
         "engine": engine.name,
     }
+    config["generator"] = {**config["generator"], "settings": {**config["generator"]["settings"],
+                                                               "pipeline": absolute_spec(opts.pipeline)}}
     if engine.name != "local":
         config[engine.name] = engine.as_config()
     return config

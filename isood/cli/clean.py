@@ -27,6 +27,10 @@ def clean_table(r: CleanResult) -> Table:
          help="A leak-free copy of a splits manifest: images of ID classes, their hypernyms and hyponyms removed "
               "(same cells and edges, N/A recomputed), with provenance to both inputs.")
 def splits_clean(opts: CleanOptions) -> None:
-    r = clean_splits(opts.splits, opts.audit, out=opts.out, rules=opts.rules, verify=opts.verify)
+    r = clean_splits(opts.splits, opts.audit, out=opts.out, rules=opts.rules, verify=opts.verify,
+                     na_threshold=opts.na_threshold)
     out_console.print(clean_table(r))
+    na = r.manifest.config["clean"]["na_threshold"]
+    how = "--na-threshold" if opts.na_threshold is not None else "the manifest's"
+    out_console.print(f"N/A threshold: {na['used']} ({how}; manifest {na['manifest']})", highlight=False)
     out_console.print(f"manifest: {opts.out} ({r.manifest.kind} v{r.manifest.dataset_version})", highlight=False)

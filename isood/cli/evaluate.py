@@ -92,5 +92,10 @@ def evaluate(opts: EvaluateOptions) -> None:
     per_set = sets_console_table(r)
     if per_set is not None:
         out_console.print(per_set)
+    na = (r.manifest.meta.get("summary") or {}).get("na_thresholds") or {}
+    if na:
+        how = "--na-threshold" if opts.na_threshold is not None else "the manifest's"
+        out_console.print("N/A threshold: " + "; ".join(f"{ds} {t['used']} ({how}; manifest {t['manifest']})"
+                                                         for ds, t in na.items()), highlight=False, soft_wrap=True)
     out_console.print(f"report: {opts.out}/report.html; manifest: {opts.out} ({r.manifest.kind} "
                       f"v{r.manifest.dataset_version}, {r.seconds:.1f} s)", highlight=False, soft_wrap=True)

@@ -19,6 +19,12 @@ def ann_line(ann: dict) -> str:
     images whose cell / level equals an exact build's with its confidence interval (older manifests record
     the agreement at the build's own edges only)."""
     axes = ann["axes"]
+    if ann.get("held_out_check") is False or not ann.get("held_out_images", 1):
+        levels = next((v.get("target_levels") for v in axes.values()), None)
+        target = f"--ann-recall {ann['target_recall']:g}" if ann.get("target_recall") is not None else \
+            f"--ann-levels {levels:g}" if levels is not None else "tuned"
+        return (f"approximate search ({target}): too few images to tune on, every image was searched exactly; no "
+                "held-out check was possible (no interval)")
     recall = " / ".join(f"{a} {v['recall_heldout']:.4f}" for a, v in axes.items())
     if ann.get("target_levels") is not None:
         bound = " / ".join(f"{a} {v['levels_heldout']:.4%} (one-sided {v['bound_confidence']:.0%} lower bound "

@@ -23,7 +23,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from isood.defaults import OOD_LABEL
+from isood.defaults import NA_THRESHOLD, OOD_LABEL
 from isood.errors import BadInputError
 from isood.grid import cell_names
 
@@ -35,7 +35,8 @@ from .sets import evaluate_set, set_table
 
 __all__ = ["ID_TRAIN", "ID_TEST", "EvalSet", "grid_rows", "grid_parts", "check_files", "precomputed_rows",
            "evaluate_sets", "scores_table", "sanity_table", "leak_free_cells", "leak_free_set", "with_leak_free",
-           "evaluate_with_leaks", "set_metrics", "empty_per_cell"]
+           "evaluate_with_leaks", "set_metrics", "empty_per_cell", "na_thresholds",
+           "na_text"]
 
 ID_TRAIN, ID_TEST = TRAIN_NAME, "id_test"
 
@@ -49,7 +50,8 @@ class EvalSet:
     the others. ``source`` is the OOD set a dataset belongs to (an image list: itself; a per-subset grid: the grid)
     and ``group`` its OpenOOD group ('near', 'far' or ''); ``labelled`` is False for a set without labels
     (``labels`` then hold ``OOD_LABEL`` and no correctness is computed); ``preset`` / ``transform``: its
-    preprocessing (``preprocess``)."""
+    preprocessing (``preprocess``); ``na_threshold``: the N/A threshold its grid manifest records
+    (``GridView.na_threshold``; None for other sets)."""
 
     name: str
     labels: np.ndarray
@@ -64,6 +66,7 @@ class EvalSet:
     labelled: bool = True
     preset: str = ""
     transform: Callable | None = None
+    na_threshold: int | None = None
 
     @property
     def is_ood(self) -> bool:
@@ -147,13 +150,39 @@ def empty_per_cell(correctness: bool = False, der: bool = False) -> pd.DataFrame
     return pd.DataFrame(columns=[*KEY_COLUMNS, *metric_set(correctness, der)])
 
 
+def na_thresholds(sets: Mapping[str, EvalSet], na_threshold: int | None) -> dict[str, dict[str, int | None]]:
+    """Per grid dataset, the N/A threshold its manifest records (``manifest``) and the one used (``used``):
+    ``na_threshold`` when given (an explicit option overrides every manifest), else the manifest's, else
+    ``NA_THRESHOLD``."""
+    return {ds: {"manifest": s.na_threshold, "used": _used_threshold(s, na_threshold)}
+            for ds, s in sets.items() if s.is_grid}
+
+
+def _used_threshold(s: EvalSet, na_threshold: int | None) -> int:
+    """The N/A threshold a grid dataset is evaluated with: ``na_threshold``, else its manifest's, else 10."""
+    if na_threshold is not None:
+        return int(na_threshold)
+    return int(s.na_threshold) if s.na_threshold is not None else NA_THRESHOLD
+
+
+def na_text(sets: Mapping[str, EvalSet], na_threshold: int | None) -> str:
+    """``na_thresholds`` in words (the report's run details)."""
+    per, how = na_thresholds(sets, na_threshold), "--na-threshold" if na_threshold is not None else "the manifest's"
+    if not per:
+        return "no grid dataset"
+    return "; ".join(f"{ds}: {t['used']} images ({how}; manifest: {t['manifest']})" for ds, t in per.items()) \
+        + ", counted on the images of each set evaluated"
+
+
 def evaluate_sets(scores: DetectorScores, sets: Mapping[str, EvalSet],
-                  detectors: Sequence[str] | Mapping[str, Detector], *, na_threshold: int, der: bool,
+                  detectors: Sequence[str] | Mapping[str, Detector], *, na_threshold: int | None, der: bool,
                   convention: str = "exact") -> CellEvaluation:
     """Every detector on every grid dataset, per cell (``cells.evaluate_cells``): ID test vs each cell, with the
     correctness metrics when the ID test set has labels and DER when ``der`` and the ID training set was scored
-    with labels; Table 1 by ``convention`` (``conventions.table1``). No grid dataset: no rows."""
+    with labels; Table 1 by ``convention`` (``conventions.table1``). A cell is N/A below ``na_thresholds``'s
+    ``used`` value of its dataset (``na_threshold``, else the dataset's manifest's). No grid dataset: no rows."""
     parts = []
+    used = {ds: _used_threshold(s, na_threshold) for ds, s in sets.items() if s.is_grid}
     id_correct = scores.correct(ID_TEST) if scores.has_labels(ID_TEST) else None
     train_correct = (scores.correct(ID_TRAIN) if der and id_correct is not None and scores.has_labels(ID_TRAIN)
                      else None)  # DER compares with the ID test set's correctness
@@ -168,7 +197,7 @@ def evaluate_sets(scores: DetectorScores, sets: Mapping[str, EvalSet],
                     scores.scores[det][ID_TEST], scores.scores[det][ds], s.images, detector=det, dataset=ds,
                     id_correct=id_correct, ood_correct=ood_correct, train_scores=train,
                     train_correct=train_correct if train is not None else None, cells=s.cells,
-                    na_threshold=na_threshold))
+                    na_threshold=used[ds]))
             except BadInputError as e:  # e.g. non-finite scores of a detector, a cells table of another manifest
                 if f"'{det}'" in str(e):
                     raise
@@ -199,7 +228,7 @@ def leak_free_set(s: EvalSet, leaking: np.ndarray) -> EvalSet:
                    files=[f for f, k in zip(s.files, keep) if k] if s.files is not None else None,
                    images=images, cells=leak_free_cells(s.cells, images) if s.cells is not None else None,
                    grid=s.grid, source=s.source, group=s.group, labelled=s.labelled, preset=s.preset,
-                   transform=s.transform)
+                   transform=s.transform, na_threshold=s.na_threshold)
 
 
 def with_leak_free(scores: DetectorScores, sets: Mapping[str, EvalSet],
@@ -223,7 +252,7 @@ def with_leak_free(scores: DetectorScores, sets: Mapping[str, EvalSet],
 
 def evaluate_with_leaks(scores: DetectorScores, sets: Mapping[str, EvalSet],
                         detectors: Sequence[str] | Mapping[str, Detector], *, leaking: Mapping[str, np.ndarray] | None,
-                        na_threshold: int, der: bool, convention: str = "exact") -> CellEvaluation:
+                        na_threshold: int | None, der: bool, convention: str = "exact") -> CellEvaluation:
     """``evaluate_sets``; with ``leaking`` also every masked grid dataset on its leak-free images, the per-cell
     rows tagged ``images`` = ``all`` | ``leak_free``."""
     if not leaking:

@@ -31,25 +31,40 @@ from torch import nn
 
 from isood.errors import BadInputError
 
+from .classes import imagenet_1k
 from .models import ModelAdapter
 
-__all__ = ["PROMPT", "class_prompts", "ClipZeroShot", "ClipZeroShotAdapter", "clip_zero_shot", "local_features"]
+__all__ = ["PROMPT", "class_prompts", "clip_imagenet_names", "ClipZeroShot", "ClipZeroShotAdapter", "clip_zero_shot", "local_features"]
 
 #: The prompt template of MCM's and GL-MCM's code.
 PROMPT = "a photo of a {}"
 
 
+def clip_imagenet_names() -> dict[str, str]:
+    """wnid -> the cleaned class name CLIP's and MCM's papers prompt with (open_clip's ``IMAGENET_CLASSNAMES``,
+    listed in the order of the 1,000 sorted ImageNet-1K wnids: "hammerhead shark", not the first WordNet lemma
+    "hammerhead")."""
+    from open_clip import IMAGENET_CLASSNAMES
+
+    wnids = imagenet_1k()
+    assert len(wnids) == len(IMAGENET_CLASSNAMES), "open_clip lists one name per ImageNet-1K class"
+    return dict(zip(wnids, IMAGENET_CLASSNAMES))
+
+
 def class_prompts(classes: Sequence[str], names: Mapping[str, str] | None = None) -> list[str]:
-    """One prompt per class: ``PROMPT`` of its name: ``names[c]`` when given, else the first lemma of a wnid
+    """One prompt per class: ``PROMPT`` of its name: ``names[c]`` when given (``--classes``' second column), else
+    for an ImageNet-1K wnid CLIP's cleaned class name (``clip_imagenet_names``), else the first lemma of a wnid
     (timm's ImageNet lemma file, ``wordnet_tools.synsets.imagenet_names``), else the class text itself."""
     from wordnet_tools.synsets import imagenet_names
     from wordnet_tools.wnids import is_wnid
 
     names = dict(names or {})
-    lemmas = imagenet_names() if any(is_wnid(c) and c not in names for c in classes) else {}
+    unnamed = [c for c in classes if is_wnid(c) and c not in names]
+    clip_names = clip_imagenet_names() if unnamed else {}
+    lemmas = imagenet_names() if any(c not in clip_names for c in unnamed) else {}
     out = []
     for c in classes:
-        name = names.get(c) or (lemmas.get(c) if is_wnid(c) else None) or c
+        name = names.get(c) or clip_names.get(c) or (lemmas.get(c) if is_wnid(c) else None) or c
         if is_wnid(name):
             raise BadInputError(f"class {c} has no name (not in timm's ImageNet lemma list): give it one in --classes "
                                 "('<wnid> <name>' per line)")
@@ -147,6 +162,8 @@ class ClipZeroShot(nn.Module):
 class ClipZeroShotAdapter(ModelAdapter):
     """A ``ClipZeroShot`` as a ``ModelAdapter`` (module docstring): logits, features, fc and, for a ViT or
     ModifiedResNet tower, ``local_logits``."""
+
+    zero_shot = True
 
     def __init__(self, model: ClipZeroShot, **kwargs) -> None:
         super().__init__(model, **kwargs)

@@ -29,9 +29,10 @@ in memory and returns pandas frames (the Python API, ``isood.evaluate``).
 4. ``assemble.evaluate_sets``: every metric per cell of every grid, level curves, Table 1 by
    ``--table-convention`` (``exact``, or ``release``: the IS-OOD release's ``analyze_metrics.py`` rule,
    ``conventions``), per-detector means; ``assemble.set_metrics``: one row per detector and OOD set with the
-   ``nearood`` / ``farood`` means of OpenOOD's groups. N/A is one rule for every grid, ``isood.grid.is_na`` with
-   ``--na-threshold`` (default ``isood.defaults.NA_THRESHOLD``) on the images the evaluation has in the cell; a
-   manifest's stored ``na`` flags are not read.
+   ``nearood`` / ``farood`` means of OpenOOD's groups. N/A is one rule, ``isood.grid.is_na``, on the images the
+   evaluation has in the cell (a manifest's stored ``na`` flags are not read), with each grid manifest's own
+   threshold (``GridView.na_threshold``) unless ``--na-threshold`` overrides it; the config and the report record
+   both per grid dataset (``assemble.na_thresholds``).
 5. ``--leak-audit``: an ``audit`` of the splits manifest's classes (``isood wordnet audit SPLITS``); every
    metric is reported per cell twice, on all images and on the leak-free ones (images whose class verdict is
    not in ``--leak-rules``, default id, hypernym, hyponym): dataset ``splits-leak-free``, ``images`` column
@@ -51,7 +52,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -65,10 +66,11 @@ from isood.devices import resolve_device
 from isood.errors import BadInputError, IsoodError, ManifestError
 from isood.images import ImageSource, list_images
 from isood.kinds import AUDIT, EVALUATION, GRID_KINDS, IMAGE_LIST, SPLITS, SYN_IS, AuditView
+from isood.optspec import recorded
 from wordnet_tools.rules import leak_mask, parse_rules
 
 from .assemble import (ID_TEST, ID_TRAIN, EvalSet, check_files, evaluate_with_leaks, grid_parts,
-                       precomputed_rows, sanity_table, scores_table, set_metrics)
+                       na_text, na_thresholds, precomputed_rows, sanity_table, scores_table, set_metrics)
 from .capture import ImageList, check_precision, default_transform, labels_digest, probe_input
 from .cells import CellEvaluation
 from .classes import (class_list, imagenet_1k, label_file, labels_for, labels_from_file, outputs_labels,
@@ -234,7 +236,8 @@ def precomputed_sets(opts: EvaluateOptions, test_root: str, splits):
         sub = t_out.subset(precomputed_rows(t_idx, images["path"], where=f"--test-root {test_root}"))
         sub.labels = (labels_for(wnids_of(images), classes, strict=False, what="test") if classes is not None
                       else np.full(len(images), OOD_LABEL, np.int64))
-        sets[name] = EvalSet(name, sub.labels, images=images, cells=cells, grid=SPLITS_SET, source=SPLITS_SET)
+        sets[name] = EvalSet(name, sub.labels, images=images, cells=cells, grid=SPLITS_SET, source=SPLITS_SET,
+                             na_threshold=splits.na_threshold)
         outputs[name] = sub
     return sets, outputs, classes, n_model
 
@@ -290,7 +293,7 @@ def _grid_sets(inp: OodInput, classes: list[str] | None, opts: EvaluateOptions, 
         data_id = f"manifest:{view.content_sha256}:{data_identity(files, [str(f) for f in files], opts)}"
         out[ds] = EvalSet(ds, _labels(wnids_of(images), classes), data_id=data_id, files=files, images=images,
                           cells=cells, grid=name, source=name, group=inp.spec.group, preset=preset,
-                          transform=transform)
+                          transform=transform, na_threshold=view.na_threshold)
     return out
 
 
@@ -393,6 +396,10 @@ def _model(opts: EvaluateOptions, adapter, detectors: Mapping[str, Detector], *,
                                     n_id_classes=n_id_classes)
     check_requirements(detectors, model.provides, source=f"model '{model.name}'",
                        hint="drop the detector or use a model that has them")
+    zero_shot = [n for n, d in detectors.items() if d.zero_shot]
+    if zero_shot and not model.zero_shot:
+        raise BadInputError(f"detector '{zero_shot[0]}' needs a CLIP zero-shot classifier, not model '{model.name}' "
+                            "(it would give MSP's numbers): pass --model clip:SPEC or drop it")
     return model
 
 
@@ -460,8 +467,11 @@ def run_config(opts: EvaluateOptions, *, test_root: str | None, model_name: str,
                sets: Mapping[str, EvalSet] | None = None) -> dict[str, Any]:
     """The manifest's config: the options (without ``progress``), the test root used, the model, the detectors'
     parameters, every OOD set (``ood_sets``: name, absolute manifest path, kind, group and the absolute root its
-    image paths are relative to) and each dataset's transform (``preprocess``: preset and ``repr``)."""
-    config = {k: v for k, v in asdict(opts).items() if k != "progress"}
+    image paths are relative to), each dataset's transform (``preprocess``: preset and ``repr``) and each grid
+    dataset's N/A threshold, its manifest's and the one used (``na_thresholds``)."""
+    config = recorded(opts, skip=("progress",))  # paths and model specs absolute (explicit roots)
+    if config.get("cache_dir"):
+        config["cache_dir"] = os.path.abspath(config["cache_dir"])
     config.update(test_root=os.path.abspath(test_root) if test_root else None, model_name=model_name,
                   n_classes=int(n_classes) if n_classes else None,
                   detector_params={n: d.params() for n, d in detectors.items()})
@@ -472,6 +482,7 @@ def run_config(opts: EvaluateOptions, *, test_root: str | None, model_name: str,
                                "group": i.spec.group, "root": os.path.abspath(i.root) if i.root else None}
                               for n, i in inputs.items()]
     if sets is not None:
+        config["na_thresholds"] = na_thresholds(sets, opts.na_threshold)
         config["preprocess"] = describe({n: (s.preset, s.transform) for n, s in sets.items() if s.preset})
     return config
 
@@ -492,8 +503,7 @@ def run_meta(opts: EvaluateOptions, *, model_name: str, detectors: Mapping[str, 
     for text in opts.ood:
         name, _, path = str(text).partition("=")
         meta[f"OOD set {name}"] = path
-    meta.update({"ID classes": n_id_classes,
-                 "N/A threshold": f"{opts.na_threshold} images, counted on the images of each set evaluated",
+    meta.update({"ID classes": n_id_classes, "N/A threshold": na_text(sets or {}, opts.na_threshold),
                  "Table 1 convention": opts.table_convention})
     if sets is not None:
         used = {s.preset for s in sets.values() if s.preset}
@@ -661,6 +671,7 @@ def _evaluate(opts: EvaluateOptions, detectors: Mapping[str, Detector], out: Pat
         mosaics=grid_mosaics({n: (i.view, i.root) for n, i in c.inputs.items() if i.kind in GRID_KINDS}, seed=opts.seed),
         summary={"model": c.model_name, "detectors": list(detectors), "datasets": evaluation.datasets,
                  "sets": [n for n, s in sets.items() if s.is_ood], "table_convention": opts.table_convention,
+                 "na_thresholds": na_thresholds(sets, opts.na_threshold),
                  "seconds": round(time.perf_counter() - t0, 2),
                  **{k: v for k, v in meta.items() if k.startswith("accuracy")}})
     return EvaluateResult(manifest, evaluation, c.sanity, time.perf_counter() - t0, set_metrics=c.per_set)
@@ -751,8 +762,9 @@ def evaluate(model=None, *, id_test, ood=None, roots=None, preprocess=None, dete
     ``isood.evaluation.detectors.detector_parameters()``). ``preprocess``: a preset for every dataset or
     ``{name: preset}`` (``isood.evaluation.preprocess.PRESETS``). ``options``: any other option of ``isood evaluate``
     by its ``EvaluateOptions`` field name (``splits``, ``syn``, ``id_train``, ``test_root``, ``id_test_root``,
-    ``id_test_labels``, ``classes``, ``table_convention``, ``na_threshold``, ``der``, ``batch_size``, ``device``,
-    ``workers``, ``checkpoint``, ``num_classes``, ``verify``, ...), with the same defaults and checks; errors are
+    ``id_test_labels``, ``classes``, ``table_convention``, ``na_threshold`` (default: each grid manifest's own),
+    ``der``, ``batch_size``, ``device``, ``workers``, ``checkpoint``, ``num_classes``, ``verify``, ...), with the
+    same defaults and checks; errors are
     the same one-line ``IsoodError``\\s. No output cache unless ``cache_dir`` names one; no progress bars unless
     ``progress``.
     """

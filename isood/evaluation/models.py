@@ -51,6 +51,7 @@ class ModelAdapter:
     """
 
     provides: frozenset[str] = frozenset()
+    zero_shot: bool = False  # logits are a CLIP zero-shot classifier's prompt similarities (MCM, GL-MCM)
     _probe_size: tuple[int, ...] = (3, 64, 64)
 
     def __init__(self, model: nn.Module, *, name: str | None = None, input_std: Sequence[float] | None = None,

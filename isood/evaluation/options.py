@@ -93,8 +93,10 @@ class EvaluateOptions:
                                                          "number of --id-train classes).")
     classes: str | None = option(None, kind="path",
                                  help="The model's class wnids in logit order, one per line, optionally followed by "
-                                      "the class name (CLIP prompts) (default: sorted --id-train wnids, or "
-                                      "ImageNet-1K order for 1000-class models).")
+                                      "the class name (CLIP prompts; default names: CLIP's cleaned ImageNet-1K "
+                                      "names, open_clip's IMAGENET_CLASSNAMES, for ImageNet-1K wnids, else the "
+                                      "first WordNet lemma) (default: sorted --id-train wnids, or ImageNet-1K order "
+                                      "for 1000-class models).")
     batch_size: int = batch_size_option()
     device: str | None = device_option()
     workers: int = workers_option(0)
@@ -113,9 +115,11 @@ class EvaluateOptions:
                                    help="Model-output cache (default $ISOOD_CACHE_DIR/outputs; '' for none).")
     sanity_random_model: bool = option(False, help="Also run the detectors on a randomly initialised copy of the "
                                                    "model (AUROC vs AUROC_M).")
-    na_threshold: int = na_threshold_option(
-        "A cell with fewer images is N/A: one rule for every set (--splits, --syn, the leak-free images), on the "
-        "images each evaluates (a manifest's stored N/A flags are not read).")
+    na_threshold: int | None = na_threshold_option(
+        "A cell with fewer images is N/A, counted on the images each grid evaluates (a manifest's stored N/A "
+        "flags are not read; the leak-free images follow their grid's rule). Default: each grid manifest's own "
+        "threshold (its build's --na-threshold; 10 when it records none); a value here overrides it for every "
+        "grid, and the output records both.", from_manifest=True)
     der: bool = option(True, secondary="--no-der", help="Score the ID training set for DER95/DER99 (--no-der skips "
                                                         "it).")
     plot_metrics: str = option(DEFAULT_PLOT_METRICS, metavar="METRICS", commas=True,
@@ -354,6 +358,11 @@ def check_options(opts: EvaluateOptions, *, need_out: bool = True) -> dict[str, 
         model_function(opts.model)
     check_paths(opts)  # files and folders the options name: before anything heavy loads
     detectors = parse_detectors(opts.detectors)
+    zero_shot = [n for n, d in detectors.items() if d.zero_shot]
+    if zero_shot and opts.model is not None and not opts.model.startswith(("clip:", "py:")):
+        raise BadInputError(f"detector '{zero_shot[0]}' scores a CLIP zero-shot classifier's similarities with the "
+                            f"class prompts, not --model {opts.model}'s logits (it would give MSP's numbers): pass "
+                            "--model clip:SPEC (e.g. clip:ViT-B-16:openai) or drop it")
     if opts.id_train is None:
         fitted = [n for n, d in detectors.items() if d.needs_fit]
         if fitted:

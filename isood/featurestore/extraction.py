@@ -15,6 +15,7 @@ from isood.content import content_hashes
 from isood.errors import BadInputError, IsoodError
 from isood.images import REFERENCE_DECODE, ImageSource, check_decode_mode, list_images
 from isood.kinds import FEATURES
+from isood.optspec import absolute_spec
 from isood.batch_engine import BatchEngine, LocalEngine
 from isood.devices import default_workers
 from isood.featurestore.shards import (
@@ -165,7 +166,7 @@ def _run_config(source: ImageSource, model: _Model, engine: BatchEngine, *, embe
     config (Ray: the actors asked for); other engines add their own entry (``ray``)."""
     engine_config = engine.as_config() if engine.name != "local" else {}
     config = {"images": os.path.abspath(source.source), "image_root": os.path.abspath(source.root),
-              "source_kind": source.kind, "clip": model.spec,
+              "source_kind": source.kind, "clip": absolute_spec(model.spec),
               "clip_identity": model.identity, "decode": decode, "embed_dim": embed_dim,
               "shard_size": int(shard_size), "batch_size": int(batch_size), "workers": engine_config.get("workers", workers),
               "device": model.device, "engine": engine.name}

@@ -5,7 +5,8 @@ images are not OOD. This stage removes them from any splits manifest (a build-sp
 release) and keeps everything else: the same cells and edges, the images whose class is not a leak (the
 audit's class verdicts, ``wordnet_tools.rules.leak_mask``: rules ``id``, ``hypernym``, ``hyponym`` unless
 ``rules`` says otherwise), the counts recomputed (``isood.grid.cell_table``) with N/A = N/A before or now
-below the threshold, the per-cell list files filtered line by line (whatever their layout), the removed images
+below the threshold (the manifest's own, ``SplitsView.na_threshold``; an explicit ``na_threshold`` overrides it,
+then N/A = a missing list or below it, and the config records both), the per-cell list files filtered line by line (whatever their layout), the removed images
 added to the ``dropped`` table with reason ``leak:<rule>``, the input's config and LAID weights, and provenance
 to both inputs.
 
@@ -31,7 +32,8 @@ import pyarrow.compute as pc
 
 import manifests
 from isood.defaults import DEFAULT_VERIFY
-from isood.optspec import REQUIRED, option, out_option, verify_option
+from isood.errors import BadInputError
+from isood.optspec import REQUIRED, na_threshold_option, option, out_option, verify_option
 from isood.grid import cell_table, is_na
 from isood.kinds import AUDIT, LAID_FILE, SPLITS, AuditView, SplitsView
 from manifests.card_stream import WHOLE_TABLE_ROWS, MainTableStream, finish_stream
@@ -74,6 +76,10 @@ class CleanOptions:
                         help="Audit verdicts to remove, comma-separated (among unknown, id, hypernym, hyponym, "
                              "excluded_subtree).")
     verify: str = verify_option()
+    na_threshold: int | None = na_threshold_option(
+        "A cell with fewer images left is N/A. Default: the splits manifest's own threshold (N/A = N/A before or "
+        "below it now); a value here overrides it (N/A = a missing list or below it) and the output records both.",
+        from_manifest=True)
 
 
 def load_inputs(splits: str | os.PathLike, audit: str | os.PathLike, *,
@@ -120,13 +126,15 @@ def count_cells(images: pa.Table | pd.DataFrame, *, keys: Sequence[str], n_level
 
 
 def recount_cells(cells: pd.DataFrame, counts: Mapping[tuple, int], *, keys: Sequence[str],
-                  na_threshold: int) -> pd.DataFrame:
-    """``cells`` with ``n`` from ``counts`` (``count_cells``) and ``na`` = marked N/A before or fewer than
-    ``na_threshold`` images now; every other column and every row kept."""
+                  na_threshold: int, keep_marked: bool = True) -> pd.DataFrame:
+    """``cells`` with ``n`` from ``counts`` (``count_cells``) and ``na`` = marked N/A before (``keep_marked``;
+    else only a cell whose list is ``missing``) or fewer than ``na_threshold`` images now; every other column and
+    every row kept."""
     out = cells.copy()
     key_cols = [out[k].fillna("").astype(str) for k in keys] + [out["cov_level"], out["sem_level"]]
     out["n"] = np.array([int(counts.get(tuple(k), 0)) for k in zip(*key_cols)], dtype=np.int64)
-    out["na"] = out["na"].astype(bool).to_numpy() | is_na(out["n"].to_numpy(), na_threshold)
+    marked = out["na"] if keep_marked else out["missing"] if "missing" in out.columns else pd.Series(False, out.index)
+    out["na"] = marked.fillna(False).astype(bool).to_numpy() | is_na(out["n"].to_numpy(), na_threshold)
     return out
 
 
@@ -246,12 +254,16 @@ def _stage_lists(view: SplitsView, out: Path, removed: pa.Array) -> list[StagedF
 
 def clean_splits(splits: str | os.PathLike, audit: str | os.PathLike, *, out: str | os.PathLike,
                  rules: str | Sequence[str] = LEAK_RULES, argv: list[str] | None = None,
-                 verify: str = DEFAULT_VERIFY) -> CleanResult:
-    """`isood splits clean` (module docstring); ``verify``: how the two inputs are checked ('fast' or 'full')."""
+                 verify: str = DEFAULT_VERIFY, na_threshold: int | None = None) -> CleanResult:
+    """`isood splits clean` (module docstring); ``verify``: how the two inputs are checked ('fast' or 'full');
+    ``na_threshold``: None for the manifest's own."""
     rules = parse_rules(rules)
+    if na_threshold is not None and (isinstance(na_threshold, bool) or not isinstance(na_threshold, int)
+                                     or na_threshold < 1):
+        raise BadInputError(f"--na-threshold must be an integer >= 1, got {na_threshold!r}")
     with manifests.writing(out, SPLITS, inputs=[splits, audit]) as o:
         view, aud = load_inputs(splits, audit, verify=verify)
-        kept, n_removed, by_rule, summary = _clean(view, aud, o.work, rules, argv=argv)
+        kept, n_removed, by_rule, summary = _clean(view, aud, o.work, rules, argv=argv, na_threshold=na_threshold)
     cleaned = manifests.read(o.final, kind=SPLITS)
     assert isinstance(cleaned, SplitsView)  # read(kind=...) returns the kind's registered view
     return CleanResult(cleaned, kept, n_removed, by_rule, summary["cells_na_before"],
@@ -259,7 +271,7 @@ def clean_splits(splits: str | os.PathLike, audit: str | os.PathLike, *, out: st
 
 
 def _clean(view: SplitsView, aud: AuditView, out: Path, rules: tuple[str, ...], *,
-           argv: list[str] | None) -> tuple[int, int, dict[str, int], dict]:
+           argv: list[str] | None, na_threshold: int | None = None) -> tuple[int, int, dict[str, int], dict]:
     """The clean steps in the work folder ``out``: leaking rows streamed out, lists filtered, cells recounted,
     the manifest written; returns (kept, removed, removed per rule, summary)."""
     class_rules = aud.class_rules()
@@ -275,14 +287,17 @@ def _clean(view: SplitsView, aud: AuditView, out: Path, rules: tuple[str, ...], 
         run.abort()
         raise
     del removed
-    cells = recount_cells(view.cells, run.counts, keys=keys, na_threshold=view.na_threshold)
+    used = view.na_threshold if na_threshold is None else int(na_threshold)
+    cells = recount_cells(view.cells, run.counts, keys=keys, na_threshold=used, keep_marked=na_threshold is None)
     by_rule = {str(r): int(n) for r, n in sorted(run.by_rule.items(), key=lambda kv: (-kv[1], kv[0]))}
     kept, n_removed = int(sum(run.counts.values())), int(sum(by_rule.values()))
     summary = {"images": kept, "removed": n_removed, "removed_by_rule": by_rule, "cells_na": int(cells["na"].sum()),
-               "cells_na_before": int(view.cells["na"].astype(bool).sum())}
+               "cells_na_before": int(view.cells["na"].astype(bool).sum()),
+               "na_threshold": {"manifest": view.na_threshold, "used": used}}
     tables = {"cells": cells, "edges": view.edges}
-    config = {**view.config, "clean": {"splits": os.path.abspath(view.root), "audit": os.path.abspath(aud.root),
-                                       "rules": list(rules)}}
+    config = {**view.config, "na_threshold": used,
+              "clean": {"splits": os.path.abspath(view.root), "audit": os.path.abspath(aud.root), "rules": list(rules),
+                        "na_threshold": {"manifest": view.na_threshold, "used": used}}}
     for c in copies:
         c.commit()
     run.dropped.commit()

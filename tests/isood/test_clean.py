@@ -103,6 +103,29 @@ def test_more_rules_remove_more_and_missing_verdicts_are_refused(tmp_path):
         clean_splits(tmp_path / "splits", tmp_path / "audit", out=tmp_path / "splits")
 
 
+def test_the_manifest_threshold_is_the_default_and_an_explicit_one_overrides_it(tmp_path):
+    """Guard: clean._clean (SplitsView.na_threshold the default; --na-threshold overrides, both recorded). Cell
+    sizes chosen so that 2 and 6 decide differently, and one cell N/A at 2 before the clean is measured at 6's rule
+    only when its count allows."""
+    sizes = {(0, 0): 1, (0, 1): 4, (1, 0): 7, (1, 1): 12}  # kept (verdict '') images per cell
+    rows = [{"path": f"k/{c}{s}_{i}.JPEG", "wnid": "n00000005", "d_sem": 0.1, "d_cov": 0.1, "sem_level": s,
+             "cov_level": c, "cell": cell_name(c, s)} for (c, s), n in sizes.items() for i in range(n)]
+    rows += [{"path": f"l/{i}.JPEG", "wnid": "n00000001", "d_sem": 0.1, "d_cov": 0.1, "sem_level": 1,
+              "cov_level": 1, "cell": "cov_1_sem_1"} for i in range(3)]  # leaks, removed
+    _splits(tmp_path / "splits", pd.DataFrame(rows), na_threshold=2)
+    _audit(tmp_path / "audit")
+    for explicit, used in ((None, 2), (6, 6)):
+        out = tmp_path / f"clean{used}"
+        clean_splits(tmp_path / "splits", tmp_path / "audit", out=out, argv=["t"], na_threshold=explicit)
+        m = manifests.read(out, kind="splits")
+        got = {r.cell: (int(r.n), bool(r.na)) for r in m.cells.itertuples()}
+        assert got == {cell_name(c, s): (n, n < used) for (c, s), n in sizes.items()}
+        assert m.na_threshold == used
+        assert m.config["clean"]["na_threshold"] == {"manifest": 2, "used": used}
+    with pytest.raises(BadInputError, match="--na-threshold"):
+        clean_splits(tmp_path / "splits", tmp_path / "audit", out=tmp_path / "bad", na_threshold=0)
+
+
 def test_pure_steps():
     images = pd.DataFrame({"path": ["a", "b", "c", "d"], "wnid": ["n1", "n2", None, "n1"], "cov_level": [0, 0, 1, 1],
                            "sem_level": [0, 0, 1, 1], "source": ["tr", "va", "tr", "va"]})

@@ -213,13 +213,15 @@ def _spec_value(value: Any) -> str:
 
 class Detector(abc.ABC):
     """Base class of every detector (see the module docstring). Class attributes: ``name`` (set by
-    ``@register_detector``), ``requires``, ``needs_fit``, ``needs_labels``."""
+    ``@register_detector``), ``requires``, ``needs_fit``, ``needs_labels``, ``zero_shot`` (True: the scores
+    assume a CLIP zero-shot classifier's logits, cosine similarities with class prompts; MCM, GL-MCM)."""
 
     # class attributes, which an instance may override (RankFeat's ``requires``, a pytorch-ood adapter's all four)
     name: str = ""
     requires: frozenset[str] = frozenset()
     needs_fit: bool = False
     needs_labels: bool = False
+    zero_shot: bool = False
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

@@ -38,6 +38,7 @@ class MCM(TemperatureDetector):
     """Maximum Concept Matching: the largest softmax of the cosine similarities (temperature 1, as the paper)."""
 
     requires = frozenset({"logits"})
+    zero_shot = True
 
     def _score(self, outputs: ForwardOutputs) -> np.ndarray:
         return softmax(outputs.captured("logits"), self.temperature).max(axis=1)
@@ -48,6 +49,7 @@ class GLMCM(TemperatureDetector):
     """Global-Local MCM: global MCM + ``lambda_local`` x the largest local softmax (``T = 1``, ``lambda = 1``)."""
 
     requires = frozenset({"logits", "local_logits"})
+    zero_shot = True
 
     def __init__(self, temperature: float = 1.0, lambda_local: float = 1.0) -> None:
         super().__init__(temperature)

@@ -9,7 +9,7 @@ TOML file (``isood.optspec.from_config``).
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
 from isood.ann import BACKENDS
@@ -17,7 +17,7 @@ from isood.defaults import DEFAULT_SHARD_SIZE, LAID_TRIPLETS, QUANTILE_CLIP
 from isood.errors import BadInputError
 from isood.grid import check_levels
 from isood.optspec import (batch_size_option, check, device_option, from_config, levels_option, merge_values,
-                           na_threshold_option, option, seed_option, verify_option, workers_option)
+                           na_threshold_option, option, recorded, seed_option, verify_option, workers_option)
 
 __all__ = ["BuildConfig", "load_build_config", "validate", "parse_quantile", "read_toml", "splits_config",
            "PATH_KEYS"]
@@ -150,12 +150,12 @@ def load_build_config(config_file: str | os.PathLike | None = None,
 def splits_config(cfg: BuildConfig, *, clip_identity: str | None, id_root: str | None,
                   test_root: str | None) -> dict[str, Any]:
     """The config a splits manifest records: every option (but ``progress`` and ``verify``) plus what the views
-    read (``clip_identity``, ``id_root``, ``test_root``). Paths are absolute (explicit roots: a manifest read
-    from another working directory still names the same folders)."""
-    config = {k: v for k, v in asdict(cfg).items() if k not in ("progress", "verify")}
-    for key in PATH_KEYS + ("cache_dir",):
-        if config.get(key):
-            config[key] = os.path.abspath(config[key])
+    read (``clip_identity``, ``id_root``, ``test_root``). Paths, the ``--labels`` file and the ``--clip`` spec
+    (``local-dir:PATH``) are absolute (``isood.optspec.recorded``: explicit roots, so a manifest read from another
+    working directory still names the same folders and model)."""
+    config = recorded(cfg, skip=("progress", "verify"))  # paths and the --clip spec absolute
+    if config.get("cache_dir"):
+        config["cache_dir"] = os.path.abspath(config["cache_dir"])
     config.update(clip_identity=clip_identity, id_root=_absolute(id_root), test_root=_absolute(test_root))
     return config
 

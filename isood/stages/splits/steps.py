@@ -157,9 +157,18 @@ def ann_summary(reports: Mapping[str, AnnReport] | None, edges: pd.DataFrame, *,
     the distances' effect alone) and the largest move of an edge (``edge_shift``); ``cell_agreement`` (+ ``_ci``,
     ``_fixed_edges``): both levels (``isood.ann.agreement``; ``clip``: the quantiles of the end edges, ``seed``:
     the bootstrap's). ``warn`` hears of a held-out recall significantly (2 standard errors) below the target and
-    of a level agreement below :data:`LEVEL_AGREEMENT_TARGET`."""
+    of a level agreement below :data:`LEVEL_AGREEMENT_TARGET`. With no held-out image (too few images to tune
+    on: every image was searched exactly) nothing was checked: ``held_out_check`` False and no interval (the
+    ``_ci`` entries are None), never a perfect one."""
     if not reports:
         return None
+    first = next(iter(reports.values()))
+    if not first.check_queries:
+        return {"target_recall": first.target_recall, "target_levels": first.target_levels, "held_out_images": 0,
+                "held_out_check": False,
+                "cell_agreement_ci": None, "confidence": None,
+                "axes": {a: {**r.as_dict(), "recall_heldout": None, "level_agreement_ci": None}
+                         for a, r in reports.items()}}
     agree = exact_agreement(reports, {a: axis_edges(edges, a) for a in reports}, clip=clip, seed=seed)
     axes = {}
     for axis, report in reports.items():
@@ -176,9 +185,8 @@ def ann_summary(reports: Mapping[str, AnnReport] | None, edges: pd.DataFrame, *,
             _say(warn, f"approximate search ({axis}): an estimated {1 - agree.levels[axis]:.2%} of the images "
                        f"(from {n} held-out ones) get another level than an exact build would give them; raise "
                        f"{'--ann-levels' if target is None else '--ann-recall'} or search exactly")
-    first = next(iter(reports.values()))
     return {"target_recall": first.target_recall, "target_levels": first.target_levels,
-            "held_out_images": int(first.check_queries),
+            "held_out_images": int(first.check_queries), "held_out_check": True,
             "cell_agreement": agree.cell, "cell_agreement_ci": list(agree.cell_ci),
             "cell_agreement_fixed_edges": agree.cell_fixed_edges, "confidence": agree.confidence, "axes": axes}
 
