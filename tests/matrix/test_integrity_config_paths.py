@@ -24,6 +24,7 @@ NOT_PATHS = {
     "data_root": "OpenOOD's data root, written into the exported YAML and resolved by OpenOOD on its machine",
     "data_dir": "a folder under OpenOOD's data root, written into the export (not read here)",
     "val_cells": "grid cell names",
+    "cells": "grid cell names",
     "device": "a torch device",
     "ray_address": "a Ray cluster address",
     "clip_quantile": "two numbers",
