@@ -81,7 +81,7 @@ from .options import (SPLITS_SET, EvaluateOptions, OodSpec, check_options, check
                       plot_metrics, preprocess_presets, resolved)
 from .outputs import is_outputs_dir, load_outputs
 from .preprocess import dataset_preset, describe, preset_transform
-from .scoring import DetectorScores, check_requirements, run_detectors, score_precomputed
+from .scoring import DetectorScores, check_requirements, preflight, run_detectors, score_precomputed
 from .write import write_evaluation
 
 __all__ = ["DEFAULT_DETECTORS", "EvaluateOptions", "EvaluateResult", "Evaluation", "OodInput", "load_grid",
@@ -461,7 +461,7 @@ def run_config(opts: EvaluateOptions, *, test_root: str | None, model_name: str,
     config = {k: v for k, v in asdict(opts).items() if k != "progress"}
     config.update(test_root=os.path.abspath(test_root) if test_root else None, model_name=model_name,
                   n_classes=int(n_classes) if n_classes else None,
-                  detector_params={n: d.params() for n, d in detectors.items()})
+                  detector_params={n: d.resolved_params() for n, d in detectors.items()})
     if opts.id_test_root:
         config["id_test_root"] = os.path.abspath(opts.id_test_root)
     if inputs is not None:
@@ -480,7 +480,7 @@ def run_meta(opts: EvaluateOptions, *, model_name: str, detectors: Mapping[str, 
     """The run details shown in the report: model, detectors, OOD sets, classes, N/A threshold, Table 1's
     convention, the preprocessing, accuracies and, with a leak audit, the leaking images per dataset."""
     meta: dict[str, Any] = {"model": model_name, "detectors": ", ".join(
-        f"{n} ({', '.join(f'{k}={v!r}' for k, v in sorted(d.params().items()))})" if d.params() else n
+        f"{n} ({', '.join(f'{k}={v!r}' for k, v in sorted(d.resolved_params().items()))})" if d.params() else n
         for n, d in detectors.items())}
     if opts.splits:
         meta["splits"] = opts.splits
@@ -577,7 +577,11 @@ def _compute(opts: EvaluateOptions, detectors: Mapping[str, Detector], *, adapte
         assert opts.id_test is not None, "check_options: --id-test is required"
         src_test = list_images(opts.id_test, base=opts.id_test_root)
         n_train = len(set(src_train.table["wnid"]) - {""}) if src_train is not None else None
+        n_images = len(src_train.table) if src_train is not None else None
+        preflight(detectors, n_train=n_images, feature_dim=None)  # from the file listing: before any model is built
         model = _model(opts, adapter, detectors, n_id_classes=n_train, src_train=src_train)
+        w, _ = model.fc_params()  # the feature size, from the model's weights: before any image is decoded
+        preflight(detectors, n_train=n_images, feature_dim=int(w.shape[1]) if w is not None else None)
         model_name = model.name
         sets, classes = image_sets(opts, inputs, model, src_train=src_train, src_test=src_test)
         leaking = leak_masks(audit, sets, opts.leak_rules)  # a class without a verdict fails before any forward pass
