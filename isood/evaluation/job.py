@@ -408,17 +408,18 @@ def _class_names(path: str) -> dict[str, str]:
 
 
 def _check_model_outputs(model: ModelAdapter, detectors: Mapping[str, Detector], sets: Mapping[str, EvalSet],
-                         device: str | None) -> None:
+                         device: str | None) -> dict[str, tuple[int, ...]]:
     """The model run once on one ID image (the training set's, else the test set's; preprocessed as the pass will,
     on the run's device): a model that fails or does not return (N, classes) logits (and what the detectors
-    need) is a one-line error before any pass."""
+    need) is a one-line error before any pass. Returns the shapes of what it returned (none without an image)."""
     first = sets.get(ID_TRAIN) or sets[ID_TEST]
     assert first.files is not None, "image_sets: every set of a model run has image files"
     x = probe_input(ImageList(first.files, first.labels, first.transform or model.transform or default_transform()))
     if x is not None:
         model.to(resolve_device(device))
         kinds = set().union(*(d.requires for d in detectors.values()))
-        model.check_outputs(x.to(model.device), kinds)
+        return model.check_outputs(x.to(model.device), kinds)
+    return {}
 
 
 def score_with_model(adapter: ModelAdapter, detectors: Mapping[str, Detector], sets: Mapping[str, EvalSet],
@@ -586,7 +587,9 @@ def _compute(opts: EvaluateOptions, detectors: Mapping[str, Detector], *, adapte
         sets, classes = image_sets(opts, inputs, model, src_train=src_train, src_test=src_test)
         leaking = leak_masks(audit, sets, opts.leak_rules)  # a class without a verdict fails before any forward pass
         n_model = model_classes(model) or (len(classes) if classes else None)
-        _check_model_outputs(model, detectors, sets, opts.device)
+        shapes = _check_model_outputs(model, detectors, sets, opts.device)
+        if "features" in shapes and w is None:  # a model without an fc layer: the feature size from the probe
+            preflight(detectors, n_train=n_images, feature_dim=int(shapes["features"][1]))
         scores = score_with_model(model, detectors, sets, opts)
     scores = _finish_scores(scores, sets)
     evaluation = evaluate_with_leaks(scores, sets, detectors, leaking=leaking, na_threshold=opts.na_threshold,
