@@ -130,7 +130,15 @@ def _summary(inputs: SynInputs, plan: PromptPlan, blocked: pd.DataFrame, notes: 
     return {"labels": len(inputs.labels), "styles": len(inputs.styles),
             "prompts": int(len(plan.prompts) + len(blocked)), "prompts_blocklisted": len(blocked),
             "prompts_sampled": len(plan.sampled), "images_planned": len(plan.images),
-            "laid_fit_seconds": inputs.laid.fit_seconds, "warnings": notes}
+            "laid_fit_seconds": inputs.laid.fit_seconds, "laid_from": _laid_from(inputs), "warnings": notes}
+
+
+def _laid_from(inputs: SynInputs) -> str:
+    """Where the LAID map came from: ``trained`` here, the ``splits`` manifest's, or the ``--laid`` file."""
+    if inputs.laid.origin == "trained":
+        return "trained"
+    splits_laid = inputs.splits.laid_path if inputs.splits is not None else None
+    return "splits" if splits_laid and str(splits_laid) == inputs.laid.source else "--laid"
 
 
 def run_generate_syn(opts: SynOptions, *, engine: BatchEngine | None = None, generator: Callable | None = None,

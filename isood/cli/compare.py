@@ -8,7 +8,12 @@ from isood.cli._app import app, out_console
 from isood.cli.options import command
 from isood.stages.compare import LEADERBOARD_CSV, LEADERBOARD_MD, CompareOptions, compare_runs
 
-__all__ = ["compare"]
+__all__ = ["compare", "counted"]
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and the noun in the number it takes: ``1 run``, ``2 runs``, ``0 runs``."""
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
 
 
 @command(app, "compare", CompareOptions,
@@ -20,7 +25,7 @@ def compare(opts: CompareOptions) -> None:
     r = compare_runs([Path(p) for p in opts.runs], out, names=labels, rank_by=opts.rank_by, verify=opts.verify)
     for ds, g in r.board.groupby("dataset", sort=False):
         best = g.iloc[0]
-        out_console.print(f"{ds}: {len(g)} rows from {g['run'].nunique()} runs; best by {opts.rank_by}: "
+        out_console.print(f"{ds}: {counted(len(g), 'row')} from {counted(g['run'].nunique(), 'run')}; best by {opts.rank_by}: "
                           f"{best['run']} / {best['detector']} ({best[opts.rank_by]:.4f})", highlight=False,
                           soft_wrap=True)
     out_console.print(f"leaderboard -> {out / LEADERBOARD_CSV}, {out / LEADERBOARD_MD}", highlight=False,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from isood.hub_access import hub_access, hub_guard
 from .models import ModelAdapter, TimmAdapter, wrap_model
 from .options import model_function
 
-__all__ = ["load_classifier", "adapter_from_option", "read_state_dict"]
+__all__ = ["load_classifier", "adapter_from_option", "read_state_dict", "checkpoint_head_size", "checkpoint_mismatch"]
 
 _TV_PREFIXES = ("torchvision/", "tv/", "torchvision:")
 
@@ -162,11 +163,37 @@ def adapter_from_option(model: str | None, *, checkpoint: str | None = None, num
                                       f"cache): {instead}") from None
         raise MissingWeightsError(hub_access().missing(f"--model {model}", instead)) from None
     except RuntimeError as e:
-        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         if "weights_only" in str(e) or "Weights only" in str(e):  # torch.load refused a pickled object
             raise BadInputError(f"--checkpoint {checkpoint}: torch.load(weights_only=True) refused it: it holds "
                                 "pickled Python objects besides tensors, which are not loaded (they could run "
                                 "code); save the weights only (torch.save(model.state_dict(), PATH) or "
                                 ".safetensors)") from None
-        raise BadInputError(f"cannot load model '{model}' from --checkpoint {checkpoint}: {first}: pass "
-                            "--num-classes N matching the checkpoint's classifier head") from None
+        raise BadInputError(checkpoint_mismatch(model, checkpoint, e, n)) from None
+
+
+def checkpoint_head_size(path) -> int | None:
+    """The number of classes of a checkpoint's classifier head: the rows of its last 2-D ``weight`` tensor (timm's
+    ``fc`` / ``head`` / ``classifier``); None when the file cannot be read or holds no such tensor."""
+    try:
+        sd = read_state_dict(path)
+    except Exception:  # noqa: BLE001 -- only a hint for the message; the load error itself is reported
+        return None
+    heads = [v for k, v in sd.items() if k.endswith("weight") and getattr(v, "ndim", 0) == 2] if isinstance(sd, dict) \
+        else []
+    return int(heads[-1].shape[0]) if heads else None
+
+
+def checkpoint_mismatch(model: str, checkpoint, error: Exception, num_classes: int | None) -> str:
+    """One sentence for a checkpoint that does not fit the architecture: the checkpoint's head size against the
+    model's, and the ``--num-classes`` to pass; else the first line of torch's message."""
+    head = checkpoint_head_size(checkpoint) if checkpoint else None
+    found = re.search(r"shape in current model is torch\.Size\(\[(\d+)", str(error))
+    built = int(found.group(1)) if found else num_classes
+    if head is not None and head != built:
+        return (f"--checkpoint {checkpoint} does not fit {model}: its classifier head has {head} classes, the model "
+                f"{built if built is not None else 'another number'}; pass --num-classes {head}")
+    text = str(error).strip()
+    detail = re.sub(r"^Error\(s\) in loading state_dict for \w+:\s*", "", text).split("\n")[0].strip()[:160] \
+        if text else type(error).__name__
+    return (f"--checkpoint {checkpoint} does not fit {model} ({detail or 'its tensors differ'}); pass a checkpoint "
+            f"of this architecture, or --num-classes N matching its classifier head")

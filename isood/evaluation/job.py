@@ -84,7 +84,7 @@ from .options import (SPLITS_SET, EvaluateOptions, OodSpec, check_options, check
                       plot_metrics, preprocess_presets, resolved)
 from .outputs import is_outputs_dir, load_outputs
 from .preprocess import dataset_preset, describe, preset_transform
-from .scoring import DetectorScores, check_requirements, run_detectors, score_precomputed
+from .scoring import DetectorScores, check_requirements, preflight, run_detectors, score_precomputed
 from .write import write_evaluation
 
 __all__ = ["DEFAULT_DETECTORS", "EvaluateOptions", "EvaluateResult", "Evaluation", "OodInput", "load_grid",
@@ -416,17 +416,18 @@ def _class_names(path: str) -> dict[str, str]:
 
 
 def _check_model_outputs(model: ModelAdapter, detectors: Mapping[str, Detector], sets: Mapping[str, EvalSet],
-                         device: str | None) -> None:
+                         device: str | None) -> dict[str, tuple[int, ...]]:
     """The model run once on one ID image (the training set's, else the test set's; preprocessed as the pass will,
     on the run's device): a model that fails or does not return (N, classes) logits (and what the detectors
-    need) is a one-line error before any pass."""
+    need) is a one-line error before any pass. Returns the shapes of what it returned (none without an image)."""
     first = sets.get(ID_TRAIN) or sets[ID_TEST]
     assert first.files is not None, "image_sets: every set of a model run has image files"
     x = probe_input(ImageList(first.files, first.labels, first.transform or model.transform or default_transform()))
     if x is not None:
         model.to(resolve_device(device))
         kinds = set().union(*(d.requires for d in detectors.values()))
-        model.check_outputs(x.to(model.device), kinds)
+        return model.check_outputs(x.to(model.device), kinds)
+    return {}
 
 
 def score_with_model(adapter: ModelAdapter, detectors: Mapping[str, Detector], sets: Mapping[str, EvalSet],
@@ -474,7 +475,7 @@ def run_config(opts: EvaluateOptions, *, test_root: str | None, model_name: str,
         config["cache_dir"] = os.path.abspath(config["cache_dir"])
     config.update(test_root=os.path.abspath(test_root) if test_root else None, model_name=model_name,
                   n_classes=int(n_classes) if n_classes else None,
-                  detector_params={n: d.params() for n, d in detectors.items()})
+                  detector_params={n: d.resolved_params() for n, d in detectors.items()})
     if opts.id_test_root:
         config["id_test_root"] = os.path.abspath(opts.id_test_root)
     if inputs is not None:
@@ -494,7 +495,7 @@ def run_meta(opts: EvaluateOptions, *, model_name: str, detectors: Mapping[str, 
     """The run details shown in the report: model, detectors, OOD sets, classes, N/A threshold, Table 1's
     convention, the preprocessing, accuracies and, with a leak audit, the leaking images per dataset."""
     meta: dict[str, Any] = {"model": model_name, "detectors": ", ".join(
-        f"{n} ({', '.join(f'{k}={v!r}' for k, v in sorted(d.params().items()))})" if d.params() else n
+        f"{n} ({', '.join(f'{k}={v!r}' for k, v in sorted(d.resolved_params().items()))})" if d.params() else n
         for n, d in detectors.items())}
     if opts.splits:
         meta["splits"] = opts.splits
@@ -590,12 +591,18 @@ def _compute(opts: EvaluateOptions, detectors: Mapping[str, Detector], *, adapte
         assert opts.id_test is not None, "check_options: --id-test is required"
         src_test = list_images(opts.id_test, base=opts.id_test_root, strict=True)
         n_train = len(set(src_train.table["wnid"]) - {""}) if src_train is not None else None
+        n_images = len(src_train.table) if src_train is not None else None
+        preflight(detectors, n_train=n_images, feature_dim=None)  # from the file listing: before any model is built
         model = _model(opts, adapter, detectors, n_id_classes=n_train, src_train=src_train)
+        w, _ = model.fc_params()  # the feature size, from the model's weights: before any image is decoded
+        preflight(detectors, n_train=n_images, feature_dim=int(w.shape[1]) if w is not None else None)
         model_name = model.name
         sets, classes = image_sets(opts, inputs, model, src_train=src_train, src_test=src_test)
         leaking = leak_masks(audit, sets, opts.leak_rules)  # a class without a verdict fails before any forward pass
         n_model = model_classes(model) or (len(classes) if classes else None)
-        _check_model_outputs(model, detectors, sets, opts.device)
+        shapes = _check_model_outputs(model, detectors, sets, opts.device)
+        if "features" in shapes and w is None:  # a model without an fc layer: the feature size from the probe
+            preflight(detectors, n_train=n_images, feature_dim=int(shapes["features"][1]))
         scores = score_with_model(model, detectors, sets, opts)
     scores = _finish_scores(scores, sets)
     evaluation = evaluate_with_leaks(scores, sets, detectors, leaking=leaking, na_threshold=opts.na_threshold,

@@ -183,7 +183,7 @@ def evaluate_planted(world: PlantedWorld, splits_manifest, out, seed: int = 0, *
             **{f"accuracy on {k}": round(v, 4) for k, v in accuracy.items()}}
     config = {"seed": seed, "detectors": list(dets), "id_test_fraction": id_test_fraction, "C": C,
               "na_threshold": na_threshold, "world": world.config,
-              "detector_params": {n: d.params() for n, d in dets.items()}}
+              "detector_params": {n: d.resolved_params() for n, d in dets.items()}}
     manifest = write_evaluation(
         evaluation, out, config=config,
         inputs=[manifests.input_record("splits_manifest", m.root, sha256=m.content_sha256)],

@@ -3,8 +3,9 @@ pyplot, so nothing global changes and no display is needed).
 
 - ``heatmap_figure`` / ``heatmap_png``: the n x n grid of one detector and metric. Semantic level on the x axis
   (0 left), covariate level on the y axis (0 at the bottom); each measured cell shows its value and its number
-  of images (``n=``), N/A cells are grey (``NA_COLOR``) and labelled ``N/A`` with their count; a colorbar on the
-  right. The colour range is the metric's own (``metric_limits``: the range of its values, shared by every
+  of images (``n=``, one point smaller than the value and in the same contrasting colour; left out when the
+  grid is too fine for a legible font, ``MIN_COUNT_FONTSIZE``), N/A cells are grey (``NA_COLOR``) and labelled
+  ``N/A`` with their count in dark text; a colorbar on the right. The colour range is the metric's own (``metric_limits``: the range of its values, shared by every
   detector of a dataset in ``render_plots``, so AUTC's or DER's variation is visible where a fixed [0, 1] hid it);
   the colour map is reversed for lower-is-better metrics so that "good" is always the bright end (viridis),
   from the metric registry (``metrics.METRICS``).
@@ -19,8 +20,9 @@ pyplot, so nothing global changes and no display is needed).
   draw (``plot_metric_names``: by default ``isood.defaults.DEFAULT_PLOT_METRICS``, AUROC and FPR@95; ``'all'``:
   every computed metric) as ``{relative path: bytes}``, with the deterministic names of ``heatmap_name`` /
   ``compare_name`` / ``level_curve_name`` / ``leak_diff_name``. The paper figures (comparisons and level
-  curves) also come as SVG and PDF beside the PNG (``VECTOR_FORMATS``); per-detector heatmaps are PNG only.
-  Files per grid dataset with D detectors and M metrics drawn: D*M heatmaps + 3*M comparisons + 3*2*M curves.
+  curves) and the per-detector heatmaps also come as SVG and PDF beside the PNG (``VECTOR_FORMATS``; in the SVG
+  each cell's count is the group ``count_cov_<c>_sem_<s>``). Files per grid dataset with D detectors and M
+  metrics drawn: 3*D*M heatmaps + 3*M comparisons + 3*2*M curves.
 
 A PNG is exactly ``figsize * dpi`` pixels (no tight bounding box); PNG, SVG and PDF are identical bytes for
 identical input (no dates, a fixed SVG id salt: ``figure_bytes``).
@@ -75,9 +77,13 @@ __all__ = [
     "compare_figure",
     "compare_name",
     "VECTOR_FORMATS",
+    "NA_TEXT_COLOR",
+    "MIN_COUNT_FONTSIZE",
 ]
 
 NA_COLOR = "#bdbdbd"
+NA_TEXT_COLOR = "#262626"  # dark on the grey N/A cells (legible contrast)
+MIN_COUNT_FONTSIZE = 6  # below this the image counts are left out of the cells (a large grid)
 HEATMAP_SIZE = (6.4, 5.6)  # inches -> 640 x 560 px at DPI
 CURVE_SIZE = (6.4, 4.4)   # -> 640 x 440 px
 DPI = 100
@@ -108,7 +114,7 @@ def leak_diff_name(dataset: str, detector: str, metric: str) -> str:
     return f"plots/leakdiff_{_slug(dataset)}_{_slug(detector)}_{metric}.png"
 
 
-#: The formats of the paper figures beside their PNG.
+#: The formats of the paper figures and heatmaps beside their PNG.
 VECTOR_FORMATS = ("svg", "pdf")
 _NO_DATES = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None},
              "pdf": {"CreationDate": None, "ModDate": None, "Creator": None, "Producer": None}}
@@ -186,20 +192,23 @@ def heatmap_figure(per_cell: pd.DataFrame, *, detector: str, metric: str = "auro
                     interpolation="nearest", aspect="auto")
     fig.colorbar(img, cax=cax, label=label or metric_label(metric))
     fontsize = 9 if n <= 8 else max(4, int(72 / n))
+    count_size = fontsize - 1  # counts nearly as large as the values; drawn only where that is legible
+    show_counts = count_size >= MIN_COUNT_FONTSIZE
     for c in range(n):
         for s in range(n):
-            shown = f"n={count[c, s]}" if count[c, s] >= 0 else ""
+            shown = f"n={count[c, s]}" if count[c, s] >= 0 and show_counts else ""
             if na[c, s]:
+                color = NA_TEXT_COLOR
                 ax.text(s, c, "N/A", ha="center", va="bottom" if shown else "center", fontsize=fontsize - 1,
-                        color="#555555")
-                color = "#555555"
+                        color=color)
             else:
                 rgba = cmap((grid[c, s] - vmin) / (vmax - vmin) if vmax > vmin else 0.5)
                 color = _text_color(rgba)
                 ax.text(s, c, f"{grid[c, s]:.2f}", ha="center", va="bottom" if shown else "center",
                         fontsize=fontsize, color=color)
-            if shown:
-                ax.text(s, c - 0.04, shown, ha="center", va="top", fontsize=max(4, fontsize - 3), color=color)
+            if shown:  # gid: the SVG group of the count is named after its cell
+                ax.text(s, c - 0.04, shown, ha="center", va="top", fontsize=count_size, color=color,
+                        gid=f"count_cov_{c}_sem_{s}")
     ax.set_xticks(range(n))
     ax.set_yticks(range(n))
     ax.set_xlabel(_AXIS_TITLE["sem"])
@@ -373,8 +382,8 @@ def render_plots(result: CellEvaluation, metrics: Sequence[str] | str | None = N
             limits = metric_limits(sub.loc[~sub["na"].astype(bool), m])  # one range for every detector
             drawn = [d for d in dict.fromkeys(sub["detector"]) if sub.loc[sub["detector"] == d, m].notna().any()]
             for det in drawn:
-                out[heatmap_name(ds, det, m)] = heatmap_png(sub, detector=det, metric=m, dataset=ds, n_levels=n,
-                                                            limits=limits)
+                paper(heatmap_name(ds, det, m), heatmap_figure(sub, detector=det, metric=m, dataset=ds, n_levels=n,
+                                                               limits=limits))
             if drawn:
                 paper(compare_name(ds, m), compare_figure(sub, metric=m, dataset=ds, detectors=drawn, n_levels=n,
                                                           limits=limits))

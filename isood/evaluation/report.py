@@ -379,7 +379,8 @@ def _digits(result: CellEvaluation) -> int:
 
 def _set_note() -> str:
     return ("Each OOD set as a whole against the ID test set (a grid: every image in a cell); nearood / farood: "
-            "the mean over the sets of OpenOOD's near / far group.")
+            "the mean over the sets of OpenOOD's near / far group. results/sets.tex and results/sets.md hold "
+            "FPR@95 and AUROC per set in OpenOOD's layout (percent).")
 
 
 def render_html(result: CellEvaluation, images: Mapping[str, bytes], *, title: str = "isood evaluation",

@@ -3,8 +3,9 @@
 set, ``assemble.set_metrics``); after a leak audit ``leak_effect`` and ``leak_ranking``, ``levels.leak_effect`` /
 ``leak_ranking``; with per-image ``scores`` the bootstrap intervals ``cell_intervals`` and ``table1_intervals``),
 ``results/*.csv`` copies (and any ``extra_files``, e.g. the release's ``results/<method>.csv``), Table 1 in the
-IS-OOD paper's layout (``results/table1.tex``, ``results/table1.md``), ``plots/*.png`` (+ ``.svg`` / ``.pdf`` of
-the paper figures; none without a grid), ``report.html``, ``summary.md`` and the dataset card; ``manifest.json``
+IS-OOD paper's layout (``results/table1.tex``, ``results/table1.md``), the per-set table in OpenOOD's layout
+(``results/sets.tex``, ``results/sets.md``: ``set_tables``; with OOD sets), ``plots/*.png`` (+ ``.svg`` / ``.pdf``;
+none without a grid), ``report.html``, ``summary.md`` and the dataset card; ``manifest.json``
 last.
 
 Bootstrap intervals (``bootstrap_tables``): per grid dataset, the ID test images and every measured cell's images
@@ -38,6 +39,7 @@ from .levels import (INTERVAL_COLUMNS, TABLE1_INTERVAL_COLUMNS, cell_intervals, 
 from .metrics import bootstrap_replicates
 from .plots import plot_metric_names, render_plots
 from .report import render_html, render_markdown, table1_frame, table1_latex, table1_markdown
+from .set_tables import sets_latex, sets_markdown
 
 __all__ = ["evaluation_tables", "evaluation_files", "write_evaluation", "bootstrap_tables"]
 
@@ -127,6 +129,9 @@ def evaluation_files(result: CellEvaluation, tables: Mapping[str, pd.DataFrame],
     files["results/table1_wide.csv"] = table1_frame(result).to_csv(index=False, float_format="%.6g")
     files["results/table1.tex"] = table1_latex(result, t1)
     files["results/table1.md"] = table1_markdown(result, t1)
+    if set_metrics is not None and len(set_metrics):
+        files["results/sets.tex"] = sets_latex(set_metrics)
+        files["results/sets.md"] = sets_markdown(set_metrics)
     files["report.html"] = render_html(result, images, title=title, meta=meta, sanity=sanity, intervals=intervals,
                                        sets=set_metrics)
     files["summary.md"] = render_markdown(result, title=title, meta=meta, sanity=sanity, intervals=intervals,

@@ -138,3 +138,15 @@ def test_the_same_run_given_twice_is_compared_once(runs, tmp_path):
         ranks = board.groupby("dataset")["rank"].apply(lambda x: int((x == 1).sum()))
         assert (ranks == 1).all()  # one best row per dataset, not a repeated one
         assert len([n for n in r.notes if "compared once" in n]) == 1
+
+
+def test_cli_counts_take_the_singular_for_one(runs, tmp_path):
+    """One run with one detector reads '1 row from 1 run', two runs read '... from 2 runs'."""
+    one = tmp_path / "one"
+    shutil.copytree(runs[0], one)
+    res = CliRunner().invoke(app, ["compare", str(one), "--out", str(tmp_path / "lb1")])
+    assert res.exit_code == 0, res.output
+    n_det = len(manifests.read(one, kind="evaluation").frame("detector_means"))
+    assert f"splits: {n_det} rows from 1 run;" in res.stdout and "1 runs" not in res.stdout
+    res = CliRunner().invoke(app, ["compare", *map(str, runs[:2]), "--out", str(tmp_path / "lb2")])
+    assert f"splits: {2 * n_det} rows from 2 runs;" in res.stdout

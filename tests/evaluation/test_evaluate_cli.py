@@ -298,3 +298,64 @@ def test_missing_images(world, tmp_path):
     line = _one_line_error(_invoke(args))
     assert str(tmp_path / "elsewhere") in line and "--test-root" in line
     assert not (tmp_path / "ev").exists()
+
+
+@pytest.mark.parametrize("spec, built, names", [
+    ("knn:k=100", 0, ("knn", "k=100", "18")),  # 18 ID training images: known from the listing, no model built
+    ("vim:dim=96", 1, ("vim", "dim=96", "96")),  # test_resnet's 96-d features: known from the weights, no pass
+])
+def test_data_dependent_parameters_are_refused_before_any_image_is_decoded(world, tmp_path, monkeypatch, capsys,
+                                                                            spec, built, names):
+    """knn:k above the number of ID training images is refused before any model is built, vim:dim at or above the
+    feature size before any image is decoded or the model run (counted); the time to refusal is printed."""
+    import time
+
+    import isood.evaluation.capture as capture
+    import isood.evaluation.job as job
+
+    counts = {"models": 0, "forward": 0, "decoded": 0}
+    build = job.adapter_from_option
+
+    def counting_build(*a, **kw):
+        counts["models"] += 1
+        adapter = build(*a, **kw)
+        adapter.model.register_forward_pre_hook(lambda *_: counts.__setitem__("forward", counts["forward"] + 1))
+        return adapter
+
+    get = capture.ImageList.__getitem__
+
+    def counting_get(self, i):
+        counts["decoded"] += 1
+        return get(self, i)
+
+    monkeypatch.setattr(job, "adapter_from_option", counting_build)
+    monkeypatch.setattr(capture.ImageList, "__getitem__", counting_get)
+    t0 = time.perf_counter()
+    r = _invoke(_args(world, tmp_path / "ev", "--detectors", f"msp,{spec}"))
+    seconds = time.perf_counter() - t0
+    line = _one_line_error(r)
+    assert all(n in line for n in names), line
+    assert counts == {"models": built, "forward": 0, "decoded": 0}, counts
+    assert not (tmp_path / "ev").exists()
+    with capsys.disabled():
+        print(f"\n{spec}: refused in {seconds:.2f} s ({counts})")
+
+
+def test_data_dependent_defaults_are_recorded_and_shown_resolved(world, tmp_path):
+    """vim without dim: the manifest's config, report.html, summary.md and `isood compare` show the dim the run
+    used (the ViM paper's rule for test_resnet's 96-d features: half of them), never dim=None."""
+    import timm
+
+    from isood.stages.compare import compare_runs
+
+    out = tmp_path / "ev"
+    r = _invoke(_args(world, out, "--detectors", "msp,vim"))
+    assert r.exit_code == 0, r.output
+    expected = timm.create_model("test_resnet", pretrained=False).num_features // 2
+    m = manifests.read(out, kind="evaluation")
+    assert m.detector_params["vim"] == {"dim": expected}
+    for name in ("report.html", "summary.md"):
+        text = (out / name).read_text()
+        assert f"vim (dim={expected})" in text and "dim=None" not in text, name
+    board = compare_runs([out], tmp_path / "lb").board
+    assert set(board.loc[board["detector"] == "vim", "params"]) == {f"dim={expected}"}

@@ -157,3 +157,24 @@ def test_model_option_forms(tmp_path, monkeypatch):
     assert isinstance(adapter_from_option("py:my_models_xyz:make_resnet"), HookAdapter)
     with pytest.raises(IsoodError, match="cannot find the layers"):
         adapter_from_option("py:my_models_xyz:make")
+
+
+@pytest.mark.parametrize("num_classes", [None, 7])
+def test_checkpoint_of_another_head_is_one_sentence_naming_both_sizes(tmp_path, num_classes):
+    """A 3-class checkpoint loaded into a model built for another number of classes: one sentence with the
+    checkpoint's head size (read from its tensors), the model's, and the --num-classes to pass."""
+    import timm
+    from safetensors.torch import load_file
+
+    from isood.tiny_models import build_tiny_classifier
+
+    path = build_tiny_classifier(tmp_path / "m.safetensors", num_classes=3)
+    heads = [v for k, v in load_file(str(path)).items() if k.endswith("fc.weight")]
+    expected_model = num_classes or timm.create_model("test_resnet", pretrained=False).num_classes
+    with pytest.raises(IsoodError) as e:
+        adapter_from_option("test_resnet", checkpoint=str(path), num_classes=num_classes)
+    msg = str(e.value)
+    assert msg == (f"--checkpoint {path} does not fit test_resnet: its classifier head has {heads[0].shape[0]} "
+                   f"classes, the model {expected_model}; pass --num-classes 3")
+    assert "Error(s)" not in msg and "state_dict" not in msg
+    adapter_from_option("test_resnet", checkpoint=str(path), num_classes=3)  # the advice works

@@ -101,9 +101,8 @@ def test_plots_are_deterministic_with_fixed_names(result):
                                           "levels_splits_cov_auroc", "levels_splits_sem_fpr95",
                                           "levels_splits_cov_fpr95") for ext in ("png", "svg", "pdf")}
     assert set(rendered) == paper | {
-        "plots/heatmap_splits_msp_auroc.png", "plots/heatmap_splits_msp_fpr95.png",
-        "plots/heatmap_splits_energy_auroc.png", "plots/heatmap_splits_energy_fpr95.png",
-    }
+        f"plots/heatmap_splits_{d}_{m}.{ext}" for d in ("msp", "energy") for m in ("auroc", "fpr95")
+        for ext in ("png", "svg", "pdf")}
     again = plots.render_plots(result, metrics=["auroc", "fpr95"])
     assert again == rendered  # every format byte for byte, SVG ids and PDF metadata included
     svg, pdf = rendered["plots/compare_splits_auroc.svg"], rendered["plots/compare_splits_auroc.pdf"]
@@ -153,3 +152,34 @@ def test_write_evaluation_is_a_verified_manifest(result, tmp_path):
     csv = pd.read_csv(out / "results" / "table1.csv")
     assert np.allclose(csv["correlation"].to_numpy(), result.summary["correlation"].to_numpy(), equal_nan=True,
                        rtol=1e-5)
+
+
+def test_heatmaps_come_as_vector_files_whose_counts_are_the_cells(result):
+    """Every per-detector heatmap has an SVG and a PDF beside its PNG; both parse, and the count drawn in each
+    cell of the SVG (the group named after the cell) is that cell's number of images in the per-cell table."""
+    import xml.etree.ElementTree as ET
+
+    rendered = plots.render_plots(result, metrics=["auroc"])
+    pngs = [k for k in rendered if k.startswith("plots/heatmap_") and k.endswith(".png")]
+    assert pngs
+    per_cell = result.per_cell
+    for png in pngs:
+        stem = png[:-len(".png")]
+        pdf, svg = rendered[f"{stem}.pdf"], rendered[f"{stem}.svg"]
+        assert pdf.startswith(b"%PDF-") and pdf.rstrip().endswith(b"%%EOF")
+        root = ET.fromstring(svg, parser=ET.XMLParser(target=ET.TreeBuilder(insert_comments=True)))  # well-formed
+        det = stem.split("_")[2]
+        rows = per_cell[(per_cell["detector"] == det) & (per_cell["dataset"] == "splits")]
+        expected = {f"count_cov_{r.cov_level}_sem_{r.sem_level}": f"n={r.n}" for r in rows.itertuples()}
+        shown = {}
+        for g in root.iter("{http://www.w3.org/2000/svg}g"):
+            if g.get("id", "").startswith("count_"):
+                comment = next(c for c in g if c.tag is ET.Comment)  # matplotlib writes each text as a comment
+                shown[g.get("id")] = comment.text.strip()
+        assert shown == expected, (png, shown, expected)
+    fig = plots.heatmap_figure(per_cell, detector="msp", metric="auroc", dataset="splits")
+    counts = [t for t in fig.axes[0].texts if t.get_text().startswith("n=")]
+    values = [t for t in fig.axes[0].texts if re.fullmatch(r"\d\.\d\d", t.get_text())]
+    assert min(t.get_fontsize() for t in counts) >= max(t.get_fontsize() for t in values) - 1 >= 6
+    na = [t for t in fig.axes[0].texts if t.get_text() == "N/A"]
+    assert na and all(t.get_color() == plots.NA_TEXT_COLOR for t in na)

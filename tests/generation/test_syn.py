@@ -305,3 +305,26 @@ def test_summary_grid_has_one_row_per_covariate_level(full_run):
         expected = [f"{cells.loc[(c, s), 'n']}" + ("*" if cells.loc[(c, s), "na"] else "") for c in range(n)]
         assert shown == expected
     assert summary_table(res) is not None
+
+
+def test_summary_reads_as_labelled_values(full_run):
+    """The printed summary says where LAID came from and 'none' for no warnings; no None, [] or nan reaches it."""
+    from rich.console import Console
+
+    from isood.cli.syn import summary_rows, summary_table
+
+    _, res, _ = full_run
+    assert res.summary["laid_from"] == "--laid"  # options() passes --laid
+    rows = dict(summary_rows(res.summary))
+    assert rows["LAID"] == "read from --laid" and rows["warnings"] == "none"
+    assert rows["images generated"] == str(res.summary["generated"])
+    console = Console(width=200, record=True)
+    console.print(summary_table(res))
+    text = console.export_text()
+    for raw in ("None", "[]", "nan", "laid_fit_seconds"):
+        assert raw not in text
+    rows = dict(summary_rows({"laid_fit_seconds": None, "laid_from": "splits", "warnings": ["w1", "w2"],
+                              "images_per_second": float("nan"), "generated": 0}))
+    assert rows["LAID"] == "reused from the splits manifest" and rows["warnings"] == "w1; w2"
+    assert rows["images per second"] == "not measured"
+    assert dict(summary_rows({"laid_fit_seconds": 2.04, "warnings": []}))["LAID"] == "trained here in 2.0 s"

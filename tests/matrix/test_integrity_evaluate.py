@@ -389,11 +389,9 @@ def test_default_plots_are_auroc_and_fpr95_and_all_draws_every_metric(world, cli
     ev = manifests.read(tmp_path / "ev", kind="evaluation")
     plots = sorted(p.name for p in (tmp_path / "ev" / "plots").iterdir())
     paper = [n for m in ("auroc", "fpr95") for n in [compare_name("splits", m)]
-             + [level_curve_name("splits", ax, m) for ax in ("sem", "cov")]]  # + SVG and PDF beside each PNG
-    want = sorted([Path(n).name for m in ("auroc", "fpr95") for n in [heatmap_name("splits", d, m)
-                                                                       for d in ("msp", "energy")]]
-                  + [Path(n).name for n in paper]
-                  + [Path(n).name[:-3] + fmt for n in paper for fmt in VECTOR_FORMATS])
+             + [level_curve_name("splits", ax, m) for ax in ("sem", "cov")]
+             + [heatmap_name("splits", d, m) for d in ("msp", "energy")]]  # + SVG and PDF beside each PNG
+    want = sorted([Path(n).name for n in paper] + [Path(n).name[:-3] + fmt for n in paper for fmt in VECTOR_FORMATS])
     assert plots == want
     html = (tmp_path / "ev" / "report.html").read_text()
     assert html.count("data:image/png;base64,") == len([p for p in want if p.endswith(".png")])
@@ -405,8 +403,8 @@ def test_default_plots_are_auroc_and_fpr95_and_all_draws_every_metric(world, cli
     del args[args.index("--plot-metrics"):args.index("--plot-metrics") + 2]
     r = cli.invoke(args)
     assert r.exit_code == 0, r.output
-    # per metric: 2 heatmaps, its comparison and 2 level curves, those 3 paper figures also as SVG and PDF
-    assert len(list((tmp_path / "all" / "plots").iterdir())) == len(computed) * (2 + 3 * (1 + len(VECTOR_FORMATS)))
+    # per metric: 2 heatmaps, its comparison and 2 level curves, each also as SVG and PDF
+    assert len(list((tmp_path / "all" / "plots").iterdir())) == len(computed) * 5 * (1 + len(VECTOR_FORMATS))
 
 
 # ============================================================================ finding 9: every unreadable image

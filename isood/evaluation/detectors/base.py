@@ -297,6 +297,11 @@ class Detector(abc.ABC):
         parameters of the constructor, each read from the attribute of the same name."""
         return {name: getattr(self, name) for name in self.parameters(settings=False)}
 
+    def resolved_params(self) -> dict[str, Any]:
+        """The hyper-parameters as the run used them (for manifests and reports): ``params()`` with each
+        data-dependent default (None until fitted, e.g. ViM's ``dim``) replaced by the value fitting chose."""
+        return self.params()
+
     def _param(self, key: str, value: Any, kind: type, ok: Callable[[Any], bool] | None = None,
                rule: str = "") -> Any:
         """A validated hyper-parameter: ``value`` cast to ``kind`` and satisfying ``ok`` (described by ``rule``,

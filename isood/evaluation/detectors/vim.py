@@ -14,6 +14,8 @@ isood equals OpenOOD's steps run in float64.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from isood.errors import DetectorParamError
@@ -53,6 +55,10 @@ class ViM(Detector):
     def preflight(self, *, n_train: int | None = None, feature_dim: int | None = None) -> None:
         if feature_dim is not None:
             self.principal_dim(feature_dim)
+
+    def resolved_params(self) -> dict[str, Any]:
+        """``dim`` as fitted: the default rule's value for the feature size once fitted (None before)."""
+        return {"dim": self.dim if self.dim is not None else getattr(self, "dim_", None)}
 
     def _fit(self, outputs: ForwardOutputs, labels: np.ndarray | None) -> None:
         from sklearn.covariance import EmpiricalCovariance
