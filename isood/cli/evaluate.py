@@ -14,7 +14,13 @@ from isood.evaluation.options import EvaluateOptions, check_options
 if TYPE_CHECKING:  # the stage pulls in torch: imported when the command runs
     from isood.evaluation.job import EvaluateResult
 
-__all__ = ["evaluate", "with_benchmark", "summary_console_table", "sets_console_table"]
+__all__ = ["evaluate", "with_benchmark", "signed", "summary_console_table", "sets_console_table"]
+
+
+def signed(x: float) -> str:
+    """A correlation as the console shows it: two decimals with its sign, 'n/a' when there is none (a constant level
+    curve, too few measured levels)."""
+    return "n/a" if x != x else f"{x:+.2f}"
 
 
 def summary_console_table(result: EvaluateResult) -> Table:
@@ -38,7 +44,7 @@ def summary_console_table(result: EvaluateResult) -> Table:
         row = [rec.detector, rec.dataset, f"{rec.auroc:.3f}", f"{rec.fpr95:.3f}"]
         if with_m:
             row.append(f"{rec.auroc_m:.3f}")
-        row += [f"{corr.get((rec.detector, rec.dataset, ax), float('nan')):+.2f}" for ax in ("sem", "cov")]
+        row += [signed(corr.get((rec.detector, rec.dataset, ax), float("nan"))) for ax in ("sem", "cov")]
         if san is not None:
             r = san.loc[(rec.detector, rec.dataset)]
             row += [f"{r['auroc_random']:.3f}", f"{r['auroc_m_random']:.3f}"]

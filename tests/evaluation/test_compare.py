@@ -150,3 +150,11 @@ def test_cli_counts_take_the_singular_for_one(runs, tmp_path):
     assert f"splits: {n_det} rows from 1 run;" in res.stdout and "1 runs" not in res.stdout
     res = CliRunner().invoke(app, ["compare", *map(str, runs[:2]), "--out", str(tmp_path / "lb2")])
     assert f"splits: {2 * n_det} rows from 2 runs;" in res.stdout
+
+
+def test_the_evaluate_console_shows_no_nan():
+    """A correlation that does not exist (a constant level curve) reads 'n/a' in the console table, not '+nan'."""
+    from isood.cli.evaluate import signed
+
+    assert signed(float("nan")) == "n/a"
+    assert signed(0.5) == "+0.50" and signed(-1.0) == "-1.00"
