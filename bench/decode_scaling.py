@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, nargs="+", default=None, help="default: 0 1 .. CPUs")
     p.add_argument("--modes", nargs="+", default=["reference", "fast"])
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
+    p.add_argument("--no-record", action="store_true", help="do not append to bench/results.local.md")
     a = p.parse_args(argv)
     cpus = os.cpu_count() or 1
     workers = a.workers or list(range(0, cpus + 1))

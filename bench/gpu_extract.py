@@ -16,7 +16,7 @@ and measures, each against the issue's target:
     beside the model alone on a batch already on the device (fp32; fp16 channels-last).
 
 Prints one ``SUMMARY gpu_extract.<measurement>: ...`` line per measurement with the measured ratio to its target
-and appends one row to bench/RESULTS.md (``--no-record`` to skip; ``--smoke`` never records).
+and appends one row to bench/results.local.md (``--no-record`` to skip; ``--smoke`` never records).
 
     python bench/gpu_extract.py --device cuda            # H100: 8,192 JPEGs; about 2 minutes (estimate)
     python bench/gpu_extract.py --smoke --device cpu     # tiny sizes: checks the script (< 1 minute on 2 cores)
@@ -263,7 +263,7 @@ def main(argv=None) -> int:
     p.add_argument("--images", type=int, default=None, help="default 8,192 (--smoke: 16)")
     p.add_argument("--batch-size", type=int, default=None, help="default 256 (--smoke: 8)")
     p.add_argument("--workers", type=int, default=None, help="decoding processes (default: CPUs - 1)")
-    p.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
+    p.add_argument("--no-record", action="store_true", help="do not append to bench/results.local.md")
     a = p.parse_args(argv)
     run(a.device, a.smoke, a.images, a.batch_size, a.workers, record_row=not a.no_record)
     return 0

@@ -15,7 +15,7 @@ A bench that fails prints ``FAILED <name>: <one line>`` and the suite goes on; t
 On a machine without CUDA it says ``no CUDA: nothing measured`` and exits 0; ``--cpu-smoke`` runs every bench
 at tiny sizes on the CPU instead (checks the script; nothing is recorded).
 
-    python bench/gpu_suite.py                 # on the GPU machine; appends rows to bench/RESULTS.md
+    python bench/gpu_suite.py                 # on the GPU machine; appends rows to bench/results.local.md
     python bench/gpu_suite.py --cpu-smoke     # anywhere: tiny sizes on the CPU (a few minutes on 2 cores)
     python bench/gpu_suite.py --only shift,generate
 """
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpu-smoke", action="store_true", help="every bench at tiny sizes on the CPU (nothing recorded)")
     p.add_argument("--device", default="cuda", help="the GPU to measure (default cuda)")
     p.add_argument("--only", default="", help="comma list among " + ", ".join(BENCHES))
-    p.add_argument("--no-record", action="store_true", help="do not append rows to bench/RESULTS.md")
+    p.add_argument("--no-record", action="store_true", help="do not append rows to bench/results.local.md")
     a = p.parse_args(argv)
     names = [n for n in a.only.split(",") if n] or list(BENCHES)
     unknown = [n for n in names if n not in BENCHES]

@@ -13,7 +13,7 @@ level (8 equal-width levels between the 1st and 99th percentile of the exact dis
 with the approximate distance as with the exact one. isood's IVF searches all the queries in one batch (as
 build-splits does); faiss's indexes search the exact subset. The tuned rows are tuned on a second sample of
 ``--tune-queries`` queries, disjoint from the measured ones. Prints a table, one SUMMARY line, appends a row to
-bench/RESULTS.md (``--no-record`` to skip).
+bench/results.local.md (``--no-record`` to skip).
 
     python bench/shift_nn.py            # 1M x 256 reference, 20k queries (~10 minutes on 2 cores)
     python bench/shift_nn.py --quick    # tiny smoke run (seconds)
@@ -28,7 +28,7 @@ candidates, exact re-rank, certificate) on ``--device`` over all the queries, th
 the exact float32 torch search (``backend='torch'``) on the same device on a subset (extrapolated), and the
 exactness on a sample against a float64 brute force on the device: the share of rows within 1e-6 of the float64
 distance and in the same level (8 equal-width levels between the 1st and 99th percentile of the sample's exact
-distances) as the exact one; target >= 99.99% each. Prints one SUMMARY line; appends a row to RESULTS.md.
+distances) as the exact one; target >= 99.99% each. Prints one SUMMARY line; appends a row to bench/results.local.md.
 """
 from __future__ import annotations
 
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="ann_levels 0.999 vs exact faiss IndexFlatIP on two CLIP-like generators (shift_nn_levels.py)")
     p.add_argument("--check", type=int, default=4_000, help="--levels: queries searched exactly (timing + agreement)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
+    p.add_argument("--no-record", action="store_true", help="do not append to bench/results.local.md")
     a = p.parse_args(argv)
     if a.levels:
         from shift_nn_levels import run_levels
