@@ -2,7 +2,7 @@
 FLOP floors: (a) this machine's CPUs, (b) one H100, (c) 8 Ray workers with one H100 each.
 
 The build: ID = ImageNet-1K train (1,281,167 images), test = ImageNet-21K-P winter21 train+val (11,797,647
-images: the figure of the project's brief, override with --test-images), Syn-IS = 64 cells x 5,000 images
+images; override with --test-images), Syn-IS = 64 cells x 5,000 images
 whose shift is measured from their prompts (320,000 prompt texts; generating the images with SDXL-Turbo is a
 separate job, not estimated here). Stages: extraction (decode + CLIP ViT-B/32 at 224 of every ID and test image;
 CLIP text features of the LAID texts and the Syn-IS prompts), LAID (fit of W), shift (nearest ID neighbour of

@@ -1,4 +1,4 @@
-"""Issue 20, part 3 on one GPU: does generate-syn keep the GPU busy? One run, no downloads.
+"""On one GPU: does generate-syn keep the GPU busy? One run, no downloads.
 
 Pipeline: a ``StableDiffusionXLPipeline`` with SDXL's full-size architecture (UNet 2.6B parameters: blocks
 320/640/1280, transformer depth 1/2/10, cross-attention 2048; the two CLIP text encoders ViT-L and bigG; the

@@ -7,7 +7,7 @@ Prints the kept candidates of `isood wordnet filter --candidates 21k-p|21k-p-w21
 and peak RSS of each command, run as its own process. The peak is the command's own VmHWM, read by the command
 as it exits: ``ru_maxrss`` of a child (``os.wait4``) also counts the resident size of this process when it
 spawned the child (here the 12M-row manifest it built: ~2.3 GB), which made every command look that large.
-Target (issue 11): < 2 GB each. One SUMMARY line and a row in bench/results.local.md (``--no-record`` to skip).
+Target: < 2 GB each. One SUMMARY line and a row in bench/results.local.md (``--no-record`` to skip).
 ``--quick``: 1,000,000 rows; ``--full``: the default size. Run: .venv/bin/python bench/leak_audit.py
 """
 

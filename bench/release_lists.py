@@ -10,7 +10,7 @@ peak RSS (the child's own VmHWM, so libraries are included):
     verify     isood verify M                                (every sha256)
     load       datasets.load_dataset(M) + one cell config    (the 12M-row `all` config and the largest cell)
 
-Targets (issue 11): each < 2 GB peak RSS and < 60 s on 2 cores. Prints a SUMMARY line and appends a row to
+Targets: each < 2 GB peak RSS and < 60 s on 2 cores. Prints a SUMMARY line and appends a row to
 bench/results.local.md. `--rows 200000` for a quick run; `--keep DIR` keeps the files.
 
     python bench/release_lists.py [--rows 12000000] [--keep DIR] [--no-record]

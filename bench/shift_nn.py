@@ -20,7 +20,7 @@ bench/results.local.md (``--no-record`` to skip).
     python bench/shift_nn.py --full     # 2M x 256 reference, 50k queries
     python bench/shift_nn.py --skip hnsw,pq   # leave out some of the field's indexes
     python bench/shift_nn.py --levels   # ann_levels vs exact flat on two CLIP-like generators, 200k x 400k
-    python bench/shift_nn.py --gpu      # exact search on the device: 1M queries x 1.28M x 256 (issue 20, part 2)
+    python bench/shift_nn.py --gpu      # exact search on the device: 1M queries x 1.28M x 256
     python bench/shift_nn.py --gpu --quick --device cpu   # the same at tiny sizes on the CPU (checks the script)
 
 ``--gpu`` (:func:`run_gpu`, also called by ``bench/gpu_suite.py``): ``torch-fused`` (``isood.ann.fused``: fp16
@@ -51,7 +51,7 @@ from isood.shift import nearest  # noqa: E402
 
 TARGET_SPEEDUP, TARGET_RECALL, TARGET_AGREEMENT = 20.0, 0.99, 0.999
 #: --gpu: exactness target (share of rows within 1e-6 of float64 and in the same level) and the time target of
-#: 1M queries x 1.28M x 256 on one H100: issue 20's 3 s (>= 7x the 21.1 s measured there before the fused search;
+#: 1M queries x 1.28M x 256 on one H100: 3 s (>= 7x the 21.1 s measured there without the fused search;
 #: 0.8 s is the bf16 matmul floor).
 TARGET_EXACT, TARGET_GPU_SECONDS = 0.9999, 3.0
 SIZES = {  # n_ref, n_query, dim, n_classes, exact (flat) queries, torch queries, tuning queries
