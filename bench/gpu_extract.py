@@ -201,8 +201,9 @@ def run(device: str = "cuda", smoke: bool = False, images: int | None = None, ba
         a = one_core(files[: min(n, 16 if smoke else 512)], encoder.preprocess)
         torch.set_num_threads(1 if cuda else cores)  # the model's threads on a CPU run
         lines.append(summary("gpu_extract.decode_one_core",
-                             f"PIL decode + resize {a['pil']:,.0f} img/s (baseline: {BASELINE['pil_one_core']:,.0f} on the "
-                             f"H100 machine, {a['pil'] / BASELINE['pil_one_core']:.2f}x); reference decoding (resize, "
+                             f"PIL decode + resize {a['pil']:,.0f} img/s (baseline: "
+                             f"{BASELINE['pil_one_core']:,.0f} on an H100 machine, "
+                             f"{a['pil'] / BASELINE['pil_one_core']:.2f}x); reference decoding (resize, "
                              f"crop, normalise) {a['reference']:,.0f} img/s"))
 
         # (b) --decode gpu, warm-up first (cuDNN, nvJPEG, the DataLoader's fork) on a few images

@@ -3,7 +3,8 @@ directory. Which options hold paths is said once, in their description (``isood.
 a path, a name or a file, NAME=PATH entries; and the PATH of a ``local-dir:PATH`` model spec). This walks every
 option of every command: a path option given relative in a TOML file in another folder than the working
 directory is read as the file next to the TOML; any other string option is on a reasoned list of values that are
-not paths on this machine. The case that motivates it: `wordnet filter`'s `candidates` and `id-classes` must not resolve against the cwd.
+not paths on this machine. The case that motivates it: `wordnet filter`'s `candidates` and `id-classes` must
+not resolve against the cwd.
 """
 
 from __future__ import annotations

@@ -493,7 +493,7 @@ def test_generate_syn_levels_beyond_the_bound_is_refused(syn_inputs, nothing_loa
                                     prompts_only=True, n_levels=33, progress=False))
 
 
-# =========================================================================== the ANN report and the --ann-recall refusal
+# ========================================================================== the ANN report and the --ann-recall refusal
 def _unit(x):
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
