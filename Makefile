@@ -59,7 +59,8 @@ test: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	$(PY) -m pytest
 
-# Every bench script prints one SUMMARY line and appends to bench/RESULTS.md (< 10 min here; --full on a GPU box).
+# Every bench script prints one SUMMARY line and appends a row to bench/results.local.md (git-ignored).
+# < 10 min here; --full on a GPU box.
 bench: setup
 	$(PY) bench/run_all.py
 

@@ -1,9 +1,11 @@
-"""Shared helpers of the bench/ scripts: the machine line, the RESULTS.md row, the summary line, and the
+"""Shared helpers of the bench/ scripts: the machine line, the results row, the summary line, and the
 FLOP/byte floor (the time a run cannot beat on this machine: max(FLOPs / peak FLOP/s, bytes / peak bandwidth),
 with both peaks measured here in a second, so the floor is honest for CPU and GPU alike).
 
 Rows look like those shift_nn.py and eval_passes.py write:
 ``- DATE | SCRIPT MODE | MACHINE | SIZES | RESULTS``.
+
+Rows go to ``bench/results.local.md``: a local log, ignored by git (each machine keeps its own runs).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+RESULTS = Path(__file__).resolve().parent / "results.local.md"
 HEADER = "# Benchmark results\n\nOne row per run; appended by the bench scripts.\n\n"
 
 
@@ -40,7 +42,7 @@ def machine(device: str | None = None) -> str:
 
 
 def record(script: str, sizes: str, results: str, *, device: str | None = None, path: Path | None = None) -> str:
-    """Append one row to bench/RESULTS.md (created with its header if missing); returns the row."""
+    """Append one row to bench/results.local.md (created with its header if missing); returns the row."""
     path = path or RESULTS
     if not path.exists():
         path.write_text(HEADER)

@@ -266,7 +266,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sizes", choices=("imagenet", "large"), default="imagenet",
                    help="imagenet: ImageNet-like sizes (default); large: camera-sized, long side 1000-2000")
-    p.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
+    p.add_argument("--no-record", action="store_true", help="do not append to bench/results.local.md")
     a = p.parse_args(argv)
 
     import torch

@@ -1,14 +1,14 @@
-"""Does CPU image decoding scale with cores? (issue 20: ``isood extract`` decoded with threads in one process and
-was GIL-bound: 8 and 15 threads gave the same rate.)
+"""Does CPU image decoding scale with cores? (Decoding with threads in one process is
+GIL-bound: 8 and 15 threads give the same rate.)
 
-The local engine now decodes in processes (``isood.images.prepared_batches``: a torch DataLoader whose workers
+The local engine decodes in processes (``isood.images.prepared_batches``: a torch DataLoader whose workers
 each prepare chunks of a batch, put back together in order). This bench times that pipeline alone, no model:
 ImageNet-like made-up JPEGs (``bench/decode.py``'s sizes and scenes), the reference decoding (PIL + open_clip's
 224 px ViT-B-32 transform) and ``--decode fast``, batches of 64, every batch finished as the extraction finishes
 it (``ImageDecoder.finish``: the chunks placed in one tensor) in the main process. It reports images/s with the
 decoding in this process (0 workers: one core), in 1 and 2 .. N worker processes, and the same pipeline with N
-threads in one process (what a Ray actor still does, and what the local engine did before), and prints the
-measured ratio rate(N) / rate(1) against the issue's target 0.7 x N. On a shared machine the wall rates depend on
+threads in one process (what a Ray actor does), and prints the
+measured ratio rate(N) / rate(1) against the target 0.7 x N. On a shared machine the wall rates depend on
 what else runs (the load average is printed), so it also gives the CPU time per image (this process and its
 decoding processes together): equal CPU per image at 0 and N workers means the processes cost nothing extra,
 and N idle cores give N times the one-core rate.
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, nargs="+", default=None, help="default: 0 1 .. CPUs")
     p.add_argument("--modes", nargs="+", default=["reference", "fast"])
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
+    p.add_argument("--no-record", action="store_true", help="do not append to bench/results.local.md")
     a = p.parse_args(argv)
     cpus = os.cpu_count() or 1
     workers = a.workers or list(range(0, cpus + 1))

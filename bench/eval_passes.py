@@ -14,7 +14,7 @@ steadier measure (with ``--threads 1`` it is the work done).
 
 Printed: the time of all 12 together, of each alone, and one summary line with the ratio
 ``all 12 together / mean single-detector run`` (target <= 1.3) and the speed-up over running them one by one.
-A row is appended to bench/RESULTS.md (``--no-record`` to skip).
+A row is appended to bench/results.local.md (``--no-record`` to skip).
 
     python bench/eval_passes.py            # resnet18, 112 px, 256 train + 128 test + 128 OOD (minutes on 1 core)
     python bench/eval_passes.py --quick    # 64 px, 128 train + 64 test + 64 OOD, one repeat (under a minute)
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
                    help="CPU threads for torch and BLAS (0: library defaults). On shared cores multi-threaded "
                         "OpenBLAS can be 10-80x slower (spinning threads), hence 1")
     p.add_argument("--quick", action="store_true", help="tiny smoke run")
-    p.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
+    p.add_argument("--no-record", action="store_true", help="do not append to bench/results.local.md")
     a = p.parse_args(argv)
     if a.quick:
         a.size, a.n_train, a.n_test, a.repeats = 64, 128, 64, 1

@@ -4,7 +4,7 @@ Offline there are no pretrained weights, so the model is randomly initialised (s
 weights). Measures: images/s of extract_features (JPEG decode + preprocess on decoding threads, batched
 encode, AMP on CUDA), the cost of a no-op resume (every shard complete), and texts/s of encode_texts. Prints
 one SUMMARY line with the FLOP/byte floor (bench/_results.py) beside the best time, and appends a row to
-bench/RESULTS.md (``--no-record`` to skip).
+bench/results.local.md (``--no-record`` to skip).
 
     python bench/extract_clip.py [--model ViT-B-32] [--images 256] [--batch-size 64] [--workers 0 1] [--device auto]
     python bench/extract_clip.py --full    # a GPU machine: 4,096 images, batch 256, workers 4 8
@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--texts", type=int, default=512)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--full", action="store_true", help="GPU-machine sizes")
-    ap.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
+    ap.add_argument("--no-record", action="store_true", help="do not append to bench/results.local.md")
     args = ap.parse_args()
     args.images = args.images or (4096 if args.full else 256)
     args.batch_size = args.batch_size or (256 if args.full else 64)

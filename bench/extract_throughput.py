@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=None, help="local decoding threads (default: CPUs - 1, at most 8)")
     p.add_argument("--ray-workers", type=int, default=None, help="Ray actors (default: one per GPU, else per CPU)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    p.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
+    p.add_argument("--no-record", action="store_true", help="do not append to bench/results.local.md")
     a = p.parse_args(argv)
     n = a.images or (40_000 if a.full else 16_384)
     side = a.side or (224 if a.full else 48)

@@ -2,7 +2,7 @@
 FLOP floors: (a) this machine's CPUs, (b) one H100, (c) 8 Ray workers with one H100 each.
 
 The build: ID = ImageNet-1K train (1,281,167 images), test = ImageNet-21K-P winter21 train+val (11,797,647
-images: the figure of the project's brief, override with --test-images), Syn-IS = 64 cells x 5,000 images
+images; override with --test-images), Syn-IS = 64 cells x 5,000 images
 whose shift is measured from their prompts (320,000 prompt texts; generating the images with SDXL-Turbo is a
 separate job, not estimated here). Stages: extraction (decode + CLIP ViT-B/32 at 224 of every ID and test image;
 CLIP text features of the LAID texts and the Syn-IS prompts), LAID (fit of W), shift (nearest ID neighbour of
@@ -11,15 +11,15 @@ every test image and prompt, on both LAID halves of 256 dimensions), grid (level
 Measured here (each in seconds): JPEG decode + open_clip's reference preprocessing of ImageNet-sized (500x375)
 made-up JPEGs per CPU core; ViT-B/32 (random weights) image and text forward on the CPU and their FLOPs
 (torch's FlopCounterMode); the LAID fit on 10,000 random 512-d triplets; the exact faiss-flat rate; the grid
-steps. Read from bench/RESULTS.md (measured by the other benches; re-run them first): the recall-tuned IVF
+steps. Read from bench/results.local.md (measured by the other benches; re-run them first): the recall-tuned IVF
 speed-up over exact search at 1M x 256 (bench/shift_nn.py), the 14M-row manifest write (bench/manifest_build.py)
 and build-splits' peak RSS per test image, per ID image and fixed (bench/splits_memory.py; measured here with
-its --quick sizes when RESULTS.md has no row). build-splits streams the test features: its memory is the ID
-side (features + both LAID halves while the halves are computed, then the halves), a few blocks of test rows,
+its --quick sizes when the log has no row, or no log exists). build-splits streams the test features: its memory
+is the ID side (features + both LAID halves while the halves are computed, then the halves), a few blocks of test rows,
 and a few hundred bytes per test image.
 Assumed (GPU side, stated in the output): H100 dense fp16 ~400 TFLOP/s effective for the CLIP forward, fp32
 ~50 TFLOP/s for the exact torch search, 16 host CPU cores per GPU for decoding, 110 KB per JPEG read at
-2 GB/s, 60 s to start 8 Ray workers. Prints a table and one SUMMARY line; appends a row to bench/RESULTS.md.
+2 GB/s, 60 s to start 8 Ray workers. Prints a table and one SUMMARY line; appends a row to bench/results.local.md.
 
     python bench/full_scale.py            # measure here, print the estimate (~1 minute)
     python bench/full_scale.py --quick    # smaller measurements (seconds)
@@ -198,7 +198,7 @@ def measure(quick: bool) -> dict[str, float]:
     m["cpu_peak_flops"] = peaks("cpu")["flops"]
     m.update(from_results())
     if "mem_test_row" not in m:
-        print("no bench/splits_memory.py row in RESULTS.md: measuring build-splits' memory (minutes)", flush=True)
+        print("no bench/splits_memory.py row in results.local.md: measuring build-splits' memory (minutes)", flush=True)
         m.update(measure_splits_memory())
     print(f"measured in {time.perf_counter() - t0:.0f} s: " + ", ".join(f"{k} {v:.4g}" for k, v in m.items()), flush=True)
     return m
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="smaller measurements (seconds)")
     p.add_argument("--test-images", type=int, default=N_TEST, help="test-set size (default: ImageNet-21K-P winter21 train+val)")
-    p.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
+    p.add_argument("--no-record", action="store_true", help="do not append to bench/results.local.md")
     a = p.parse_args(argv)
     m = measure(a.quick)
     rows = estimate(m, n_id=N_ID, n_test=a.test_images, n_syn=N_SYN)

@@ -1,9 +1,9 @@
-"""Issue 20, part 1 on one GPU: image decoding at GPU speed for `isood extract` and `isood evaluate`, in ONE run.
+"""Image decoding at GPU speed on one GPU for `isood extract` and `isood evaluate`, in ONE run.
 
 Makes its own JPEGs (500x375, made-up photos: ``bench/decode.py``'s scenes, quality 75-95) in a temporary folder
-and measures, each against the issue's target:
+and measures, each against its target:
 
-(a) decoding on ONE core: PIL decode + resize (the issue's baseline, 317 img/s on the H100 machine) and the
+(a) decoding on ONE core: PIL decode + resize (baseline: 317 img/s on one core of an H100 machine) and the
     reference decoding path (PIL + open_clip's ViT-B-32 transform: resize, crop, normalise);
 (b) ``isood extract --decode gpu`` end to end (listing, hashing, nvJPEG decode, tensor steps on the GPU,
     ViT-B-32 with random weights, shards, manifest): target >= 8,000 img/s; and the cosine of its features to
@@ -12,11 +12,11 @@ and measures, each against the issue's target:
     decoding processes): target >= 0.7 x cores x the one-core rate of (a), and >= 3,500 img/s on 16 cores;
 (d) `isood evaluate`'s forward pass (``scoring.run_detectors``, msp/energy/maxlogit, ResNet-50 from torchvision
     with random weights, batch 256, CPUs - 1 DataLoader workers): ``--decode gpu`` in fp32 (target >= 5,000
-    img/s), bf16 and fp16 (channels-last, autocast), the reference decoding in fp32 (the issue: ~1,100 img/s),
+    img/s), bf16 and fp16 (channels-last, autocast), the reference decoding in fp32 (baseline: ~1,100 img/s),
     beside the model alone on a batch already on the device (fp32; fp16 channels-last).
 
 Prints one ``SUMMARY gpu_extract.<measurement>: ...`` line per measurement with the measured ratio to its target
-and appends one row to bench/RESULTS.md (``--no-record`` to skip; ``--smoke`` never records).
+and appends one row to bench/results.local.md (``--no-record`` to skip; ``--smoke`` never records).
 
     python bench/gpu_extract.py --device cuda            # H100: 8,192 JPEGs; about 2 minutes (estimate)
     python bench/gpu_extract.py --smoke --device cpu     # tiny sizes: checks the script (< 1 minute on 2 cores)
@@ -40,7 +40,8 @@ from _results import record, summary  # noqa: E402
 
 TARGETS = {"extract_gpu": 8000.0, "extract_cpu_16": 3500.0, "scaling": 0.7, "evaluate_gpu": 5000.0,
            "cosine": 0.999}
-ISSUE = {"pil_one_core": 317.0, "evaluate_reference": 1100.0}
+#: Figures measured before on an H100 machine, printed beside this run's.
+BASELINE = {"pil_one_core": 317.0, "evaluate_reference": 1100.0}
 
 
 # ----------------------------------------------------------------------------------------------- images
@@ -200,8 +201,9 @@ def run(device: str = "cuda", smoke: bool = False, images: int | None = None, ba
         a = one_core(files[: min(n, 16 if smoke else 512)], encoder.preprocess)
         torch.set_num_threads(1 if cuda else cores)  # the model's threads on a CPU run
         lines.append(summary("gpu_extract.decode_one_core",
-                             f"PIL decode + resize {a['pil']:,.0f} img/s (issue: {ISSUE['pil_one_core']:,.0f} on the "
-                             f"H100 machine, {a['pil'] / ISSUE['pil_one_core']:.2f}x); reference decoding (resize, "
+                             f"PIL decode + resize {a['pil']:,.0f} img/s (baseline: "
+                             f"{BASELINE['pil_one_core']:,.0f} on an H100 machine, "
+                             f"{a['pil'] / BASELINE['pil_one_core']:.2f}x); reference decoding (resize, "
                              f"crop, normalise) {a['reference']:,.0f} img/s"))
 
         # (b) --decode gpu, warm-up first (cuDNN, nvJPEG, the DataLoader's fork) on a few images
@@ -244,8 +246,8 @@ def run(device: str = "cuda", smoke: bool = False, images: int | None = None, ba
                              "ResNet-50 run_detectors " + ", ".join(f"{k} {v:,.0f}" for k, v in ev.items())
                              + f" img/s (--decode gpu fp32 target >= {TARGETS['evaluate_gpu']:,.0f}: "
                              f"{g32 / TARGETS['evaluate_gpu']:.2f}x, {_verdict(g32 / TARGETS['evaluate_gpu'])}; "
-                             f"reference fp32 vs the issue's ~{ISSUE['evaluate_reference']:,.0f}: "
-                             f"{ev['reference fp32'] / ISSUE['evaluate_reference']:.2f}x); model alone "
+                             f"reference fp32 vs the baseline ~{BASELINE['evaluate_reference']:,.0f}: "
+                             f"{ev['reference fp32'] / BASELINE['evaluate_reference']:.2f}x); model alone "
                              + ", ".join(f"{k} {v:,.0f}" for k, v in alone.items()) + " img/s"))
     total = time.perf_counter() - t_all
     sizes = (f"{n} made-up JPEGs 500x375 ({kb:.0f} KB, made in {made:.1f} s), batch {batch}, {workers} decoding "
@@ -263,7 +265,7 @@ def main(argv=None) -> int:
     p.add_argument("--images", type=int, default=None, help="default 8,192 (--smoke: 16)")
     p.add_argument("--batch-size", type=int, default=None, help="default 256 (--smoke: 8)")
     p.add_argument("--workers", type=int, default=None, help="decoding processes (default: CPUs - 1)")
-    p.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
+    p.add_argument("--no-record", action="store_true", help="do not append to bench/results.local.md")
     a = p.parse_args(argv)
     run(a.device, a.smoke, a.images, a.batch_size, a.workers, record_row=not a.no_record)
     return 0

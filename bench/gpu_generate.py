@@ -1,4 +1,4 @@
-"""Issue 20, part 3 on one GPU: does generate-syn keep the GPU busy? One run, no downloads.
+"""On one GPU: does generate-syn keep the GPU busy? One run, no downloads.
 
 Pipeline: a ``StableDiffusionXLPipeline`` with SDXL's full-size architecture (UNet 2.6B parameters: blocks
 320/640/1280, transformer depth 1/2/10, cross-attention 2048; the two CLIP text encoders ViT-L and bigG; the
@@ -17,7 +17,7 @@ Measured, each on a fresh output folder, the same plan (prompts x ``images_per_p
 (d) (c) with the prompt strings passed to the pipeline instead of each unique prompt's embeddings.
 
 Target (this script's: the share of the device time kept): (c) >= 90% of (a)'s images/s. Prints one
-``SUMMARY gpu_generate: ...`` line and appends a row to bench/RESULTS.md (``--no-record``; smoke never records).
+``SUMMARY gpu_generate: ...`` line and appends a row to bench/results.local.md (``--no-record``; smoke never records).
 
     python bench/gpu_generate.py                         # H100: 256 images at 512 px (a few minutes, estimate)
     python bench/gpu_generate.py --smoke --device cpu    # tiny pipeline, 12 images at 64 px (seconds)
@@ -167,7 +167,7 @@ def main(argv=None) -> int:
     p.add_argument("--images", type=int, default=None, help="default 256 (--smoke: 12)")
     p.add_argument("--batch-size", type=int, default=None, help="default 16 (--smoke: 3)")
     p.add_argument("--images-per-prompt", type=int, default=4)
-    p.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
+    p.add_argument("--no-record", action="store_true", help="do not append to bench/results.local.md")
     a = p.parse_args(argv)
     run(a.device, a.smoke, images_per_prompt=a.images_per_prompt, batch=a.batch_size, n_images=a.images,
         record_row=not a.no_record)

@@ -1,21 +1,21 @@
-"""Issue 20 on one lent GPU machine, in ONE run (< 8 minutes on an H100, by the estimates below): the GPU benches
-in sequence, each printing its ``SUMMARY`` line(s) with the measured figure next to its target; at the end the
-collected SUMMARY lines and the time each bench took.
+"""The GPU benches on one GPU machine, in ONE run (< 8 minutes on an H100, by the estimates below), in sequence,
+each printing its ``SUMMARY`` line(s) with the measured figure next to its target; at the end the collected
+SUMMARY lines and the time each bench took.
 
-1. ``bench/gpu_extract.py`` (part 1): decoding on one core, ``isood extract --decode gpu`` end to end + cosine,
+1. ``bench/gpu_extract.py``: decoding on one core, ``isood extract --decode gpu`` end to end + cosine,
    the CPU decoding path on all cores, evaluate's forward pass in fp32/bf16/fp16 (about 2 minutes, its estimate);
-2. ``bench/shift_nn.py --gpu`` (part 2): exact search of 1M queries x 1.28M x 256 with ``torch-fused``, the
+2. ``bench/shift_nn.py --gpu``: exact search of 1M queries x 1.28M x 256 with ``torch-fused``, the
    float32 torch search beside it, exactness vs float64 on 10,000 rows (about 1 minute: data 20-30 s);
 3. ``bench/eval_passes.py`` (evaluate's forward): 12 post-hoc detectors from one forward pass vs one pass each,
    ResNet-18 with random weights on the device (well under a minute);
-4. ``bench/gpu_generate.py`` (part 3): SDXL's full-size architecture with random weights (no download), the
+4. ``bench/gpu_generate.py``: SDXL's full-size architecture with random weights (no download), the
    pipeline alone vs generate-syn with in-line writes, with the write pool, and with prompt strings (2-3 minutes).
 
 A bench that fails prints ``FAILED <name>: <one line>`` and the suite goes on; the exit status is then 1.
 On a machine without CUDA it says ``no CUDA: nothing measured`` and exits 0; ``--cpu-smoke`` runs every bench
 at tiny sizes on the CPU instead (checks the script; nothing is recorded).
 
-    python bench/gpu_suite.py                 # on the GPU machine; appends rows to bench/RESULTS.md
+    python bench/gpu_suite.py                 # on the GPU machine; appends rows to bench/results.local.md
     python bench/gpu_suite.py --cpu-smoke     # anywhere: tiny sizes on the CPU (a few minutes on 2 cores)
     python bench/gpu_suite.py --only shift,generate
 """
@@ -34,7 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-#: The time the suite should stay under on the lent machine (seconds).
+#: The time the suite should stay under on one H100 machine (seconds).
 BUDGET_S = 480
 
 
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpu-smoke", action="store_true", help="every bench at tiny sizes on the CPU (nothing recorded)")
     p.add_argument("--device", default="cuda", help="the GPU to measure (default cuda)")
     p.add_argument("--only", default="", help="comma list among " + ", ".join(BENCHES))
-    p.add_argument("--no-record", action="store_true", help="do not append rows to bench/RESULTS.md")
+    p.add_argument("--no-record", action="store_true", help="do not append rows to bench/results.local.md")
     a = p.parse_args(argv)
     names = [n for n in a.only.split(",") if n] or list(BENCHES)
     unknown = [n for n in names if n not in BENCHES]

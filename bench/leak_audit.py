@@ -7,7 +7,7 @@ Prints the kept candidates of `isood wordnet filter --candidates 21k-p|21k-p-w21
 and peak RSS of each command, run as its own process. The peak is the command's own VmHWM, read by the command
 as it exits: ``ru_maxrss`` of a child (``os.wait4``) also counts the resident size of this process when it
 spawned the child (here the 12M-row manifest it built: ~2.3 GB), which made every command look that large.
-Target (issue 11): < 2 GB each. One SUMMARY line and a row in bench/RESULTS.md (``--no-record`` to skip).
+Target: < 2 GB each. One SUMMARY line and a row in bench/results.local.md (``--no-record`` to skip).
 ``--quick``: 1,000,000 rows; ``--full``: the default size. Run: .venv/bin/python bench/leak_audit.py
 """
 
@@ -108,7 +108,7 @@ def main(argv=None) -> None:
     ap.add_argument("--rows", type=int, default=12_000_000)
     ap.add_argument("--quick", action="store_true", help="1,000,000 rows")
     ap.add_argument("--full", action="store_true", help="the default size (12,000,000 rows)")
-    ap.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
+    ap.add_argument("--no-record", action="store_true", help="do not append to bench/results.local.md")
     args = ap.parse_args(argv)
     rows = 1_000_000 if args.quick else args.rows
     load = os.getloadavg()[0]

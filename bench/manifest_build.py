@@ -62,7 +62,7 @@ def main(argv=None) -> int:
                    help="how the table is handed to write_manifest (build-splits hands a pandas DataFrame)")
     p.add_argument("--full", action="store_true", help="same size (14M is the real size); kept for run_all --full")
     p.add_argument("--out", type=Path, help="write here (default: a temporary directory)")
-    p.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
+    p.add_argument("--no-record", action="store_true", help="do not append to bench/results.local.md")
     a = p.parse_args(argv)
 
     import numpy as np

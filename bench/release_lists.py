@@ -10,8 +10,8 @@ peak RSS (the child's own VmHWM, so libraries are included):
     verify     isood verify M                                (every sha256)
     load       datasets.load_dataset(M) + one cell config    (the 12M-row `all` config and the largest cell)
 
-Targets (issue 11): each < 2 GB peak RSS and < 60 s on 2 cores. Prints a SUMMARY line and appends a row to
-bench/RESULTS.md. `--rows 200000` for a quick run; `--keep DIR` keeps the files.
+Targets: each < 2 GB peak RSS and < 60 s on 2 cores. Prints a SUMMARY line and appends a row to
+bench/results.local.md. `--rows 200000` for a quick run; `--keep DIR` keeps the files.
 
     python bench/release_lists.py [--rows 12000000] [--keep DIR] [--no-record]
 """
@@ -120,7 +120,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=12_000_000)
     ap.add_argument("--keep", type=Path, default=None, help="work in this folder and keep it")
-    ap.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
+    ap.add_argument("--no-record", action="store_true", help="do not append to bench/results.local.md")
     ap.add_argument("--child", choices=STEPS, help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()

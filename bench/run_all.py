@@ -2,7 +2,7 @@
 
 Default sizes finish in under 10 minutes on a 2-core CPU machine (``make bench``); ``--full`` runs the sizes
 meant for a GPU machine (each script's own ``--full``, with the FLOP/byte floor beside the measured time).
-Each script appends its row to bench/RESULTS.md (``--no-record`` passes through).
+Each script appends its row to bench/results.local.md (``--no-record`` passes through).
 
     python bench/run_all.py                       # make bench
     python bench/run_all.py --full                # a GPU machine
@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--full", action="store_true", help="GPU-machine sizes")
     p.add_argument("--only", help="comma-separated script names (default: all): " + ", ".join(SUITE))
-    p.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
+    p.add_argument("--no-record", action="store_true", help="do not append to bench/results.local.md")
     a = p.parse_args(argv)
     names = [n.strip() for n in a.only.split(",")] if a.only else list(SUITE)
     unknown = [n for n in names if n not in SUITE]

@@ -13,14 +13,14 @@ level (8 equal-width levels between the 1st and 99th percentile of the exact dis
 with the approximate distance as with the exact one. isood's IVF searches all the queries in one batch (as
 build-splits does); faiss's indexes search the exact subset. The tuned rows are tuned on a second sample of
 ``--tune-queries`` queries, disjoint from the measured ones. Prints a table, one SUMMARY line, appends a row to
-bench/RESULTS.md (``--no-record`` to skip).
+bench/results.local.md (``--no-record`` to skip).
 
     python bench/shift_nn.py            # 1M x 256 reference, 20k queries (~10 minutes on 2 cores)
     python bench/shift_nn.py --quick    # tiny smoke run (seconds)
     python bench/shift_nn.py --full     # 2M x 256 reference, 50k queries
     python bench/shift_nn.py --skip hnsw,pq   # leave out some of the field's indexes
     python bench/shift_nn.py --levels   # ann_levels vs exact flat on two CLIP-like generators, 200k x 400k
-    python bench/shift_nn.py --gpu      # exact search on the device: 1M queries x 1.28M x 256 (issue 20, part 2)
+    python bench/shift_nn.py --gpu      # exact search on the device: 1M queries x 1.28M x 256
     python bench/shift_nn.py --gpu --quick --device cpu   # the same at tiny sizes on the CPU (checks the script)
 
 ``--gpu`` (:func:`run_gpu`, also called by ``bench/gpu_suite.py``): ``torch-fused`` (``isood.ann.fused``: fp16
@@ -28,7 +28,7 @@ candidates, exact re-rank, certificate) on ``--device`` over all the queries, th
 the exact float32 torch search (``backend='torch'``) on the same device on a subset (extrapolated), and the
 exactness on a sample against a float64 brute force on the device: the share of rows within 1e-6 of the float64
 distance and in the same level (8 equal-width levels between the 1st and 99th percentile of the sample's exact
-distances) as the exact one; target >= 99.99% each. Prints one SUMMARY line; appends a row to RESULTS.md.
+distances) as the exact one; target >= 99.99% each. Prints one SUMMARY line; appends a row to bench/results.local.md.
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ from isood.shift import nearest  # noqa: E402
 
 TARGET_SPEEDUP, TARGET_RECALL, TARGET_AGREEMENT = 20.0, 0.99, 0.999
 #: --gpu: exactness target (share of rows within 1e-6 of float64 and in the same level) and the time target of
-#: 1M queries x 1.28M x 256 on one H100: issue 20's 3 s (>= 7x the 21.1 s measured there before the fused search;
+#: 1M queries x 1.28M x 256 on one H100: 3 s (>= 7x the 21.1 s measured there without the fused search;
 #: 0.8 s is the bf16 matmul floor).
 TARGET_EXACT, TARGET_GPU_SECONDS = 0.9999, 3.0
 SIZES = {  # n_ref, n_query, dim, n_classes, exact (flat) queries, torch queries, tuning queries
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="ann_levels 0.999 vs exact faiss IndexFlatIP on two CLIP-like generators (shift_nn_levels.py)")
     p.add_argument("--check", type=int, default=4_000, help="--levels: queries searched exactly (timing + agreement)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
+    p.add_argument("--no-record", action="store_true", help="do not append to bench/results.local.md")
     a = p.parse_args(argv)
     if a.levels:
         from shift_nn_levels import run_levels

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--code", type=Path, default=ROOT, help="checkout to run (default: this one)")
     p.add_argument("--label", default="", help="recorded with the row (e.g. before / after)")
     p.add_argument("--data", type=Path, help="keep the synthetic data here (reused when present)")
-    p.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
+    p.add_argument("--no-record", action="store_true", help="do not append to bench/results.local.md")
     a = p.parse_args(argv)
     big, n_id = (400_000 if a.quick else a.test_rows), a.id_rows
     load = os.getloadavg()[0]  # wall times are noisy on shared cores; the peaks are not

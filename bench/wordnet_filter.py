@@ -2,7 +2,7 @@
 
 Prints: WordNet load time, the first filter (cold caches), repeats (warm caches: each synset's ancestors are
 computed once per process), and the cold/warm ratio; plus candidates/kept/dropped per rule for the default
-exclusion, exclude=() and --sisters-only. Prints one SUMMARY line and appends a row to bench/RESULTS.md
+exclusion, exclude=() and --sisters-only. Prints one SUMMARY line and appends a row to bench/results.local.md
 (``--no-record`` to skip; ``--full`` is accepted for run_all and changes nothing: these are the real sizes).
 Run: .venv/bin/python bench/wordnet_filter.py
 """
@@ -28,7 +28,7 @@ def _timed(fn):
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--full", action="store_true", help="same sizes (the real lists)")
-    ap.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
+    ap.add_argument("--no-record", action="store_true", help="do not append to bench/results.local.md")
     args = ap.parse_args(argv)
     wn, t_load = _timed(load_wordnet)
     cand, ids = load_synset_list("21k"), load_synset_list("1k")

@@ -67,7 +67,7 @@ def make_image_dataset(root, classes=TINY_IMAGE_CLASSES, seed: int = 0, corrupt:
 @pytest.fixture(scope="session")
 def tiny_images(tmp_path_factory):
     """Dataset root: 16 readable images in 4 wnid folders (TINY_IMAGE_CLASSES) + one corrupt file (TINY_CORRUPT).
-    Shared by the session: do not modify it; make another with ``image_dataset_factory``."""
+    Shared by every test: do not modify it; make another with ``image_dataset_factory``."""
     return make_image_dataset(tmp_path_factory.mktemp("tiny_images"))
 
 

@@ -25,9 +25,9 @@ Backends (:class:`SearchOptions`):
   tuned on the tuning sample: an IVF distance can only overestimate), with the held-out level agreement and its
   one-sided lower confidence bound in the report.
 
-Measured by ``bench/shift_nn.py`` on 1M x 256 clustered features, half of the queries far OOD (bench/RESULTS.md,
-2 CPU cores): exact faiss flat ~380 queries/s (at the FLOP floor); ``recall=0.995`` -> nprobe 8, 32% of the
-queries re-probe 256 of 4096 lists: 31x flat, recall@1 0.996, level agreement 99.94%; ``recall=0.99`` -> 45x,
+Measured by ``bench/shift_nn.py`` on 1M x 256 clustered features, half of the queries far OOD, on 2 CPU cores
+(docs/guides/benchmarks.md): exact faiss flat ~380 queries/s (at the FLOP floor); ``recall=0.995`` -> nprobe 8,
+32% of the queries re-probe 256 of 4096 lists: 31x flat, recall@1 0.996, level agreement 99.94%; ``recall=0.99`` -> 45x,
 0.992, 99.88%. faiss's own IVF search of the same lists is 4x at recall 0.99 (one query at a time, memory-bound),
 HNSW (M 32) reaches recall@1 0.94 at 5x, IVF-PQ fast-scan + exact refine 0.965 at 42x: the far queries' nearest
 rows are near-ties spread over many clusters. The exact path (``nearest``, faiss-flat) runs at 1.02x raw faiss

@@ -138,7 +138,7 @@ class EvaluateOptions:
                                   "hyponym, excluded_subtree).")
     verify: str = verify_option()
     progress: bool = option(True, cli=False, help="Progress bars.")
-    # -- any benchmark (issue 18): OOD sets by name, their roots, the ID test list's root and labels, the
+    # -- any benchmark: OOD sets by name, their roots, the ID test list's root and labels, the
     #    preprocessing per set, Table 1's convention
     ood: tuple[str, ...] = option((), kind="list", metavar="[GROUP:]NAME=MANIFEST", named_path=True,
                                   help="An OOD set, repeatable: a splits (cells: per-cell rows and Table 1), syn-is, "

@@ -1,4 +1,4 @@
-"""Issue 18, item 6: MCM and GL-MCM on a CLIP zero-shot classifier, against the published formulas computed here by
+"""MCM and GL-MCM on a CLIP zero-shot classifier, against the published formulas computed here by
 hand with torch on tiny open_clip models (a ViT and a ModifiedResNet, seeded weights, no download).
 
 MCM (Ming et al., NeurIPS 2022): S = max_c softmax(cos(f(x), t_c) / T), T = 1, prompts "a photo of a <class>".

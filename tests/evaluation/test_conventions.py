@@ -1,4 +1,4 @@
-"""Issue 18, items 1 and 3: Table 1 by the IS-OOD release's rule and its results file, against an independent
+"""Table 1 by the IS-OOD release's rule and its results file, against an independent
 implementation of that rule written from its description (README / ARCHITECTURE: per-cell values in percent rounded
 to 0.01, N/A stored as 0, per level the mean over the entries > 1e-16, sensitivity = |least-squares slope| over
 levels 1..n, correlation = Pearson, printed with 2 decimals); the file against pandas' own ``to_csv`` as the release

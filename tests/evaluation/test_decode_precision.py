@@ -1,4 +1,4 @@
-"""`isood evaluate --decode gpu` and `--precision fp16|bf16` (issue 20) on a tiny timm model (random weights saved as
+"""`isood evaluate --decode gpu` and `--precision fp16|bf16` on a tiny timm model (random weights saved as
 a checkpoint) and JPEGs made here: the gpu decoding (run here on the CPU: the same batched decode_jpeg + tensor
 steps) and bf16 keep the scores' ranking and each cell's AUROC; both are part of the output-cache key; unreadable
 images are named as the reference names them; fp16 is CUDA-only (a GPU test compares it with fp32)."""

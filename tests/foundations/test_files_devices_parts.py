@@ -1,4 +1,4 @@
-"""L0 runtime: atomic writes, job-array units, the local engine, device resolution, defaults."""
+"""L0 foundations: atomic writes, job-array units, the local engine, device resolution, defaults."""
 
 import os
 import stat

@@ -122,7 +122,7 @@ def test_extract_from_file_list_with_prefix_wnids_and_missing_file(tiny_encoder,
     r = FS.extract_features(lst, tiny_encoder, tmp_path / "f", workers=0, progress=False)
     assert (r.n_images, r.n_rejected) == (3, 1)
     x, index = FS.load_features(tmp_path / "f")
-    # every path relative to one explicit root: the deepest folder holding the list and its entries (issue 17)
+    # every path relative to one explicit root: the deepest folder holding the list and its entries
     assert dict(zip(index["path"], index["wnid"])) == {
         "flat/n01440764_7.JPEG": "n01440764", "flat/n02084071_2.png": "n02084071",
         "elsewhere/n04399382/x.png": "n04399382",

@@ -57,7 +57,7 @@ def test_list_file_relative_absolute_comments_duplicates_and_missing(tmp_path):
     lst = tmp_path / "d" / "list.txt"
     lst.write_text(f"# comment\n\nn01440764_1.png\n{other}\nn01440764_1.png\ngone.JPEG\n")
     src = list_images(lst)
-    # one explicit root for every entry: the deepest folder holding the list and what it names (issue 17, S8/S10)
+    # one explicit root for every entry: the deepest folder holding the list and what it names
     assert src.kind == "list" and src.root == tmp_path
     mine, theirs = "d/n01440764_1.png", "elsewhere/n02084071/a.png"
     assert src.table["path"].tolist() == sorted([theirs, "d/gone.JPEG", mine])

@@ -189,7 +189,7 @@ def test_splits_config_records_every_option_but_progress_and_the_view_fields(tmp
     cfg = BuildConfig(id="a", test="b", out="c")
     config = splits_config(cfg, clip_identity="X", id_root="ids", test_root="/test")
     assert "progress" not in config and "verify" not in config and config["levels"] == 8
-    # paths against explicit roots, never the working directory (issue 17, S8)
+    # paths against explicit roots, never the working directory
     assert config["test"] == str(tmp_path / "b") and config["id_root"] == str(tmp_path / "ids")
     assert (config["clip_identity"], config["test_root"]) == ("X", "/test")
 

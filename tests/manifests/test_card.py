@@ -49,7 +49,7 @@ def test_cell_configs_return_exactly_the_cell_rows_and_na_cells_none(tmp_path, w
     images = m.frame("images")
     cells = m.frame("cells")
     usable = cells[~cells["na"]]
-    assert {c for c in _config_names(m.root) if c.startswith("cov_")} == set(cells["cell"])  # every cell (issue 17)
+    assert {c for c in _config_names(m.root) if c.startswith("cov_")} == set(cells["cell"])  # every cell
     for rec in usable.itertuples():
         got = load(m.root, rec.cell)["test"].to_pandas()
         want = images[(images.cov_level == rec.cov_level) & (images.sem_level == rec.sem_level)]
@@ -124,7 +124,7 @@ def test_content_change_bumps_version_and_changelog_through_the_card_writer(tmp_
     assert pq.ParquetFile(root / "data/configs/cov_2_sem_5/test.parquet").metadata.num_rows == 0
     text = (root / "README.md").read_text()
     assert "(v1.1.0)" in text and "1.1.0 (" in text and "fewer images in cov_2_sem_5" in text
-    assert "cov_2_sem_5" in _config_names(root)  # an N/A cell has an empty config (issue 17)
+    assert "cov_2_sem_5" in _config_names(root)  # an N/A cell has an empty config
     assert list(load(root, "cov_2_sem_5", streaming=True)["test"]) == []
     with pytest.raises(ValueError, match="corresponds to no data"):
         load(root, "cov_2_sem_5")
@@ -145,7 +145,7 @@ def test_add_card_to_a_plain_manifest(tmp_path, worlds, load):
     result = CliRunner().invoke(app, ["card", str(root)])
     assert result.exit_code == 0, result.output
     m = manifests.read(root)
-    # the card and its config files are derived from the tables: content hash and version stay (issue 17)
+    # the card and its config files are derived from the tables: content hash and version stay
     assert m.dataset_version == "1.0.0" and len(m.meta["changelog"]) == 1
     assert m.content_sha256 == before.content_sha256
     assert manifests.verify(root).ok

@@ -1,4 +1,4 @@
-"""Issue 18, item 4: the merged data info of an OpenOOD export folder (``isood.stages.interop.openood_info``, pure):
+"""The merged data info of an OpenOOD export folder (``isood.stages.interop.openood_info``, pure):
 groups, the merge of several benchmarks, OpenOOD's DATA_INFO shape and what each tool still lacks."""
 
 import pytest

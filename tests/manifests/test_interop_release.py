@@ -1,4 +1,4 @@
-"""Issue 11, items 1-4: the official IS-OOD release's own rules, against a re-implementation of its evaluation
+"""The official IS-OOD release's own rules, against a re-implementation of its evaluation
 code (`datasets.py`, `get_id_ood_dataloader_level_split`: for every cell, the `train` and `val` lists are read
 with one data_dir, concatenated, and the cell is N/A when the pooled count is below DATASET_NUM_TH = 10)."""
 
@@ -226,7 +226,7 @@ def test_import_memory_does_not_grow_with_the_rows(tmp_path):
     assert slope < 100, f"{slope:.0f} bytes per row ({peaks})"
 
 
-# ------------------------------------------------------------------------------------------ 5. one data root (issue 18)
+# ------------------------------------------------------------------------------------------ 5. one data root
 # Copies of the two loaders' rules, written from their code (nothing imported from either):
 # - the release's datasets.py, get_id_ood_dataloader_level_split(data_root): its BaseDataset takes the whole line
 #   (strip('\n')) as the image path under one data_dir: ID lists imglist/imagenet1k/{train,val,test}_imagenet.txt

@@ -83,7 +83,7 @@ def test_splits_with_a_value_edges_table_is_refused_at_read(tmp_path, worlds):
     msg = _one_line(info.value)
     assert "'edges'" in msg and "'lower'" in msg
     result = CliRunner().invoke(app, ["export", "openood", str(m.root), "--out", str(tmp_path / "o")])
-    # a stage verifies what it reads first: the swapped file is named as changed (issue 17)
+    # a stage verifies what it reads first: the swapped file is named as changed
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "fails verification" in result.output and "data/edges.parquet" in result.output
 

@@ -1,4 +1,4 @@
-"""Issue 13's matrix, rows "images" and "options" of `isood build-splits` (ID and test images extracted on the fly
+"""The bad-input matrix, rows "images" and "options" of `isood build-splits` (ID and test images extracted on the fly
 with the tiny open_clip of tests/conftest.py; LAID trained on a labels file, few steps).
 
 Bad files among the test images are never fatal: exit 0, a ``manifest.json``, each file in the ``dropped`` table
@@ -119,7 +119,7 @@ USER_ERRORS = [  # (extra args or a function of the base folder returning them, 
     pytest.param(["--shard-size", "-2"], ["--shard-size", "-2"], id="shard_size_neg-config._check+check_sizes"),
     pytest.param(["--workers", "-1"], ["--workers", "-1"], id="workers_neg-config._AT_LEAST+check_sizes"),
     pytest.param(["--laid-steps", "0"], ["--laid-steps", "0"], id="laid_steps_0-config._AT_LEAST"),
-    pytest.param(["--seed", "-1"], ["--seed", "-1"], id="seed_neg-runtime.check_seed"),
+    pytest.param(["--seed", "-1"], ["--seed", "-1"], id="seed_neg-optspec.seed_option"),
     pytest.param(["--backend", "annoy"], ["--backend", "annoy"], id="unknown_backend-config._check"),
     pytest.param(["--ann-recall", "1.5"], ["--ann-recall", "1.5"], id="ann_recall_above_1-config._check_ann"),
     pytest.param(["--clip-quantile", "0.9,0.1"], ["--clip-quantile"], id="quantiles_reversed-config.parse_quantile"),

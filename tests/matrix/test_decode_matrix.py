@@ -1,6 +1,6 @@
-"""Issue 20, part 1 (decoding at GPU speed): rows of `isood extract --decode gpu` / `--workers N` and `isood evaluate
+"""Decoding at GPU speed: rows of `isood extract --decode gpu` / `--workers N` and `isood evaluate
 --decode gpu` / `--precision`, the real CLI on tiny data made here (the tiny open_clip of tests/conftest.py; a tiny
-timm ResNet with random weights saved as a checkpoint). On this CPU-only machine `--decode gpu` runs its batched
+timm ResNet with random weights saved as a checkpoint). Without a GPU, `--decode gpu` runs its batched
 decode_jpeg + tensor steps on CPU tensors, the code path a GPU runs with nvJPEG.
 
 | row                          | input                                                  | guard                                           |

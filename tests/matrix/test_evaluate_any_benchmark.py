@@ -1,4 +1,4 @@
-"""Issue 18 (items 1, 2, 3, 5, 6): `isood evaluate` scores every benchmark a user already has, the release's way and
+"""`isood evaluate` scores every benchmark a user already has, the release's way and
 isood's, from the CLI or in memory.
 
 The world: made-up images written at the paths of the published IS-OOD release's lists (a few of its real lines,
@@ -425,8 +425,8 @@ def test_labels_that_do_not_match_are_one_line(rows, names, world, cli, tmp_path
     assert not (out / "manifest.json").exists()
 
 
-def test_flat_id_list_without_labels_was_refused_and_now_evaluates(world, cli, tmp_path):
-    """Guard (the issue's "12 image(s) have no wnid in their path"): a flat list without wnids is an unlabelled
+def test_flat_id_list_without_labels_is_an_unlabelled_id_set(world, cli, tmp_path):
+    """Guard: a flat list without wnids is an unlabelled
     ID test set, relative to --id-test-root; with one wnid-named image among flat ones it stays an error."""
     data = world / "data"
     out = tmp_path / "ev"

@@ -1,4 +1,4 @@
-"""Issue 13's matrix, rows "images" and "options" of `isood evaluate` (a tiny timm ResNet with random weights saved
+"""The bad-input matrix, rows "images" and "options" of `isood evaluate` (a tiny timm ResNet with random weights saved
 as a local checkpoint, image folders and a splits manifest written by the splits stage's writer, all made here).
 
 An evaluation scores every image it is given, so an unreadable one is a user error here (not a rejected row): exit

@@ -1,4 +1,4 @@
-"""Issue 13's matrix, rows "images" and "options" of `isood extract`: each row drives the real CLI on tiny data made
+"""The bad-input matrix, rows "images" and "options" of `isood extract`: each row drives the real CLI on tiny data made
 here (the tiny open_clip of tests/conftest.py) and names the guard it checks (``module.function``).
 
 Bad files inside a run are never fatal: exit 0, a ``manifest.json``, the file in the ``rejected`` table with the

@@ -1,4 +1,4 @@
-"""Issue 13's matrix, rows "faults": the real CLI in a subprocess, killed (SIGKILL) or interrupted (SIGINT) at a
+"""The bad-input matrix, rows "faults": the real CLI in a subprocess, killed (SIGKILL) or interrupted (SIGINT) at a
 chosen point, then rerun; two processes on one ``--out``; a full disk; a read-only ``--out``.
 
 The fault is injected by a small driver (``DRIVER`` below, run as ``python driver.py FAULT ARGS...``): it wraps one
@@ -7,10 +7,10 @@ row, waits), then calls the ``isood`` entry point. No test hook lives in the pro
 
 | row                        | guard                                                                             |
 |----------------------------|-----------------------------------------------------------------------------------|
-| kill -9 / SIGINT, rerun    | extract: ``featurestore.extraction._reusable`` (content shard key) + ``write_shard`` (rows, then .npy, atomically); build-splits: the same, per feature set; generate-syn: ``generation.outputs.prepare_outputs`` (content keys, valid PNG); evaluate: ``evaluation.capture.OutputCache``; extract-gpu / evaluate-gpu (issue 20): the same, with ``--decode gpu``, decoding processes and (evaluate) ``--precision bf16``; all: ``manifests.writing`` (the work waits in a staging folder beside --out, resumed by the rerun, swapped in when complete) |
+| kill -9 / SIGINT, rerun    | extract: ``featurestore.extraction._reusable`` (content shard key) + ``write_shard`` (rows, then .npy, atomically); build-splits: the same, per feature set; generate-syn: ``generation.outputs.prepare_outputs`` (content keys, valid PNG); evaluate: ``evaluation.capture.OutputCache``; extract-gpu / evaluate-gpu: the same, with ``--decode gpu``, decoding processes and (evaluate) ``--precision bf16``; all: ``manifests.writing`` (the work waits in a staging folder beside --out, resumed by the rerun, swapped in when complete) |
 | SIGINT: exit 130, one line | ``isood.cli._app.FriendlyGroup.invoke`` (``except KeyboardInterrupt``)                |
 | second writer refused      | the lock beside --out (``isood.files.lock_path``) ``manifests.writing`` takes (``output_lock`` for exports) |
-| --out of another kind, or foreign files (issue 17) | ``manifests.output.check_output``, before any work; the demo: ``isood.demo.check_demo_out`` |
+| --out of another kind, or foreign files | ``manifests.output.check_output``, before any work; the demo: ``isood.demo.check_demo_out`` |
 | disk full / read-only      | ``isood.cli._app.FriendlyGroup.invoke`` (``except OSError`` -> ``os_error_message``) + manifest.json last |
 
 Byte-identical: every file of the rerun's ``--out`` equals the uninterrupted run's, and the two manifest.json
@@ -258,7 +258,7 @@ def _args(name: str, i: dict) -> list[str]:
                      "--id-train", str(i["timm"]["train"]), "--model", "test_resnet", "--checkpoint",
                      str(i["timm"]["ckpt"]), "--detectors", "msp,energy,knn:k=3", "--na-threshold", "2",
                      "--plot-metrics", "auroc", "--cache-dir", "{CACHE}", *small, "--out", "{OUT}"],
-        # issue 20: JPEGs decoded by the batched decode_jpeg path (on the CPU here), in decoding processes
+        # JPEGs decoded by the batched decode_jpeg path (on the CPU here), in decoding processes
         "extract-gpu": ["extract", "--images", str(i["images"]), "--clip", i["clip"], "--shard-size", "4",
                         "--workers", "2", "--decode", "gpu", *small, "--out", "{OUT}"],
         "evaluate-gpu": ["evaluate", "--splits", str(i["timm_jpeg"]["splits"]), "--id-test", str(i["timm_jpeg"]["val"]),
@@ -471,8 +471,8 @@ def test_every_writer_takes_the_out_lock(inputs, writers, tmp_path, name):
         holder.wait()
 
 
-# ------------------------------------------------------------------------------------------------ issue 17: --out
-#: The commands that write a manifest, and a manifest of another kind for each (D1-D4: it used to be replaced).
+# -------------------------------------------------------------------------------------------------------- --out
+#: The commands that write a manifest, and a manifest of another kind for each (it must not be replaced).
 MANIFEST_WRITERS = [w for w in WRITERS if w not in ("export openood", "publish --dry-run", "card", "demo")]
 
 

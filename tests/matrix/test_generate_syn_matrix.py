@@ -1,4 +1,4 @@
-"""Issue 13's matrix, rows "options" of `isood generate-syn` (counts, styles, style files, labels): every row is
+"""The bad-input matrix, rows "options" of `isood generate-syn` (counts, styles, style files, labels): every row is
 refused before a prompt is encoded or an image generated: exit 2, one line on stderr naming the option or value,
 no traceback, no ``manifest.json`` in ``--out``. The inputs are valid otherwise (tiny open_clip, ID features, a
 LAID file and labels made here), so a row passes only through its guard, named in its id (``module.function``).
@@ -57,14 +57,14 @@ ROWS = [  # (extra args or a function of the inputs folder returning them, subst
     pytest.param(["--per-cell", "0"], ["--per-cell", "0"], id="per_cell_0-syn.options.check_options"),
     pytest.param(["--per-cell", "-2"], ["--per-cell", "-2"], id="per_cell_neg-syn.options.check_options"),
     pytest.param(["--images-per-prompt", "0"], ["--images-per-prompt", "0"], id="images_per_prompt_0-check_options"),
-    pytest.param(["--seed", "-1"], ["--seed", "-1"], id="seed_neg-runtime.check_seed"),
+    pytest.param(["--seed", "-1"], ["--seed", "-1"], id="seed_neg-optspec.seed_option"),
     pytest.param(["--batch-size", "0"], ["--batch-size", "0"], id="batch_size_0-sdxl.GeneratorSettings"),
     pytest.param(["--steps", "0"], ["--steps", "0"], id="steps_0-sdxl.GeneratorSettings"),
     pytest.param(["--size", "0"], ["--size", "0"], id="size_0-sdxl.GeneratorSettings"),
     pytest.param(["--size", "100"], ["--size", "100"], id="size_not_multiple_of_8-sdxl.GeneratorSettings"),
-    pytest.param(["--num-shards", "0"], ["--num-shards", "0"], id="num_shards_0-runtime.check_shard_args"),
+    pytest.param(["--num-shards", "0"], ["--num-shards", "0"], id="num_shards_0-optspec.check"),
     pytest.param(["--num-shards", "2", "--shard-index", "5"], ["--shard-index", "5"],
-                 id="shard_index_out_of_range-runtime.check_shard_args"),
+                 id="shard_index_out_of_range-parts.check_shard_args"),
     pytest.param(["--engine", "spark"], ["spark"], id="unknown_engine-optspec.check"),
     pytest.param(["--engine", "ray", "--ray-workers", "0"], ["--ray-workers must be an integer >= 1", "0"],
                  id="ray_workers_0-optspec.check"),

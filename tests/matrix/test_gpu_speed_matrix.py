@@ -1,4 +1,4 @@
-"""Issue 20 (GPU speed), checked on the CPU: what keeps a GPU busy must not change what is written.
+"""GPU speed, checked on the CPU: what keeps a GPU busy must not change what is written.
 
 | row | code | test |
 |---|---|---|
@@ -262,7 +262,7 @@ def test_prompt_embeddings_once_per_unique_prompt_same_images(tiny_sdxl, guidanc
 def test_nearest_and_shift_search_use_the_fused_search_on_cuda_via_auto(monkeypatch):
     """With a CUDA device present, ``nearest`` and ``shift_search`` with the default backend ('auto') run the
     fused search (here: its index built on the CPU in place of the GPU) and answer as a float64 brute force:
-    every distance within 1e-6 (the issue asks >= 99.99% of rows) and the same level on every row."""
+    every distance within 1e-6 (the target is >= 99.99% of rows) and the same level on every row."""
     import torch
 
     import isood.ann.fused as fused

@@ -1,4 +1,4 @@
-"""Issue 13's matrix, rows "options" of the other commands with counts: `isood import isood-lists` (``--levels``,
+"""The bad-input matrix, rows "options" of the other commands with counts: `isood import isood-lists` (``--levels``,
 ``--na-threshold``, ``--na-rule``), `isood export openood` (``--num-classes``) and `isood demo` (``--seed``).
 Each row: exit 2, one line on stderr naming the option and value, no traceback, no ``manifest.json`` (and no
 export) in ``--out``. The guard is named in the row id."""

@@ -201,7 +201,7 @@ def test_an_option_that_changes_the_cached_outputs_changes_the_key(name, world, 
 
 @pytest.mark.parametrize("labels", ["shuffled.txt", "permuted-classes"])
 def test_labels_are_not_reused_from_an_earlier_entry(labels, world, tmp_path):
-    """The finding itself: a run with other labels after a cached run returns its own labels (those a run
+    """A run with other labels after a cached run returns its own labels (those a run
     without any cache returns), not the cached ones."""
     cache = tmp_path / "cache"
     if labels == "shuffled.txt":

@@ -3,7 +3,8 @@ directory. Which options hold paths is said once, in their description (``isood.
 a path, a name or a file, NAME=PATH entries; and the PATH of a ``local-dir:PATH`` model spec). This walks every
 option of every command: a path option given relative in a TOML file in another folder than the working
 directory is read as the file next to the TOML; any other string option is on a reasoned list of values that are
-not paths on this machine. Finding: `wordnet filter`'s `candidates` and `id-classes` resolved against the cwd.
+not paths on this machine. The case that motivates it: `wordnet filter`'s `candidates` and `id-classes` must
+not resolve against the cwd.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def test_a_name_stays_a_name_and_a_file_with_names_resolves(tmp_path, monkeypatc
 
 
 def test_wordnet_filter_reads_the_class_lists_next_to_its_config(cli, tmp_path, monkeypatch):
-    """The finding end to end: `isood wordnet filter --config sub/c.toml` from another folder reads the
+    """End to end: `isood wordnet filter --config sub/c.toml` from another folder reads the
     candidate and ID lists next to the TOML file (the cwd holds other lists of the same names)."""
     import manifests
 

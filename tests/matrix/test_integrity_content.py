@@ -1,22 +1,22 @@
-"""Issue 17's matrix, rows "content": resume and cache keys hold content, weight fingerprints hash the weights, and
+"""The integrity matrix, rows "content": resume and cache keys hold content, weight fingerprints hash the weights, and
 odd images, links and names are converted or rejected, never silently wrong. Each row drives the real CLI (or the
 stage's own function) on tiny data made here and names its guard.
 
 | row                      | input                                          | guard                                   |
 |--------------------------|------------------------------------------------|-----------------------------------------|
-| S1 overwritten_same_size | image overwritten in place, same size and mtime| featurestore.shards.shard_key (content) |
-| S1 reads                 | first run, rerun, touch, racy file             | isood.content.content_hashes, StatCache |
-| S1 machine_independent   | a copy of the images (other inodes, mtimes)    | shard_key: relative paths + content     |
-| S1 job_array             | parts merged, then rerun                       | stages.extract._take_part (stat caches) |
-| S2 evaluate_overwritten  | a test image overwritten in place, same size   | evaluation.job.data_identity            |
-| T4 truncated_cache       | a truncated model-output cache file            | evaluation.capture.OutputCache.get      |
-| S3 new_weights           | new weights saved into the same pipeline folder| generation.sdxl.pipeline_weights        |
-| S3 weights_cached        | a weights folder fingerprinted twice, touched  | isood.content.folder_fingerprint        |
-| S6 float / int32 images  | TIFF mode F in [0,1], [0,255], other; mode I   | isood.images.to_rgb                     |
-| S6 nan_float             | a float TIFF with NaN                          | isood.images.to_rgb (ValueError row)    |
-| S7 alias_folder          | ln -s n01443537 root/n01440764                 | isood.images._folder_paths (AliasError) |
-| S7 outside_twice         | two links to one folder outside the root       | isood.images._folder_paths              |
-| T2 non_utf8_names        | a file and a folder named in non-UTF-8 bytes   | isood.images._utf8_names (UnicodeError) |
+| overwritten_same_size    | image overwritten in place, same size and mtime| featurestore.shards.shard_key (content) |
+| reads                    | first run, rerun, touch, racy file             | isood.content.content_hashes, StatCache |
+| machine_independent      | a copy of the images (other inodes, mtimes)    | shard_key: relative paths + content     |
+| job_array                | parts merged, then rerun                       | stages.extract._take_part (stat caches) |
+| evaluate_overwritten     | a test image overwritten in place, same size   | evaluation.job.data_identity            |
+| truncated_cache          | a truncated model-output cache file            | evaluation.capture.OutputCache.get      |
+| new_weights              | new weights saved into the same pipeline folder| generation.sdxl.pipeline_weights        |
+| weights_cached           | a weights folder fingerprinted twice, touched  | isood.content.folder_fingerprint        |
+| float / int32 images     | TIFF mode F in [0,1], [0,255], other; mode I   | isood.images.to_rgb                     |
+| nan_float                | a float TIFF with NaN                          | isood.images.to_rgb (ValueError row)    |
+| alias_folder             | ln -s n01443537 root/n01440764                 | isood.images._folder_paths (AliasError) |
+| outside_twice            | two links to one folder outside the root       | isood.images._folder_paths              |
+| non_utf8_names           | a file and a folder named in non-UTF-8 bytes   | isood.images._utf8_names (UnicodeError) |
 | portability              | one text encoded in batches of 2 and of 1      | tolerance, not bit equality             |
 """
 
@@ -95,7 +95,7 @@ def reads(monkeypatch):
     return take
 
 
-# ------------------------------------------------------------------------------------ S1: extract keys by content
+# ---------------------------------------------------------------------------------------- extract keys by content
 def test_overwritten_same_size_image_is_re_extracted(cli, tiny_clip_spec, tmp_path):
     """The image is overwritten by one of the same size and its mtime put back: only its bytes (and ctime) differ."""
     root = tmp_path / "images"
@@ -192,7 +192,7 @@ def test_merged_job_array_keeps_the_stat_caches(cli, tiny_clip_spec, tmp_path, r
     assert _counts(r) == "shards written 0, reused 2" and reads() == {"decoded": 0, "hashed": 0}
 
 
-# ------------------------------------------------------------------------------------ S2, T4: isood evaluate
+# -------------------------------------------------------------------------------------------- isood evaluate
 ID, OOD = ["n01440764", "n01443537"], ["n02084071", "n04399382"]
 
 
@@ -299,7 +299,7 @@ def test_truncated_output_cache_entry_is_a_miss_with_one_warning(world, cli, tmp
     assert not list(cache.rglob("*.tmp"))
 
 
-# ------------------------------------------------------------------------------------ S3: weights by content
+# ---------------------------------------------------------------------------------------- weights by content
 def _tiny_sdxl():
     from isood.tiny_models import build_tiny_sdxl
 
@@ -355,7 +355,7 @@ def test_weights_fingerprint_is_cached_and_follows_content(tmp_path, isood_cache
     assert parse_clip_spec(spec).identity != ident
 
 
-# ------------------------------------------------------------------------------------ S6: float and 32-bit images
+# ---------------------------------------------------------------------------------------- float and 32-bit images
 def _gray() -> np.ndarray:
     return _rgb(7)[..., 0].astype(np.float64)
 
@@ -417,7 +417,7 @@ def test_nan_float_image_is_a_rejected_row(cli, tiny_clip_spec, tmp_path):
     assert error.startswith("ValueError") and "NaN" in error
 
 
-# ------------------------------------------------------------------------------------ S7: alias folders
+# ---------------------------------------------------------------------------------------- alias folders
 def test_alias_folder_lists_the_real_class_and_rejects_the_alias(cli, tiny_clip_spec, tmp_path):
     """`ln -s n01443537 root/n01440764`: the link sorts first; the real class must not vanish."""
     root = tmp_path / "images"
@@ -456,7 +456,7 @@ def test_second_link_to_one_outside_folder_is_an_alias(cli, tiny_clip_spec, tmp_
     assert errors["a_link/f.bmp"].startswith("OutsideRootError") and errors["b_link/f.bmp"].startswith("AliasError")
 
 
-# ------------------------------------------------------------------------------------ T2: names that are not UTF-8
+# ---------------------------------------------------------------------------------------- names that are not UTF-8
 def test_non_utf8_names_are_rejected_rows(cli, tiny_clip_spec, tmp_path):
     root = tmp_path / "images"
     _bmp(root / WNID / "ok.bmp", 1)

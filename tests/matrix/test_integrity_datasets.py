@@ -1,4 +1,4 @@
-"""Issue 17's matrix, item "Every manifest a dataset" (helper h4): every stage writes its dataset card, so
+"""The integrity matrix, "every manifest a dataset": every stage writes its dataset card, so
 `datasets.load_dataset(DIR)` loads every manifest kind (its default config: exactly the rows of the kind's main
 table) or fails with one clear line; every cell of a grid has a config (an N/A or empty one without rows), in
 memory and streamed, with one split or several; `isood card` changes nothing on a fresh output and adds a card

@@ -1,7 +1,8 @@
-"""Issue 17 ("Nothing lost, nothing silently wrong"), the rows of `isood evaluate` and `isood demo`: results that
-were silently wrong (S9a, S9b), tracebacks that must be one line and exit 2 before the expensive work (T5, T6,
-T9, T10) and the rough edges (plots, checks after the forward pass, one unreadable image per run, library
-warnings, per-subset imports, slow refusals). Each test names its finding; every input is made here with the
+"""The integrity matrix ("nothing lost, nothing silently wrong"), the rows of `isood evaluate` and `isood demo`:
+results that must not be silently wrong (one N/A rule, leak-free == cleaned), errors that must be one line and
+exit 2 before the expensive work (leak rules, --model py, seeds, detector parameters) and the rough edges (plots,
+checks after the forward pass, one unreadable image per run, library warnings, per-subset imports, slow
+refusals). Each test names its guard; every input is made here with the
 stages' own writers (a tiny timm ResNet with random weights saved as a local checkpoint, image folders, splits /
 Syn-IS / audit manifests, precomputed-outputs folders).
 
@@ -122,8 +123,8 @@ def _nothing_computed(out: Path) -> None:
     assert not outputs, outputs
 
 
-# ============================================================================ S9a: one N/A rule for every set
-def test_s9a_syn_cells_follow_the_runs_threshold_not_the_stored_flag(world, cli, tmp_path):
+# ================================================================================= one N/A rule for every set
+def test_syn_cells_follow_the_runs_threshold_not_the_stored_flag(world, cli, tmp_path):
     """Guard: cells.cell_grid decides N/A with isood.grid.is_na on the observed counts for every set. The Syn-IS
     manifest stores its two 3-image cells as N/A (its threshold 10): at --na-threshold 1 they are measured, and
     their AUROC is the AUROC of the scores the run wrote; at --na-threshold 4 both sets' 3- and 4-image cells
@@ -151,7 +152,7 @@ def test_s9a_syn_cells_follow_the_runs_threshold_not_the_stored_flag(world, cli,
     assert (pc4["na"] == (pc4["n"] < 4)).all() and not pc4.query("dataset == 'splits'")["na"].any()
 
 
-def test_s9a_evaluate_cells_ignores_a_stored_na_flag():
+def test_evaluate_cells_ignores_a_stored_na_flag():
     """Guard: cells._table_rows (Python API): a cells table marking a 12-image cell N/A is measured at threshold
     10; na_cells still marks one (the caller's explicit choice)."""
     from isood.evaluation.cells import evaluate_cells
@@ -168,7 +169,7 @@ def test_s9a_evaluate_cells_ignores_a_stored_na_flag():
     assert marked.set_index("cell")["na"].to_dict() == {"cov_0_sem_0": False, "cov_1_sem_0": True}
 
 
-# ============================================================================ S9b: leak-free == cleaned
+# ================================================================================= leak-free == cleaned
 def _outputs(root: Path, name: str, wnids, logits, rng) -> None:
     from isood.evaluation.outputs import save_outputs
 
@@ -205,7 +206,7 @@ def _leak_world(root: Path, counts: dict, pools: dict) -> pd.DataFrame:
 LEAKY = [ID[0], FISH] + CLEAN  # 2 of 5 leak by the default rules
 
 
-def test_s9b_leak_free_rows_equal_the_evaluation_of_the_cleaned_splits(cli, tmp_path):
+def test_leak_free_rows_equal_the_evaluation_of_the_cleaned_splits(cli, tmp_path):
     """Guard: one N/A rule (cells.cell_grid + assemble.leak_free_cells). At --na-threshold 5, below the
     manifest's 10, the sem-1 cells keep 9 of 16 images: `splits clean` stores them N/A (its threshold), which
     the cleaned evaluation used to honour while the leak-free rows measured them. Every metric of every cell,
@@ -239,8 +240,8 @@ def test_s9b_leak_free_rows_equal_the_evaluation_of_the_cleaned_splits(cli, tmp_
     assert not free.xs("cov_0_sem_1", level="cell")["na"].any()
 
 
-# ============================================================================ T9: leak rules flagging everything
-def test_t9_rules_flagging_every_image_are_refused_before_scoring(cli, tmp_path, monkeypatch):
+# ================================================================================ leak rules flagging everything
+def test_rules_flagging_every_image_are_refused_before_scoring(cli, tmp_path, monkeypatch):
     """Guard: job.leak_masks. A splits manifest holding only ID and hypernym classes: the default rules flag all
     its images; refused with one line before anything is scored (it raised KeyError 'cell' after the run)."""
     import isood.evaluation.job as job
@@ -262,7 +263,7 @@ def test_t9_rules_flagging_every_image_are_refused_before_scoring(cli, tmp_path,
     assert not out.exists()
 
 
-def test_t9_every_leak_free_cell_na_evaluates(cli, tmp_path):
+def test_every_leak_free_cell_na_evaluates(cli, tmp_path):
     """Guard: levels.measured_in_both (no cell measured in both: empty tables, not a KeyError). Leak-free cells
     all fall below the threshold: the run succeeds, the leak-free rows are all N/A and no ranking is claimed."""
     _leak_world(tmp_path, {(0, 0): 12, (1, 1): 12}, {0: LEAKY, 1: LEAKY})
@@ -283,10 +284,10 @@ def test_t9_every_leak_free_cell_na_evaluates(cli, tmp_path):
     assert len(ev.frame("leak_ranking")) == 0 and ev.frame("leak_effect")["diff"].isna().all()
 
 
-# ============================================================================ T5: --model py: that is no model
+# ================================================================================ --model py: that is no model
 def _odd_module(folder: Path) -> str:
     """A module whose ``make()`` builds a net with avgpool + fc whose forward returns a tuple, not logits."""
-    (folder / "odd_models_t5.py").write_text(
+    (folder / "odd_models_tuple.py").write_text(
         "from torch import nn\n\n"
         "class Odd(nn.Module):\n"
         "    def __init__(self):\n"
@@ -296,7 +297,7 @@ def _odd_module(folder: Path) -> str:
         "        return self.fc(self.avgpool(self.conv(x)).flatten(1)), 'and more'\n\n"
         "def make():\n"
         "    return Odd()\n")
-    return "py:odd_models_t5:make"
+    return "py:odd_models_tuple:make"
 
 
 @pytest.mark.parametrize("option, names", [
@@ -304,9 +305,9 @@ def _odd_module(folder: Path) -> str:
     pytest.param("py:math:pi", ["py:math:pi", "is a float", "not a function"], id="not_callable"),
     pytest.param("py:torch.nn:Identity", ["py:torch.nn:Identity", "cannot find the layers of Identity"],
                  id="module_class_without_layers"),
-    pytest.param("ODD", ["odd_models_t5:make", "returns tuple as its logits"], id="module_without_logits"),
+    pytest.param("ODD", ["odd_models_tuple:make", "returns tuple as its logits"], id="module_without_logits"),
 ])
-def test_t5_model_function_that_is_no_classifier_is_one_line(option, names, world, cli, tmp_path, monkeypatch):
+def test_model_function_that_is_no_classifier_is_one_line(option, names, world, cli, tmp_path, monkeypatch):
     """Guard: classifiers._from_function (callable / returned value / layers) and models.check_outputs (one
     image through the model before any pass)."""
     if option == "ODD":
@@ -320,7 +321,7 @@ def test_t5_model_function_that_is_no_classifier_is_one_line(option, names, worl
     _nothing_computed(tmp_path / "ev")
 
 
-# ============================================================================ T6: one seed bound, every command
+# ================================================================================ one seed bound, every command
 @pytest.mark.parametrize("command", [
     pytest.param(["evaluate", "--splits", "S", "--id-test", "V", "--id-train", "T", "--out", "OUT"], id="evaluate"),
     pytest.param(["demo", "--out", "OUT"], id="demo"),
@@ -329,7 +330,7 @@ def test_t5_model_function_that_is_no_classifier_is_one_line(option, names, worl
                   "OUT"], id="generate-syn"),
 ])
 @pytest.mark.parametrize("seed", [SEED_TOO_BIG, str(2**31), "-1"])
-def test_t6_seed_outside_the_one_bound_is_one_line(command, seed, cli, tmp_path):
+def test_seed_outside_the_one_bound_is_one_line(command, seed, cli, tmp_path):
     """Guard: isood.defaults.check_seed, called by every command's option check before anything is read."""
     args = [str(tmp_path / a) if a in ("S", "V", "T", "I", "L", "W") else a for a in command]
     out = tmp_path / "out"
@@ -339,7 +340,7 @@ def test_t6_seed_outside_the_one_bound_is_one_line(command, seed, cli, tmp_path)
     assert not out.exists()
 
 
-def test_t6_largest_seed_reaches_torch_and_faiss():
+def test_largest_seed_reaches_torch_and_faiss():
     """The bound is what the code needs: the largest seed works where it is consumed (torch, faiss k-means,
     numpy's legacy generator for the demo's seed + 1)."""
     import faiss
@@ -355,7 +356,7 @@ def test_t6_largest_seed_reaches_torch_and_faiss():
         faiss.Kmeans(4, 2, seed=SEED_MAX + 1)
 
 
-# ============================================================================ T10 + finding 8: detector checks
+# ============================================================================================= detector checks
 @pytest.mark.parametrize("spec, names", [
     pytest.param("pytorch-ood:EnergyBased:t=abc", ["EnergyBased", "t must be a number", "'abc'"], id="t_abc"),
     pytest.param("pytorch-ood:KNN:k=1.5", ["KNN", "k must be an integer", "1.5"], id="k_float"),
@@ -364,7 +365,7 @@ def test_t6_largest_seed_reaches_torch_and_faiss():
     pytest.param("knn:k=100", ["knn", "k=100", "12 ID training images"], id="knn_k_too_big"),
     pytest.param("vim:dim=500", ["vim", "dim=500", "feature dimension"], id="vim_dim_too_big"),
 ])
-def test_t10_detector_parameter_is_one_line_before_the_pass(spec, names, world, cli, tmp_path):
+def test_detector_parameter_is_one_line_before_the_pass(spec, names, world, cli, tmp_path):
     """Guards: pytorch_ood._typed (types at parse time), Detector.preflight through scoring.preflight (counts
     and the feature dimension, known before the pass: ViM's d was silently halved to 48 by pytorch-ood, knn
     refused only after the ID training pass)."""
@@ -375,7 +376,7 @@ def test_t10_detector_parameter_is_one_line_before_the_pass(spec, names, world, 
     _nothing_computed(out)
 
 
-# ============================================================================ finding 7: a small set of plots
+# ======================================================================================= a small set of plots
 def test_default_plots_are_auroc_and_fpr95_and_all_draws_every_metric(world, cli, tmp_path):
     """Guard: options.plot_metrics / plots.plot_metric_names. By default the heatmaps and level curves of AUROC
     and FPR@95 only (the report embeds exactly those and says where the rest is); --plot-metrics all draws every
@@ -407,7 +408,7 @@ def test_default_plots_are_auroc_and_fpr95_and_all_draws_every_metric(world, cli
     assert len(list((tmp_path / "all" / "plots").iterdir())) == len(computed) * 5 * (1 + len(VECTOR_FORMATS))
 
 
-# ============================================================================ finding 9: every unreadable image
+# ======================================================================================= every unreadable image
 def test_every_unreadable_image_is_named_in_one_run(world, cli, tmp_path):
     """Guard: capture.ImageList.collate / _forward_passes / scan_unreadable, scoring.run_detectors. Two broken
     ID training images and two broken ID test images: one run, one line with the count, the first three and
@@ -431,7 +432,7 @@ def test_every_unreadable_image_is_named_in_one_run(world, cli, tmp_path):
     assert not (out / "manifest.json").exists()
 
 
-# ============================================================================ finding 10: library messages
+# ======================================================================================== library messages
 def test_pytorch_ood_messages_are_one_warning_line_each(world, tmp_path):
     """Guard: pytorch_ood._library_messages and cli._app.warning_line. A pytorch-ood detector that logs a device
     note (noise) and warns twice with the same two-line message: on a real stderr (a fresh interpreter: pytest
@@ -462,7 +463,7 @@ def test_pytorch_ood_messages_are_one_warning_line_each(world, tmp_path):
     assert lines == ["warning: pytorch-ood:Noisy: scores are nearly constant"], r.stderr
 
 
-# ============================================================================ finding 11: per-subset imports
+# ======================================================================================== per-subset imports
 def test_per_subset_import_is_evaluated_one_dataset_per_subset(cli, tmp_path):
     """Guard: assemble.grid_parts. `isood import isood-lists --na-rule per-subset`: each subset is its own grid
     dataset (splits/train, splits/val), a cell N/A on that subset's own count; the measured cells' metrics are
@@ -509,7 +510,7 @@ def test_per_subset_import_is_evaluated_one_dataset_per_subset(cli, tmp_path):
                 assert row["auroc"] == pytest.approx(M.auroc(msp(val_logits), msp(t_logits[sel])), abs=1e-12)
 
 
-# ============================================================================ finding 12: refused before imports
+# ======================================================================================== refused before imports
 @pytest.mark.parametrize("extra", [
     pytest.param(["--batch-size", "0"], id="batch_size"),
     pytest.param(["--seed", SEED_TOO_BIG], id="seed"),

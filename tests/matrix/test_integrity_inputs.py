@@ -1,8 +1,8 @@
-"""Issue 17's matrix ("nothing lost, nothing silently wrong"), the rows of helper h3: text inputs (S11, T3: a
-byte-order mark kept in a path, a Latin-1 file as a traceback), the OpenOOD export of every manifest kind (T1:
-Syn-IS crashed on its label names), generate-syn's bounds (T7 --size, T8 --safety-checker, non-finite floats) and
-its terminal (diffusers' own lines), the --levels bound, messages that listed nothing or contradicted themselves,
-the ANN report against a real exact build (S13) and `isood publish` without feature shards. A row names its guard
+"""The integrity matrix ("nothing lost, nothing silently wrong"), rows of the inputs: text inputs (a byte-order
+mark kept in a path, a Latin-1 file as a traceback), the OpenOOD export of every manifest kind (Syn-IS and its
+label names), generate-syn's bounds (--size, --safety-checker, non-finite floats) and its terminal (diffusers'
+own lines), the --levels bound, messages that must list something and not contradict themselves, the ANN report
+against a real exact build and `isood publish` without feature shards. A row names its guard
 (``module.function``); each fails without its fix. Inputs are made here with the real writers (tiny models)."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _latin1_error(line: str, name: str, line_no: int, offset: int) -> None:
     assert "save it as UTF-8" in line, line
 
 
-# ================================================================================== S11 / T3: text inputs
+# ============================================================================================ text inputs
 @pytest.fixture(scope="module")
 def release(tmp_path_factory) -> Path:
     """A 2 x 2 IS-OOD release folder (one list per cell, 2 images each)."""
@@ -265,7 +265,7 @@ def test_detector_without_parameters_says_so(eval_world, cli, tmp_path):
     assert "maxlogit takes no parameters" in line and "'k'" in line and "one of" not in line, line
 
 
-# ================================================================================ T1: export of every kind
+# ==================================================================================== export of every kind
 class Pictures:
     """A generator for the Syn-IS stage (the API's ``generator``): one flat image per prompt, coloured by seed."""
 
@@ -366,7 +366,7 @@ def test_every_kind_exports_or_is_refused_in_one_line(kind, exportable, cli, tmp
         assert not out.exists() or not any(out.iterdir())
 
 
-# ====================================================================== T7, T8, floats: generate-syn options
+# ====================================================================================== generate-syn options
 @pytest.fixture
 def nothing_loads(monkeypatch):
     """generate-syn's inputs must not be loaded, nor Ray imported (the run is refused before)."""
@@ -493,7 +493,7 @@ def test_generate_syn_levels_beyond_the_bound_is_refused(syn_inputs, nothing_loa
                                     prompts_only=True, n_levels=33, progress=False))
 
 
-# =========================================================================== S13 and the --ann-recall refusal
+# ========================================================================== the ANN report and the --ann-recall refusal
 def _unit(x):
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 

@@ -1,4 +1,4 @@
-"""Issue 13's matrix, rows "manifests": every command that reads a manifest, given a broken one, through the CLI.
+"""The bad-input matrix, rows "manifests": every command that reads a manifest, given a broken one, through the CLI.
 
 Breakages (each applied to a copy of a manifest written by the real writer of its kind):
 

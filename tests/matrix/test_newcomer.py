@@ -1,4 +1,4 @@
-"""Issue 19, item 7 (a newcomer's path): each row names its guard and was checked to fail with the guard removed.
+"""A newcomer's path: each row names its guard and fails with the guard removed.
 
 * A model named by its Hugging Face Hub name when the Hub cannot be reached (``HF_HUB_OFFLINE`` unset): one line
   naming ``HF_HUB_OFFLINE=1`` and what to pass instead (a ``local-dir:``, ``isood dev tiny-models``), in about a

@@ -1,4 +1,4 @@
-"""Issue 18, items 4 and 7: bad input to `isood export openood` (the OpenOOD data root of several benchmarks, ID
+"""Bad input to `isood export openood` (the OpenOOD data root of several benchmarks, ID
 lists, the OOD val split, near/far) and to `isood compare`. Each row: exit 2, one line on stderr naming the option
 and value, no traceback, and nothing written (an earlier export in --out unchanged). The guard is named in the
 row id."""

@@ -1,4 +1,4 @@
-"""Issue 19 item 5: what the type checker (mypy, ``[tool.mypy]`` in pyproject.toml) found that was a real bug, one
+"""What the type checker (mypy, ``[tool.mypy]`` in pyproject.toml) found that was a real bug, one
 row each. Every row was a Python exception of the wrong kind (``TypeError``, ``KeyError``, ``AttributeError``: a
 traceback for a user) where the house asks for a one-line error saying what to pass instead.
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: the real WordNet 3.0 and timm's ImageNet lists, loaded once per test session."""
+"""Shared fixtures: the real WordNet 3.0 and timm's ImageNet lists, loaded once per test run."""
 
 import pytest
 

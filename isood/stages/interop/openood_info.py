@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 INFO_FORMAT = "isood openood export 2"
-OLD_FORMAT = "isood openood export 1"  # one benchmark per folder (isood <= issue 17)
+OLD_FORMAT = "isood openood export 1"  # the first export format: one benchmark per folder
 #: The ID set's folder name: ``imglist/imagenet1k/`` (the release) and ``benchmark_imglist/imagenet1k/`` (OpenOOD);
 #: its images lie under ``<data root>/imagenet1k/`` for both.
 ID_NAME = "imagenet1k"
@@ -115,7 +115,7 @@ def benchmark_record(datasets: Sequence[dict], *, kind: str, manifest: Mapping[s
 
 def upgrade_info(old: Mapping[str, Any] | None) -> dict:
     """A folder's JSON in this format: empty for none, as is for this format, a one-benchmark record for the
-    format of isood <= issue 17 (its datasets keep their names and groups)."""
+    first export format (its datasets keep their names and groups)."""
     if not old:
         return {"benchmarks": {}}
     if old.get("format") == INFO_FORMAT:
