@@ -88,7 +88,8 @@ def choose_edges(d_sem, d_cov, *, mode: str, n_levels: int, clip: Sequence[float
 
 def spread_warnings(d_sem, d_cov, edges: PromptEdges) -> list[str]:
     """One line for each way the edges fail to spread the prompts: more than ``CROWDED_SHARE`` (a quarter) of
-    them outside the edges (on either axis), or in one cell (on a grid of fewer than 8 cells, where a quarter is
+    them outside the edges (on either axis; not in the ``prompts`` mode, whose clipped tails are the rule: they
+    fold into the end levels), or in one cell (on a grid of fewer than 8 cells, where a quarter is
     a cell's even share: more than twice that share)."""
     d_sem, d_cov = np.asarray(d_sem, dtype=np.float64), np.asarray(d_cov, dtype=np.float64)
     n = len(d_sem)
@@ -98,7 +99,7 @@ def spread_warnings(d_sem, d_cov, edges: PromptEdges) -> list[str]:
     outside = ((d_sem < edges.sem[0]) | (d_sem > edges.sem[-1]) | (d_cov < edges.cov[0]) | (d_cov > edges.cov[-1]))
     hint = ("" if edges.mode == "prompts" else
             "; prompt distances are text-to-image, on another scale than the splits' (pass --prompt-edges prompts)")
-    if outside.mean() > CROWDED_SHARE:
+    if edges.mode != "prompts" and outside.mean() > CROWDED_SHARE:  # the prompts' own tails are folded in by rule
         out.append(f"{int(outside.sum())} of {n} prompts ({outside.mean():.0%}) lie outside the {edges.mode} edges "
                    f"(sem {edges.sem[0]:.3g}..{edges.sem[-1]:.3g}, cov {edges.cov[0]:.3g}..{edges.cov[-1]:.3g}; "
                    f"prompts sem {np.nanmin(d_sem):.3g}..{np.nanmax(d_sem):.3g}, cov "

@@ -160,6 +160,10 @@ def test_spread_warnings_count_outside_and_crowded_cells_against_the_grid_size()
     lopsided = np.where(np.arange(1000) < 200, 0.0, d_sem), np.where(np.arange(1000) < 200, 0.0, d_cov)
     share = np.mean(bin_with_edges(lopsided[0], two.sem) + 2 * bin_with_edges(lopsided[1], two.cov) == 0)
     assert 0.25 < share < 0.5 and spread_warnings(*lopsided, two) == []
+    few = rng.uniform(0, 1, 12), rng.uniform(0, 1, 12)  # 12 prompts: the clipped tails hold 4 of them
+    own = choose_edges(*few, mode="prompts", n_levels=8)
+    tails = (few[0] < own.sem[0]) | (few[0] > own.sem[-1]) | (few[1] < own.cov[0]) | (few[1] > own.cov[-1])
+    assert tails.mean() > CROWDED_SHARE and spread_warnings(*few, own) == []  # folded into the end levels by rule
 
 
 def test_demo_step_shows_the_collapse_and_the_default_filling_the_grid():

@@ -438,9 +438,17 @@ def test_flat_id_list_without_labels_is_an_unlabelled_id_set(world, cli, tmp_pat
     assert len(ids) == 12 and ids["path"].str.startswith("val/ILSVRC2012_val_").all()
     assert m.config["id_test_root"] == str(data / "imagenet1k")
     mixed = tmp_path / "mixed.txt"
-    mixed.write_text("".join(f"{p}\n" for p in REAL_VAL) + f"../../train/{ID[0]}/{ID[0]}_0.JPEG\n")
+    import shutil
+
+    root = tmp_path / "id_root"  # the flat images and one in a wnid folder, all inside the list's root
+    for p in REAL_VAL:
+        (root / p).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(data / "imagenet1k" / p, root / p)
+    (root / "train" / ID[0]).mkdir(parents=True)
+    shutil.copy(world / "train" / ID[0] / f"{ID[0]}_0.JPEG", root / "train" / ID[0] / f"{ID[0]}_0.JPEG")
+    mixed.write_text("".join(f"{p}\n" for p in REAL_VAL) + f"train/{ID[0]}/{ID[0]}_0.JPEG\n")
     r = cli.invoke([
-        "evaluate", "--id-test", mixed, "--id-test-root", data / "imagenet1k", "--model", "test_resnet",
+        "evaluate", "--id-test", mixed, "--id-test-root", root, "--model", "test_resnet",
         "--checkpoint", world / "test_resnet.safetensors", "--id-train", world / "train", "--detectors", "msp",
         "--ood", f"s={world / 'm_synis'}", "--ood-root", f"s={data / 'SynIS'}", "--out", tmp_path / "ev2"])
     line = cli.one_line_error(r)

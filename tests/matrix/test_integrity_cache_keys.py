@@ -126,6 +126,8 @@ KEYED = {
 #: option -> why it cannot change what the cache stores (model outputs and labels of the images a key names).
 UNKEYED = {
     "out": "where the manifest is written; read by nothing that is cached",
+    "benchmark": "resolved before the stage into --ood / --ood-root / --id-test entries, which are keyed as given",
+    "data_root": "resolved with --benchmark into the sets' manifests and image roots, which are keyed as given",
     "detectors": "entries are per captured kind (logits, features, ...) and per input detector's parameters "
                  "(score_kind): a detector reads the cached outputs, it does not change them",
     "batch_size": "images per forward pass: the same outputs up to float rounding (compared with tolerances)",

@@ -284,7 +284,7 @@ def test_s10_the_python_api_cannot_store_paths_outside_the_root(tmp_path, bad):
     images = pd.DataFrame({"path": ["n02084071/ok.JPEG", bad], "wnid": ["n02084071"] * 2, "d_sem": [0.1, 0.2],
                            "d_cov": [0.1, 0.2], "sem_level": [0, 0], "cov_level": [0, 0],
                            "cell": ["cov_0_sem_0"] * 2})
-    with pytest.raises(BadInputError, match="absolute or '..' paths"):
+    with pytest.raises(BadInputError, match="absolute, '..' or control-character paths"):
         write_splits(tmp_path / "s", images=images, cells=cell_table(images["cov_level"], images["sem_level"], 1, 1),
                      edges=edges_table([0.0, 1.0], [0.0, 1.0]), config={}, argv=["test"])
     assert not (tmp_path / "s").exists()

@@ -61,7 +61,7 @@ class BuildConfig:
                                       help="Search approximately, tuned to this recall@1 (e.g. 0.99) on a "
                                            "sample of the test images against exact search; the achieved recall "
                                            "and level agreement go into the manifest. Default: exact.")
-    ann_levels: float | None = option(None, least=0.0, most=1.0, metavar="SHARE",
+    ann_levels: float | None = option(None, least=0.0, least_open=True, most=1.0, metavar="SHARE",
                                       help="Search approximately, keeping this share of the images' levels "
                                            "(e.g. 0.999, > 0): IVF answers plus an exact search of every image "
                                            "an edge is within reach of; the held-out level agreement and its "
