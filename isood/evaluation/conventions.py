@@ -35,8 +35,7 @@ import pandas as pd
 
 from isood.errors import BadInputError, IsoodWarning
 
-from .levels import AXES, SUMMARY_COLUMNS, TABLE1_INTERVAL_COLUMNS, metric_columns, summary_table
-from .metrics import percentile_interval
+from .levels import AXES, SUMMARY_COLUMNS, TABLE1_INTERVAL_COLUMNS, interval_row, metric_columns, summary_table
 
 __all__ = ["TABLE_CONVENTIONS", "RELEASE_METRICS", "RELEASE_ZERO", "release_value", "release_grid",
            "release_level_means", "release_line_fit", "release_summary", "table1", "check_convention",
@@ -253,15 +252,6 @@ def release_table1_intervals(cells: pd.DataFrame, replicates: dict[str, np.ndarr
             levels = cells[col].to_numpy(dtype=np.int64)
             corr, sens = _stored_statistics(stored, levels, n_levels)
             pc, ps = (float(x[0]) for x in release_curve_statistics(cells[[m]].to_numpy(), levels, n_levels))
-            if summary is not None:
-                s = summary[(summary["detector"] == det) & (summary["dataset"] == ds) & (summary["metric"] == m)
-                            & (summary["axis"] == ax)]
-                if len(s):
-                    pc, ps = float(s["correlation"].iloc[0]), float(s["sensitivity"].iloc[0])
-            (cl, ch), (sl, sh) = percentile_interval(corr, level), percentile_interval(sens, level)
-            rows.append({"detector": det, "dataset": ds, "axis": ax, "metric": m, "correlation": pc,
-                         "correlation_low": float(cl), "correlation_high": float(ch), "sensitivity": ps,
-                         "sensitivity_low": float(sl), "sensitivity_high": float(sh),
-                         "n_boot": int(reps.shape[1])})
+            rows.append(interval_row((det, ds, ax, m), (pc, ps), (corr, sens), summary=summary, level=level))
     return pd.DataFrame(rows, columns=TABLE1_INTERVAL_COLUMNS)
 

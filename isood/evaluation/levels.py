@@ -27,7 +27,7 @@ __all__ = [
     "AXES", "axis_name", "metric_columns", "metric_choices", "one_dataset", "level_curves", "all_level_curves",
     "summary_table", "detector_means", "LEVEL_COLUMNS", "SUMMARY_COLUMNS", "ALL_IMAGES", "LEAK_FREE", "leak_free_name",
     "leak_pairs", "leak_effect", "detector_order", "measured_in_both", "leak_ranking", "LEAK_EFFECT_COLUMNS",
-    "RANKING_COLUMNS", "level_means", "curve_statistics", "INTERVAL_COLUMNS", "TABLE1_INTERVAL_COLUMNS",
+    "RANKING_COLUMNS", "level_means", "curve_statistics", "INTERVAL_COLUMNS", "TABLE1_INTERVAL_COLUMNS", "interval_row",
     "cell_intervals", "table1_intervals",
 ]
 
@@ -223,18 +223,28 @@ def table1_intervals(cells: pd.DataFrame, replicates: dict[str, np.ndarray], n_l
             levels = cells[col].to_numpy(dtype=np.int64)
             corr, sens = curve_statistics(level_means(reps, levels, n_levels))
             point = level_means(cells[[m]].to_numpy(dtype=np.float64), levels, n_levels)[:, 0]
-            pc, ps = level_correlation(point), level_sensitivity(point)
-            if summary is not None:
-                s = summary[(summary["detector"] == det) & (summary["dataset"] == ds) & (summary["metric"] == m)
-                            & (summary["axis"] == ax)]
-                if len(s):
-                    pc, ps = float(s["correlation"].iloc[0]), float(s["sensitivity"].iloc[0])
-            (cl, ch), (sl, sh) = percentile_interval(corr, level), percentile_interval(sens, level)
-            rows.append({"detector": det, "dataset": ds, "axis": ax, "metric": m, "correlation": pc,
-                         "correlation_low": float(cl), "correlation_high": float(ch), "sensitivity": ps,
-                         "sensitivity_low": float(sl), "sensitivity_high": float(sh),
-                         "n_boot": int(reps.shape[1])})
+            rows.append(interval_row((det, ds, ax, m), (level_correlation(point), level_sensitivity(point)),
+                                     (corr, sens), summary=summary, level=level))
     return pd.DataFrame(rows, columns=TABLE1_INTERVAL_COLUMNS)
+
+
+def interval_row(key: tuple[str, str, str, str], point: tuple[float, float], stats: tuple[np.ndarray, np.ndarray], *,
+                 summary: pd.DataFrame | None, level: float) -> dict:
+    """One row of Table 1's intervals for ``key`` = (detector, dataset, axis, metric): the point (correlation,
+    sensitivity), taken from ``summary`` when it has the row, and the percentile intervals at ``level`` of the
+    replicates' ``stats`` (correlations, sensitivities)."""
+    det, ds, ax, m = key
+    pc, ps = (float(x) for x in point)
+    if summary is not None:
+        s = summary[(summary["detector"] == det) & (summary["dataset"] == ds) & (summary["metric"] == m)
+                    & (summary["axis"] == ax)]
+        if len(s):
+            pc, ps = float(s["correlation"].iloc[0]), float(s["sensitivity"].iloc[0])
+    corr, sens = stats
+    (cl, ch), (sl, sh) = percentile_interval(corr, level), percentile_interval(sens, level)
+    return {"detector": det, "dataset": ds, "axis": ax, "metric": m, "correlation": pc,
+            "correlation_low": float(cl), "correlation_high": float(ch), "sensitivity": ps,
+            "sensitivity_low": float(sl), "sensitivity_high": float(sh), "n_boot": int(np.shape(corr)[-1])}
 
 
 def _groups(per_cell: pd.DataFrame) -> Iterable[tuple[tuple[str, str], pd.DataFrame]]:
