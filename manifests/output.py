@@ -277,10 +277,11 @@ def _link_tree(src: Path, dst: Path, rels: Iterable[str]) -> None:
 
 
 def _carried(final: Path, meta: dict) -> set[str]:
-    """What a new version starts from: the previous version's listed and owned files, but its version marker,
-    manifest.json and temporaries (a reader of the previous version must see its marker vanish)."""
+    """What a new version starts from: the previous version's listed and owned files and its manifest.json
+    (``write_manifest`` bumps its version), but its version marker (a reader of the previous version must see it
+    vanish) and temporaries."""
     version = version_of(meta)
-    skip = {MANIFEST_FILE, PARKED, LOCK_FILE} | ({version_marker(version)} if version else set())
+    skip = {PARKED, LOCK_FILE} | ({version_marker(version)} if version else set())
     return {rel for rel in owned_paths(final, meta) if rel not in skip and not rel.endswith(".tmp")}
 
 

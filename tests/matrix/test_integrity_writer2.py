@@ -166,6 +166,9 @@ def test_an_unedited_rewrite_keeps_nothing(cli, tmp_path):
     assert _import(cli, tmp_path, LIST_A, out).exit_code == 0
     r = _import(cli, tmp_path, LIST_B, out, "b.txt")
     assert r.exit_code == 0 and "warning" not in r.stderr and not _kept(out), r.output
+    meta = json.loads((out / "manifest.json").read_text())
+    assert meta["dataset_version"] == "1.1.0" and [c["version"] for c in meta["changelog"]] == ["1.0.0", "1.1.0"]
+    assert [p.name for p in out.glob(".~isood-*.version")] == [f".~isood-{meta['writer']['version']}.version"]
 
 
 # ------------------------------------------------------------------------------------------------ inode
