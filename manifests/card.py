@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 
 from isood.errors import ManifestError
 from isood.files import atomic_write_bytes, sha256_bytes
-from manifests.meta import CARD_FILE, CONFIGS_DIR
+from manifests.meta import CARD_FILE, CONFIGS_DIR, VERSION_RE
 from manifests.schema import CardSpec, kind_spec
 from manifests.store import MANIFEST_FILE, PARQUET_OPTIONS, Manifest, parquet_bytes, write_manifest
 
@@ -321,9 +321,11 @@ def markdown_table(df: pd.DataFrame, max_rows: int = 40) -> str:
 
 
 def _front_matter(kind: str, title: str, n_rows: int, configs: Mapping[str, Mapping[str, str]],
-                  partitions: Iterable[str]) -> str:
+                  partitions: Iterable[str], meta: Mapping[str, Any]) -> str:
     """The card's YAML front matter, written by huggingface_hub's ``DatasetCardData`` (the Hub's own schema of a
-    dataset card: `configs`, `license`, ...), keys in the order below."""
+    dataset card: `configs`, `license`, ...), keys in the order below. ``dataset_info`` names the dataset
+    version and content hash: `datasets` keys its cache of a local folder by it, so a rewritten manifest is not
+    served from the cache of its previous version."""
     from huggingface_hub import DatasetCardData  # ~0.3 s to import: only when a card is drawn
 
     front: dict[str, Any] = {
@@ -334,6 +336,10 @@ def _front_matter(kind: str, title: str, n_rows: int, configs: Mapping[str, Mapp
         "size_categories": [_size_category(n_rows)],
         "configs": _yaml_configs(configs, partitions),
     }
+    version = str(meta.get("dataset_version") or "")
+    if VERSION_RE.match(version):
+        front["dataset_info"] = {"config_name": "all", "version": {"version_str": version},
+                                 "description": f"isood {kind} v{version}, content {meta.get('content_sha256', '')}"}
     return "---\n" + DatasetCardData(**front).to_yaml(original_order=list(front)) + "\n---\n"
 
 
@@ -417,7 +423,7 @@ def dataset_card(manifest_meta: Mapping[str, Any], tables: Mapping[str, pd.DataF
     if n_rows is None:
         n_rows = len(tables[layout.main]) if layout.main else 0
     title = title or card.title
-    parts = [_front_matter(kind, title, n_rows, configs, layout.partitions),
+    parts = [_front_matter(kind, title, n_rows, configs, layout.partitions, manifest_meta),
              f"# {title} (v{manifest_meta.get('dataset_version', '?')})\n\n{card.description}\n"]
     parts += _loading_sections(layout, configs)
     for heading, text in (card.sections(manifest_meta, tables) if card.sections else ()):

@@ -16,6 +16,7 @@
 | nested-json| a deeply nested ``manifest.json`` raises RecursionError                  | ``meta.load_meta``                      |
 | tempfile   | the unreadable-images list has a predictable name in the shared temp dir | ``scoring._unreadable_list`` (mkstemp)  |
 | race       | reader / verify loops against rewrites: no mixed read, no false corrupt   | all of the above                        |
+| datasets   | ``load_dataset`` serves the first version from its cache after a rewrite  | ``card._front_matter`` (``dataset_info``) |
 
 Each row was checked to fail with its guard removed.
 """
@@ -433,3 +434,18 @@ def test_readers_and_verify_against_rewrites_never_mix_and_never_say_corrupt(tmp
     print("race:", rewrites, "rewrites,", counts)
     assert not problems, (problems[:5], counts)
     assert manifests.verify(out).ok
+
+
+# ------------------------------------------------------------------------------------------------ datasets
+def test_load_dataset_after_a_rewrite_gives_the_new_version(tmp_path):
+    """``datasets`` caches a local folder by its card: the card names the version and content hash, so the same
+    cache folder does not serve the previous version (``manifests.card._front_matter``)."""
+    import datasets
+
+    out = tmp_path / "m"
+    _api_import(tmp_path, LIST_A, out)
+    first = datasets.load_dataset(str(out), cache_dir=str(tmp_path / "hf"))
+    _api_import(tmp_path, LIST_B, out, "b.txt")
+    second = datasets.load_dataset(str(out), cache_dir=str(tmp_path / "hf"))
+    assert [len(first["test"]), len(second["test"])] == [3, 7]
+    assert sorted(second["test"]["path"]) == sorted(LIST_B.split())
