@@ -32,7 +32,7 @@ from manifests.meta import MANIFEST_FILE, SCHEMA_NAME, load_meta, validate_meta
 from manifests.paths import check_relative, is_inside
 
 __all__ = ["RECORD_KEY", "PARKED", "read_meta", "new_version_id", "version_marker", "version_of", "recorded_own", "walk_files",
-           "owned_paths", "foreign_paths", "escaping_links", "unlink_inside", "LEGACY_BOOKKEEPING", "folder_identity", "is_current"]
+           "owned_paths", "foreign_paths", "escaping_links", "unlink_inside", "LEGACY_BOOKKEEPING", "folder_identity", "is_current", "version_identity"]
 
 RECORD_KEY = "writer"
 PARKED = f"{TMP_PREFIX}manifest.json.prev"  # an in-place writer's set-aside manifest (isood < 0.2)
@@ -183,12 +183,20 @@ def folder_identity(root: str | os.PathLike) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino)
 
 
-def is_current(root: str | os.PathLike, meta: dict, identity: tuple[int, int] | None = None) -> bool:
-    """Whether ``root`` still holds the version ``meta`` describes: its version marker is there
-    (``manifests.ownership``; a swap or a rewrite replaces it). A manifest written by an older isood has no
-    marker: then the folder's device and inode, ``identity``, are compared (a weaker test: file systems reuse
-    inode numbers)."""
+def version_identity(root: str | os.PathLike, meta: dict | None,
+                     before: tuple[int, int] | None = None) -> tuple:
+    """What tells this version of ``root`` from the next: ``("version", id)`` when its marker is there (a swap
+    or a rewrite removes it); else ``("folder", (device, inode))`` (``before``: taken before ``meta`` was read),
+    for a manifest written by an older isood or a copy without its marker (an upload, a ``cp`` of the listed
+    files), a weaker test since file systems reuse inode numbers."""
     version = version_of(meta)
-    if version is not None:
-        return os.path.isfile(os.path.join(root, version_marker(version)))
-    return identity is None or folder_identity(root) == identity
+    if version is not None and os.path.isfile(os.path.join(root, version_marker(version))):
+        return ("version", version)
+    return ("folder", before if before is not None else folder_identity(root))
+
+
+def is_current(root: str | os.PathLike, identity: tuple) -> bool:
+    """Whether ``root`` still holds the version ``identity`` (``version_identity``) names."""
+    if identity[0] == "version":
+        return os.path.isfile(os.path.join(root, version_marker(identity[1])))
+    return identity[1] is None or folder_identity(root) == identity[1]

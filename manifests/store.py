@@ -33,6 +33,7 @@ from isood.files import atomic_write_bytes, sha256_bytes, sha256_file
 from manifests.meta import MANIFEST_FILE, SCHEMA_NAME, SCHEMA_VERSION, load_meta, package_version
 from manifests.output import guard_direct_write
 from manifests.ownership import (RECORD_KEY, folder_identity as _folder_identity, is_current, new_version_id,
+                                 version_identity,
                                  unlink_inside, version_marker, version_of, walk_files)
 from manifests.verify import bad_path_values, content_hash, legacy_content_hash, verify as verify_manifest
 from manifests.paths import check_relative, resolve_inside
@@ -79,11 +80,11 @@ class Manifest:
 
     root: Path
     meta: dict = field(repr=False)
-    identity: tuple[int, int] | None = field(default=None, repr=False, compare=False)
+    identity: tuple | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.identity is None:
-            self.identity = _folder_identity(Path(self.root))
+            self.identity = version_identity(self.root, self.meta)
 
     @property
     def version_id(self) -> str | None:
@@ -149,7 +150,7 @@ class Manifest:
     def check_unchanged(self) -> None:
         """One-line ``ManifestError`` when ``root`` is no longer the folder this manifest was read from (a new
         version was swapped in meanwhile)."""
-        if not is_current(self.root, self.meta, self.identity):
+        if self.identity is not None and not is_current(self.root, self.identity):
             raise ManifestError(f"{self.root} was replaced by a new version while it was being read; read it again")
 
     @property
@@ -205,11 +206,12 @@ class _Rewritten(Exception):
 
 
 def _read_once(root: Path, kind: str | Sequence[str] | None, verify: str | None) -> Manifest:
-    identity = _folder_identity(root)
+    before = _folder_identity(root)
     meta = load_meta(root)
+    identity = version_identity(root, meta, before)
     if verify is not None:
         report = verify_manifest(root, mode=verify)
-        if report.version != version_of(meta) or not is_current(root, meta, identity):
+        if report.version != version_of(meta) or not is_current(root, identity):
             raise _Rewritten()
         if not report.ok:
             lines = report.lines()
@@ -217,7 +219,7 @@ def _read_once(root: Path, kind: str | Sequence[str] | None, verify: str | None)
             raise ManifestError(f"{root} fails verification: {'; '.join(lines[:2])}{more}; restore its files or "
                                 f"rebuild it (`isood verify {root}` lists every problem)")
     m = Manifest(root=root, meta=meta, identity=identity)
-    if not is_current(root, meta, identity):
+    if not is_current(root, identity):
         raise _Rewritten()
     if kind is None:
         return m
@@ -230,7 +232,7 @@ def _read_once(root: Path, kind: str | Sequence[str] | None, verify: str | None)
     try:
         check_schema(m.kind, {name: m.schema(name) for name in m.tables}, str(root))
     except ManifestError:
-        if not is_current(root, meta, identity):
+        if not is_current(root, identity):
             raise _Rewritten() from None
         raise
     view = spec.view if spec.view is not None else ManifestView

@@ -45,7 +45,7 @@ from isood.errors import BadInputError, ManifestError
 from isood.errors import one_line
 from isood.files import TMP_PREFIX, atomic_write_bytes, sha256_bytes, sha256_file
 from manifests.meta import CARD_FILE, CONFIGS_DIR, MANIFEST_FILE, load_meta
-from manifests.ownership import folder_identity, is_current, version_of
+from manifests.ownership import folder_identity, is_current, version_identity, version_of
 from manifests.paths import resolve_inside
 from manifests.schema import kind_spec
 
@@ -270,12 +270,13 @@ _TRIES = 5
 
 
 def _still(root: Path, meta: dict, before: tuple[int, int] | None) -> bool:
-    """Whether ``root`` still holds the version ``meta`` describes (``is_current``; for an older manifest
-    without a version marker, also manifest.json unchanged)."""
-    if version_of(meta) is not None:
-        return is_current(root, meta)
+    """Whether ``root`` still holds the version ``meta`` describes (``is_current``; without a version marker,
+    also manifest.json unchanged)."""
+    identity = version_identity(root, meta, before)
+    if identity[0] == "version":
+        return True  # its marker is there now, after the checks: they saw that version
     try:
-        return is_current(root, meta, before) and load_meta(root) == meta
+        return is_current(root, identity) and load_meta(root) == meta
     except ManifestError:
         return False
 

@@ -449,3 +449,15 @@ def test_load_dataset_after_a_rewrite_gives_the_new_version(tmp_path):
     second = datasets.load_dataset(str(out), cache_dir=str(tmp_path / "hf"))
     assert [len(first["test"]), len(second["test"])] == [3, 7]
     assert sorted(second["test"]["path"]) == sorted(LIST_B.split())
+
+
+def test_a_copy_without_its_version_marker_reads_and_verifies(tmp_path):
+    """An upload or a ``cp`` of the listed files leaves the marker behind: the copy is still one version."""
+    import shutil
+
+    out, copy = tmp_path / "m", tmp_path / "copy"
+    _api_import(tmp_path, LIST_A, out)
+    for rel in [r["path"] for r in json.loads((out / "manifest.json").read_text())["files"]] + ["manifest.json"]:
+        (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(out / rel, copy / rel)
+    assert manifests.verify(copy).ok and len(manifests.read(copy, kind="image-list").frame("images")) == 3
