@@ -256,7 +256,7 @@ def _commit(work: Path, final: Path, kinds: Sequence[str], option: str) -> Kept:
     except OSError as e:
         if e.errno in (errno.EBUSY, errno.EXDEV):
             raise BadInputError(f"{option} {final} cannot be replaced by a rename ({e.strerror}: a mount point?); "
-                                f"pass a folder inside it (the new version waits in a hidden folder beside it)") from None
+                                "pass a folder inside it") from None
         raise
     os.rename(work, final)
     fsync_dir(final.parent)

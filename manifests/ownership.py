@@ -24,15 +24,16 @@ import os
 import re
 import secrets
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from isood.errors import IsoodError, one_line
 from isood.files import LOCK_FILE, TMP_PREFIX
 from manifests.meta import MANIFEST_FILE, SCHEMA_NAME, load_meta, validate_meta
 from manifests.paths import check_relative, is_inside
 
-__all__ = ["RECORD_KEY", "PARKED", "read_meta", "new_version_id", "version_marker", "version_of", "recorded_own", "walk_files",
-           "owned_paths", "foreign_paths", "escaping_links", "unlink_inside", "LEGACY_BOOKKEEPING", "folder_identity", "is_current", "version_identity"]
+__all__ = ["RECORD_KEY", "PARKED", "read_meta", "new_version_id", "version_marker", "version_of", "recorded_own",
+           "walk_files", "owned_paths", "foreign_paths", "escaping_links", "unlink_inside", "LEGACY_BOOKKEEPING",
+           "folder_identity", "is_current", "version_identity"]
 
 RECORD_KEY = "writer"
 PARKED = f"{TMP_PREFIX}manifest.json.prev"  # an in-place writer's set-aside manifest (isood < 0.2)
@@ -126,7 +127,7 @@ def owned_paths(root: Path, meta: dict | None, present: Iterator[str] | None = N
     return listed | legacy | {MANIFEST_FILE}
 
 
-def foreign_paths(root: Path, meta: dict | None, allow: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
+def foreign_paths(root: Path, meta: dict | None, allow: Iterable[str] = ()) -> list[str]:
     """Files below ``root`` that isood did not write (``owned_paths``), but ``allow`` and an old in-folder lock."""
     present = list(walk_files(root))
     owned = owned_paths(root, meta, iter(present)) | set(allow) | {LOCK_FILE}
@@ -134,9 +135,10 @@ def foreign_paths(root: Path, meta: dict | None, allow: set[str] = frozenset()) 
 
 
 def _temporary(rel: str) -> bool:
-    """An atomic write's temporary (``isood.files.atomic_write_bytes``: ``.~<name>.<random>.tmp``)."""
+    """An atomic write's temporary (``isood.files.atomic_write_bytes``: ``.~<name>.<random>.tmp``): not counted
+    as foreign, but never deleted by a swap either (kept with the old version when one is found there)."""
     name = rel.rsplit("/", 1)[-1]
-    return name.startswith(TMP_PREFIX) and re.match(r"^\.~.+\.[A-Za-z0-9_]{8,12}\.tmp$", name) is not None
+    return name.startswith(TMP_PREFIX) and name.endswith(".tmp") and len(name) > len(TMP_PREFIX) + 4
 
 
 def escaping_links(root: Path) -> list[tuple[str, str]]:
