@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Sequence
 
-from isood.errors import BadInputError, IsoodError, IsoodWarning
+from isood.errors import BadInputError, IsoodError, IsoodWarning, ManifestError, MissingWeightsError
 from isood.files import LOCK_FILE, TMP_PREFIX, atomic_write_bytes, file_lock, lock_path
 from manifests.meta import MANIFEST_FILE
 from manifests.ownership import (PARKED, RECORD_KEY, escaping_links, foreign_paths, new_version_id, owned_paths,
@@ -375,7 +375,8 @@ def writing(out: str | os.PathLike, kind: str | Sequence[str], *, inputs: Iterab
     refused inside ``out``), take the output lock, prepare or resume the staging folder, yield it, and swap it in
     when the block ends normally with the manifest written. On an error the old version is untouched; the
     staging folder stays for a resume, unless this call made it and the block wrote nothing into it or refused
-    its input (an ``IsoodError``). Inside a stage's work folder (an API writer called by a stage) it yields that
+    its input (a ``BadInputError``, ``ManifestError`` or ``MissingWeightsError``; a failure on the way, such as
+    a safety checker's error, keeps the work done for the rerun). Inside a stage's work folder (an API writer called by a stage) it yields that
     folder as it is: the stage's own writer swaps it in."""
     kinds = (kind,) if isinstance(kind, str) else tuple(kind)
     if is_staging(out):  # already a stage's work folder: the outer writer swaps it in
@@ -398,7 +399,8 @@ def writing(out: str | os.PathLike, kind: str | Sequence[str], *, inputs: Iterab
             try:
                 yield result
             except BaseException as e:
-                if first is not None and (_snapshot(work) == first or isinstance(e, IsoodError)):
+                refused = isinstance(e, (BadInputError, ManifestError, MissingWeightsError))
+                if first is not None and (refused or _snapshot(work) == first):
                     shutil.rmtree(work, ignore_errors=True)  # nothing done, or a refusal: leave nothing behind
                 public = _public(e)
                 if public is not None:
