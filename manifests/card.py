@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 from isood.errors import ManifestError
 from isood.files import atomic_write_bytes, sha256_bytes
 from manifests.card_info import card_dataset_info, public_argv, public_text
-from manifests.meta import CARD_FILE, CONFIGS_DIR
+from manifests.meta import CARD_FILE, CONFIGS_DIR, VERSION_RE
 from manifests.schema import CardSpec, kind_spec
 from manifests.store import MANIFEST_FILE, PARQUET_OPTIONS, Manifest, parquet_bytes, write_manifest
 
@@ -324,10 +324,12 @@ def markdown_table(df: pd.DataFrame, max_rows: int = 40) -> str:
 
 
 def _front_matter(kind: str, title: str, n_rows: int, configs: Mapping[str, Mapping[str, str]],
-                  partitions: Iterable[str], dataset_info: list[dict] | None = None) -> str:
+                  partitions: Iterable[str], meta: Mapping[str, Any], dataset_info: list[dict] | None = None) -> str:
     """The card's YAML front matter, written by huggingface_hub's ``DatasetCardData`` (the Hub's own schema of a
-    dataset card: `configs`, `license`, ...), keys in the order below; ``dataset_info``: each config's typed
-    `features` (``manifests.card_info.config_features``)."""
+    dataset card: `configs`, `license`, ...), keys in the order below. ``dataset_info``: each config's typed
+    `features` (``manifests.card_info.config_features``); every entry also names the dataset version and content
+    hash: `datasets` keys its cache of a local folder by it, so a rewritten manifest is not served from the cache
+    of its previous version."""
     from huggingface_hub import DatasetCardData  # ~0.3 s to import: only when a card is drawn
 
     front: dict[str, Any] = {
@@ -338,8 +340,14 @@ def _front_matter(kind: str, title: str, n_rows: int, configs: Mapping[str, Mapp
         "size_categories": [_size_category(n_rows)],
         "configs": _yaml_configs(configs, partitions),
     }
+    version = str(meta.get("dataset_version") or "")
+    stamp = ({"version": {"version_str": version},
+              "description": f"isood {kind} v{version}, content {meta.get('content_sha256', '')}"}
+             if VERSION_RE.match(version) else {})
     if dataset_info:
-        front["dataset_info"] = dataset_info
+        front["dataset_info"] = [{**entry, **stamp} for entry in dataset_info]
+    elif stamp:
+        front["dataset_info"] = {"config_name": "all", **stamp}
     return "---\n" + DatasetCardData(**front).to_yaml(original_order=list(front)) + "\n---\n"
 
 
@@ -429,7 +437,7 @@ def dataset_card(manifest_meta: Mapping[str, Any], tables: Mapping[str, pd.DataF
         n_rows = len(tables[layout.main]) if layout.main else 0
     title = title or card.title
     info = card_dataset_info(root, card, manifest_meta, tables, layout, configs) if root is not None else None
-    parts = [_front_matter(kind, title, n_rows, configs, layout.partitions, info),
+    parts = [_front_matter(kind, title, n_rows, configs, layout.partitions, manifest_meta, info),
              f"# {title} (v{manifest_meta.get('dataset_version', '?')})\n\n{card.description}\n"]
     if CARD_FIGURE in listed:
         parts.append(f"## Sample\n\n![A sample of the images per cell]({CARD_FIGURE})\n\nSampled images of each cell "

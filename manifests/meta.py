@@ -145,6 +145,9 @@ def load_meta(folder: str | Path) -> dict:
         meta = json.loads(mpath.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ManifestError(f"{mpath}: invalid JSON ({e.msg} at line {e.lineno})") from None
+    except RecursionError:
+        raise ManifestError(f"{root}: not an isood manifest ({MANIFEST_FILE} is nested too deeply to be one); pass "
+                            "a manifest folder written by isood") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ManifestError(f"{mpath}: unreadable ({type(e).__name__}); restore or rebuild the manifest") from None
     return validate_meta(meta, str(root))

@@ -8,51 +8,53 @@
 
 What it promises:
 
-* **Refusal before any work** (``check_output``): an ``--out`` that is a file, that holds a manifest of another
-  kind, a manifest isood cannot read (a hand-edited version or changelog, a future schema), files its manifest
-  does not list, or anything at all that is not an isood manifest, is refused with one line saying what is there
-  and what to pass instead. So is an ``--out`` equal to, inside, or around one of the stage's inputs.
+* **Refusal before any work** (``check_output``), one line naming ``--out`` and what is there: an ``--out`` that
+  is a file; that holds a manifest of another kind or one isood cannot read; any file its manifest neither lists
+  nor records as the writer's own (``manifests.ownership``: a ``.~backup/`` folder, an editor's lock file, a
+  ``manifest.json`` of a web app in a sub-folder are the user's); a symbolic link leading out of it; or that
+  is equal to, inside, or around an input, or a cache folder of the run (``scratch``). ``writing`` also refuses
+  an ``--out`` that is the working directory or holds it, and a mount point (a Docker volume, an NFS share: a
+  mount point cannot be renamed, so the swap could never happen).
 * **Readers see the old or the new version, never a mix.** The new version is built in the hidden sibling
-  ``.~<name>.isood-new`` (on the same file system). When the stage has written its ``manifest.json`` there, the
-  two folders are exchanged in one ``renameat2(RENAME_EXCHANGE)`` (Linux; elsewhere two renames, and a reader in
-  between gets "no manifest.json", never a mix). A reader that opened the old version and reads a table after the
-  swap gets a one-line error (``Manifest`` checks the folder's identity), not the new table under the old
-  manifest.
+  ``.~<name>.isood-new``; when its ``manifest.json`` is written, the two folders are exchanged in one
+  ``renameat2(RENAME_EXCHANGE)`` (Linux; elsewhere two renames, and a reader in between gets "no
+  manifest.json", never a mix). Each version carries its own version marker (``manifests.ownership``), which a
+  reader checks before and after every table it reads.
 * **A crash leaves the old version intact** and the half-built one in the sibling, where the same command resumes
-  it (shards, images and caches there are reused by their content keys). The previous version's files are
-  hard-linked into a new sibling (copied where links are impossible), so a stage reuses them as before; every
-  isood write replaces a file by rename (``atomic_write_bytes``), never in place, so a link never changes the old
-  version.
-* **Nothing is deleted that isood did not write.** After the swap, the old version's folder loses exactly the
-  files its manifest listed, its ``manifest.json`` and isood's ``.~`` bookkeeping; anything else (a file a user
-  put there during the run) is kept, in a visible ``<name>.isood-old-<time>`` folder that the result names.
+  it. The previous version's files (those listed and those the writer recorded) are hard-linked into a new
+  sibling (copied where links are impossible); every isood write replaces a file by rename, never in place.
+* **Nothing is deleted that isood did not write.** After the swap, the old version loses exactly the files it
+  listed or recorded, never through a symbolic link. A listed file whose content no longer has its recorded
+  hash (edited by hand) is kept, and so is anything that appeared during the run: both go to a visible
+  ``<name>.isood-old-<time>`` folder beside ``--out``, named in a warning and in ``Output.kept``.
 * **One writer per output**: an exclusive lock (``.~<name>.isood.lock`` beside it) refuses a second process at
   once, naming the first one's pid; the kernel drops it when its holder dies.
 
-``write_manifest`` called on a folder that is not a staging folder (plain API use) still refuses another kind or
-foreign files (``guard_direct_write``), but only stages get the swap.
+Messages name ``--out``, never the staging folder. ``write_manifest`` called on a folder that is not a staging
+folder (plain API use) still refuses what ``check_output`` refuses (``guard_direct_write``); only stages get the
+swap.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
-import datetime as _dt
 import errno
 import json
 import os
 import re
 import shutil
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
-from isood.errors import BadInputError, IsoodError
-from isood.errors import one_line
-from isood.files import LOCK_FILE, LOCK_SUFFIX, TMP_PREFIX, file_lock, lock_path
-from manifests.meta import MANIFEST_FILE, load_meta, validate_meta
+from isood.errors import BadInputError, IsoodError, IsoodWarning, ManifestError, MissingWeightsError
+from isood.files import LOCK_FILE, TMP_PREFIX, atomic_write_bytes, file_lock, lock_path
+from manifests.meta import MANIFEST_FILE
+from manifests.ownership import (PARKED, RECORD_KEY, escaping_links, foreign_paths, new_version_id, owned_paths,
+                                 read_meta, version_marker, version_of, walk_files)
 from manifests.paths import is_inside
+from manifests.swap import OLD_SUFFIX, Kept, discard_version, exchange, fsync_dir
 
 __all__ = [
     "STAGING_SUFFIX", "STAGING_MARKER", "OutputState", "Output", "check_output", "writing", "is_staging",
@@ -63,8 +65,6 @@ __all__ = [
 STAGING_SUFFIX = ".isood-new"
 #: Written last when a staging folder is prepared; a folder without it is discarded and prepared again.
 STAGING_MARKER = f"{TMP_PREFIX}isood-staging.json"
-_OLD_SUFFIX = ".isood-old"
-_PARKED = f"{TMP_PREFIX}manifest.json.prev"  # an in-place writer's set-aside manifest (isood < 0.2)
 
 
 def _staging(final: Path) -> Path:
@@ -72,45 +72,22 @@ def _staging(final: Path) -> Path:
 
 
 def _old(final: Path) -> Path:
-    return final.with_name(f"{TMP_PREFIX}{final.name}{_OLD_SUFFIX}")
+    return final.with_name(f"{TMP_PREFIX}{final.name}{OLD_SUFFIX}")
 
 
-_STAGED_RE = re.compile(re.escape(TMP_PREFIX) + r"(?P<name>[^/]+)" + re.escape(STAGING_SUFFIX) + r"(?=/|$)")
+_STAGED_RE = re.compile(re.escape(TMP_PREFIX) + r"(?P<name>[^/\s'\"]+?)" + re.escape(STAGING_SUFFIX)
+                        + r"(?=[/\s'\":;,)]|$)")
 
 
 def public_path(path: str | os.PathLike) -> str:
-    """A path inside a staging folder (``.~<name>.isood-new``) as the path it will have in the output, for
-    messages (a user never typed the staging folder's name)."""
+    """A path (or a message) naming a staging folder (``.~<name>.isood-new``), with the path it will have in the
+    output instead (a user never typed the staging folder's name)."""
     return _STAGED_RE.sub(lambda m: m.group("name"), os.fspath(path))
 
 
 def is_staging(root: str | os.PathLike) -> bool:
     """Whether ``root`` is a staging folder prepared by ``writing`` (a stage's work folder)."""
     return (Path(root) / STAGING_MARKER).is_file()
-
-
-def _ours(rel: str) -> bool:
-    """A path isood keeps beside its outputs for bookkeeping (any component starting with ``.~``)."""
-    return any(part.startswith(TMP_PREFIX) for part in rel.split("/"))
-
-
-def _walk(root: Path) -> Iterator[tuple[str, str]]:
-    """(relative path, name) of every file (and symlink) below ``root``, isood's ``.~`` folders skipped."""
-    for folder, dirs, names in os.walk(root):
-        rel_folder = Path(folder).relative_to(root).as_posix()
-        dirs[:] = [d for d in dirs if not d.startswith(TMP_PREFIX)]
-        for n in names:
-            yield (n if rel_folder == "." else f"{rel_folder}/{n}"), n
-
-
-def _present(root: Path) -> list[str]:
-    """Every file below ``root``, relative, but isood's ``.~`` bookkeeping and the manifest.json files (its own
-    and those of manifests nested in it, e.g. a splits manifest's ``features-test/``)."""
-    return sorted(rel for rel, n in _walk(root) if not n.startswith(TMP_PREFIX) and n != MANIFEST_FILE)
-
-
-def _nested_manifests(root: Path) -> set[str]:
-    return {rel for rel, n in _walk(root) if n == MANIFEST_FILE}
 
 
 def listed_files(meta: dict) -> set[str]:
@@ -125,19 +102,6 @@ class OutputState:
     final: Path
     kind: str | None = None
     meta: dict | None = None
-
-
-def _read_meta(folder: Path) -> tuple[dict | None, str | None]:
-    """(manifest.json of ``folder`` validated, None) or (None, why it cannot be read), or (None, None) without one."""
-    for name in (MANIFEST_FILE, _PARKED):
-        if (folder / name).is_file():
-            try:
-                if name == MANIFEST_FILE:
-                    return load_meta(folder), None
-                return validate_meta(json.loads((folder / name).read_text(encoding="utf-8")), str(folder)), None
-            except (IsoodError, OSError, ValueError) as e:
-                return None, one_line(e, 160)
-    return None, None
 
 
 def _check_inputs(final: Path, inputs: Iterable[str | os.PathLike | None], option: str) -> None:
@@ -156,40 +120,56 @@ def _check_inputs(final: Path, inputs: Iterable[str | os.PathLike | None], optio
                                 "your inputs")
 
 
+def _check_scratch(final: Path, scratch: Mapping[str, str | os.PathLike | None], option: str) -> None:
+    real = os.path.realpath(final)
+    for flag, path in scratch.items():
+        if path is not None and str(path) != "" and is_inside(os.path.realpath(path), real):
+            raise BadInputError(f"{flag} {path} is inside {option} {final}, which every run replaces as a whole; "
+                                f"pass a {flag} outside {option}")
+
+
+def _listing(paths: Sequence[str]) -> str:
+    return ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+
+
 def check_output(out: str | os.PathLike, kind: str | Sequence[str], *, inputs: Iterable = (),
-                 option: str = "--out", allow: Iterable[str] = ()) -> OutputState:
+                 option: str = "--out", allow: Iterable[str] = (),
+                 scratch: Mapping[str, str | os.PathLike | None] | None = None) -> OutputState:
     """Refuse, with one line and before any work, an ``out`` that ``kind``'s writer may not replace (module
     docstring). ``kind``: the kind written, or several a command may write there (e.g. syn-is / syn-is-prompts).
-    ``allow``: relative paths the caller itself has put there (registered by its ``write_manifest``)."""
+    ``allow``: relative paths the caller itself has put there (registered by its ``write_manifest``).
+    ``scratch``: option -> folder the run writes besides ``out`` (``--cache-dir``), refused inside it."""
     final = Path(out)
     kinds = (kind,) if isinstance(kind, str) else tuple(kind)
     if final.exists() and not final.is_dir():
         raise BadInputError(f"{option} {final} is a file; pass a directory")
     _check_inputs(final, inputs, option)
+    _check_scratch(final, scratch or {}, option)
     if not final.is_dir():
         return OutputState(final)
-    meta, problem = _read_meta(final)
-    present = _present(final)
+    meta, problem = read_meta(final)
     if problem is not None:
         raise BadInputError(f"{option} {final} holds a manifest isood cannot read ({problem}); fix or move it "
                             f"(`isood verify {final}`), or pass another {option}")
+    links = escaping_links(final)
+    if links:
+        rel, target = links[0]
+        raise BadInputError(f"{option} {final} holds {rel}, a symbolic link to {target} outside it; isood never "
+                            f"writes or deletes through such a link: replace it by a real folder or pass another "
+                            f"{option}")
+    foreign = foreign_paths(final, meta, set(allow))
     if meta is None:
-        foreign = [p for p in present if p not in set(allow)]
         if foreign:
-            more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-            raise BadInputError(f"{option} {final} is not empty and holds no isood manifest ({', '.join(foreign[:3])}"
-                                f"{more}); pass a new or empty directory (isood never deletes files it did not write)")
+            raise BadInputError(f"{option} {final} is not empty and holds no isood manifest ({_listing(foreign)}); "
+                                "pass a new or empty directory (isood never deletes files it did not write)")
         return OutputState(final)
     other = meta.get("kind")
     if other not in kinds:
         raise BadInputError(f"{option} {final} holds a {other!r} manifest, not {' or '.join(map(repr, kinds))}; "
                             f"pass another directory (isood never replaces a manifest of another kind)")
-    unlisted = [p for p in present if p not in listed_files(meta) and p not in set(allow)]
-    if unlisted:
-        more = f" and {len(unlisted) - 3} more" if len(unlisted) > 3 else ""
-        raise BadInputError(f"{option} {final} holds files its {other} manifest does not list ({', '.join(unlisted[:3])}"
-                            f"{more}); move them away or pass another directory (isood never deletes files it did "
-                            "not write)")
+    if foreign:
+        raise BadInputError(f"{option} {final} holds files its {other} manifest does not list ({_listing(foreign)}); "
+                            "move them away or pass another directory (isood never deletes files it did not write)")
     return OutputState(final, other, meta)
 
 
@@ -200,108 +180,94 @@ def guard_direct_write(root: str | os.PathLike, kind: str, allow: Iterable[str])
         check_output(root, kind, option="manifest folder", allow=allow)
 
 
-# --------------------------------------------------------------------------------------------- swapping
-_RENAME_EXCHANGE = 2
-_libc = None
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False where the system cannot."""
-    global _libc
+def _check_place(final: Path, out: str | os.PathLike, option: str) -> None:
+    """Refuse an ``out`` a folder swap cannot replace: the working directory (or a folder holding it: the shell
+    would be left in a deleted folder) and a mount point (``rename`` fails with EBUSY)."""
     try:
-        if _libc is None:
-            _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        fn = _libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    at_fdcwd = -100
-    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
-        return False
-    raise OSError(err, os.strerror(err), str(b))
-
-
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _discard_version(folder: Path, final: Path) -> Path | None:
-    """Remove an old version's files: those its manifest listed, its manifest.json and isood's ``.~`` files; keep
-    anything else (moved to a visible ``<name>.isood-old-<time>`` folder, returned). Empty folders go."""
-    meta, _ = _read_meta(folder)
-    listed = listed_files(meta) if meta else set()
-    for rel in sorted(listed | _nested_manifests(folder) | {MANIFEST_FILE, _PARKED}):
-        p = folder / rel
-        if p.is_symlink() or p.is_file():
-            p.unlink()
-    for root, dirs, names in os.walk(folder, topdown=True):
-        for d in [d for d in dirs if d.startswith(TMP_PREFIX)]:
-            shutil.rmtree(Path(root) / d, ignore_errors=True)
-            dirs.remove(d)
-        for n in names:
-            if n.startswith(TMP_PREFIX):
-                (Path(root) / n).unlink(missing_ok=True)
-    for root, dirs, _names in os.walk(folder, topdown=False):
-        for d in dirs:
-            with contextlib.suppress(OSError):
-                (Path(root) / d).rmdir()
-    try:
-        folder.rmdir()
-        return None
+        cwd = os.path.realpath(os.getcwd())
     except OSError:
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        kept = final.with_name(f"{final.name}{_OLD_SUFFIX}-{stamp}")
-        os.rename(folder, kept)
-        return kept
+        cwd = None
+    real = os.path.realpath(final)
+    if cwd is not None and is_inside(cwd, real):
+        raise BadInputError(f"{option} {out} is the working directory or holds it, and a new version replaces "
+                            f"{option} as a whole; pass a folder below it (e.g. {option} results)")
+    if final.is_dir() and _is_mount(real):
+        raise BadInputError(f"{option} {out} is a mount point (a volume or network share), which cannot be renamed "
+                            f"to swap a new version in; pass a folder inside it (e.g. {option} "
+                            f"{os.path.join(os.fspath(out), 'results')})")
 
 
-def _recover(final: Path) -> None:
+def _is_mount(real: str) -> bool:
+    if os.path.ismount(real):
+        return True
+    try:  # a bind mount of a folder of the same file system (Docker volumes) has its parent's device
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            points = {line.split()[4].replace("\\040", " ") for line in f if len(line.split()) > 4}
+    except OSError:
+        return False
+    return real in points
+
+
+# --------------------------------------------------------------------------------------------- swapping
+def _recover(final: Path) -> Kept:
     """Finish a swap a crash interrupted between its two renames (systems without an atomic exchange)."""
     old = _old(final)
     if not old.exists():
-        return
+        return Kept()
     if not final.exists():
         os.rename(old, final)
-    else:
-        _discard_version(old, final)
+        return Kept()
+    return discard_version(old, final, final)
 
 
-def _commit(work: Path, final: Path, kinds: Sequence[str]) -> Path | None:
-    """Swap the finished ``work`` folder in as ``final``; returns a folder of kept foreign files, if any."""
-    meta, problem = _read_meta(work)
+def _record(work: Path, meta: dict) -> None:
+    """Write the writer's record (``manifests.ownership``) into the finished version's manifest.json: its
+    version identity and marker, and every file of the folder its manifest does not list."""
+    version = version_of(meta) or new_version_id()
+    marker = work / version_marker(version)
+    if not marker.is_file():
+        atomic_write_bytes(marker, (version + "\n").encode())
+    listed = listed_files(meta)
+    own = sorted(rel for rel in walk_files(work) if rel not in listed and rel != MANIFEST_FILE)
+    meta = {**meta, RECORD_KEY: {"version": version, "own": own}}
+    atomic_write_bytes(work / MANIFEST_FILE, (json.dumps(meta, indent=2) + "\n").encode())
+
+
+def _commit(work: Path, final: Path, kinds: Sequence[str], option: str) -> Kept:
+    """Swap the finished ``work`` folder in as ``final``; what was kept of the old version."""
+    meta, problem = read_meta(work)
     if meta is None or meta.get("kind") not in kinds:
         raise IsoodError(f"{final}: the stage finished without writing its {'/'.join(kinds)} manifest"
                          f"{f' ({problem})' if problem else ''}; rerun the command")
     (work / STAGING_MARKER).unlink(missing_ok=True)
-    (work / _PARKED).unlink(missing_ok=True)
-    _fsync_dir(work)
-    if not final.exists():
-        os.rename(work, final)
-        _fsync_dir(final.parent)
-        return None
-    if _exchange(work, final):
-        _fsync_dir(final.parent)
-        return _discard_version(work, final)
-    old = _old(final)
-    os.rename(final, old)
+    (work / PARKED).unlink(missing_ok=True)
+    _record(work, meta)
+    fsync_dir(work)
+    try:
+        if not final.exists():
+            os.rename(work, final)
+            fsync_dir(final.parent)
+            return Kept()
+        if exchange(work, final):
+            fsync_dir(final.parent)
+            return discard_version(work, final, final)
+        old = _old(final)
+        os.rename(final, old)
+    except OSError as e:
+        if e.errno in (errno.EBUSY, errno.EXDEV):
+            raise BadInputError(f"{option} {final} cannot be replaced by a rename ({e.strerror}: a mount point?); "
+                                "pass a folder inside it") from None
+        raise
     os.rename(work, final)
-    _fsync_dir(final.parent)
-    return _discard_version(old, final)
+    fsync_dir(final.parent)
+    return discard_version(old, final, final)
 
 
 # --------------------------------------------------------------------------------------------- staging
 def _link_tree(src: Path, dst: Path, rels: Iterable[str]) -> None:
     for rel in sorted(rels):
         s, d = src / rel, dst / rel
-        if not s.is_file():
+        if s.is_symlink() or not s.is_file():
             continue
         d.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -310,11 +276,13 @@ def _link_tree(src: Path, dst: Path, rels: Iterable[str]) -> None:
             shutil.copy2(s, d)
 
 
-def _bookkeeping(final: Path) -> set[str]:
-    """A previous version's ``.~`` resume records (a generation state, rejection markers), which stages keep
-    beside their outputs unlisted: carried into the new version, but not temporaries, locks or staging folders."""
-    return {rel for rel, n in _walk(final) if n.startswith(TMP_PREFIX) and not n.endswith((".tmp", LOCK_SUFFIX))
-            and n not in (_PARKED, LOCK_FILE)}
+def _carried(final: Path, meta: dict) -> set[str]:
+    """What a new version starts from: the previous version's listed and owned files and its manifest.json
+    (``write_manifest`` bumps its version), but its version marker (a reader of the previous version must see it
+    vanish) and temporaries."""
+    version = version_of(meta)
+    skip = {PARKED, LOCK_FILE} | ({version_marker(version)} if version else set())
+    return {rel for rel in owned_paths(final, meta) if rel not in skip and not rel.endswith(".tmp")}
 
 
 def _snapshot(work: Path) -> dict[str, int]:
@@ -342,13 +310,13 @@ def _prepare(final: Path, kinds: Sequence[str], state: OutputState) -> tuple[Pat
         if marker.is_file():
             shutil.rmtree(work)  # a killed run of another command left it: all ours
         else:
-            kept = _discard_version(work, final)  # an interrupted swap left the old version here
-            if kept is not None:
-                raise IsoodError(f"{final}: files found in an interrupted rewrite were kept in {kept}; look at "
-                                 "them, then rerun")
+            kept = discard_version(work, final)  # an interrupted swap left the old version here
+            if kept.folder is not None:
+                raise IsoodError(f"{final}: files found in an interrupted rewrite were kept in {kept.folder}; look "
+                                 "at them, then rerun")
     work.mkdir()
     if state.meta is not None:
-        _link_tree(final, work, listed_files(state.meta) | _nested_manifests(final) | _bookkeeping(final))
+        _link_tree(final, work, _carried(final, state.meta))
     (work / STAGING_MARKER).write_text(json.dumps({"kind": kinds[0], "for": final.name}) + "\n", encoding="utf-8")
     return work, _snapshot(work)
 
@@ -356,14 +324,16 @@ def _prepare(final: Path, kinds: Sequence[str], state: OutputState) -> tuple[Pat
 @dataclass
 class Output:
     """What ``writing`` hands a stage: ``work`` (write everything here), ``final`` (the ``--out`` it becomes),
-    ``previous`` (the replaced manifest's metadata, None for a new output) and, after the swap, ``kept`` (a
-    folder of foreign files found beside the old version, None normally)."""
+    ``previous`` (the replaced manifest's metadata, None for a new output) and, after the swap, ``kept`` (the
+    folder beside ``final`` holding what was kept of the old version: files isood did not write and files edited
+    since it wrote them, ``kept_edited``; None normally)."""
 
     work: Path
     final: Path
     previous: dict | None = None
     kept: Path | None = field(default=None)
     keep_previous: bool = field(default=False)
+    kept_edited: list[str] = field(default_factory=list)
 
     def unchanged(self) -> None:
         """Nothing to write after all (e.g. a card that is already current): the block ends without a swap and
@@ -371,14 +341,43 @@ class Output:
         self.keep_previous = True
 
 
+def _public(e: BaseException) -> BaseException | None:
+    """``e`` with its message naming the output instead of the staging folder (None: it names none)."""
+    text = str(e)
+    if isinstance(e, OSError) and e.filename is not None and public_path(e.filename) != os.fspath(e.filename):
+        return type(e)(e.errno, e.strerror, public_path(e.filename))
+    if isinstance(e, IsoodError) and public_path(text) != text:
+        try:
+            return type(e)(public_path(text))
+        except TypeError:
+            return IsoodError(public_path(text))
+    return None
+
+
+def _tell(result: Output, kept: Kept) -> None:
+    result.kept, result.kept_edited = kept.folder, kept.edited
+    if kept.folder is None:
+        return
+    what = []
+    if kept.edited:
+        what.append(f"your edited {_listing(kept.edited)} (changed since isood wrote them)")
+    if kept.other:
+        what.append(f"files isood did not write ({_listing(kept.other)})")
+    warnings.warn(f"{result.final}: the new version is in place; kept {' and '.join(what) or 'the rest'} of the "
+                  f"previous version in {kept.folder}", IsoodWarning, stacklevel=4)
+
+
 @contextlib.contextmanager
 def writing(out: str | os.PathLike, kind: str | Sequence[str], *, inputs: Iterable = (),
-            option: str = "--out") -> Iterator[Output]:
+            option: str = "--out", scratch: Mapping[str, str | os.PathLike | None] | None = None) -> Iterator[Output]:
     """Write a new version of the manifest ``out`` through a staging folder (module docstring): refuse a bad
-    ``out`` (``check_output``), take the output lock, prepare or resume the staging folder, yield it, and swap it
-    in when the block ends normally with the manifest written. On an error the old version is untouched; the
-    staging folder stays for a resume unless the block wrote nothing into it. Inside a stage's work folder (an
-    API writer called by a stage) it yields that folder as it is: the stage's own writer swaps it in."""
+    ``out`` (``check_output``; ``scratch``: option -> a folder the run writes, e.g. ``{"--cache-dir": ...}``,
+    refused inside ``out``), take the output lock, prepare or resume the staging folder, yield it, and swap it in
+    when the block ends normally with the manifest written. On an error the old version is untouched; the
+    staging folder stays for a resume, unless this call made it and the block wrote nothing into it or refused
+    its input (a ``BadInputError``, ``ManifestError`` or ``MissingWeightsError``; a failure on the way, such as
+    a safety checker's error, keeps the work done for the rerun). Inside a stage's work folder (an API writer called by a stage) it yields that
+    folder as it is: the stage's own writer swaps it in."""
     kinds = (kind,) if isinstance(kind, str) else tuple(kind)
     if is_staging(out):  # already a stage's work folder: the outer writer swaps it in
         yield Output(Path(out), Path(out))
@@ -387,25 +386,31 @@ def writing(out: str | os.PathLike, kind: str | Sequence[str], *, inputs: Iterab
     if Path(out).is_symlink() and Path(out).is_dir():  # write where the link points, keep the link
         final = Path(os.path.realpath(out))
     inputs = list(inputs)
-    check_output(out, kinds, inputs=inputs, option=option)
+    check_output(out, kinds, inputs=inputs, option=option, scratch=scratch)
+    _check_place(final, out, option)
     created = [d for d in (final.parent, *final.parent.parents) if not d.exists()]
     final.parent.mkdir(parents=True, exist_ok=True)
     try:
         with file_lock(lock_path(final), what=f"{option} {out}", option=option, target=final):
-            _recover(final)
-            state = check_output(out, kinds, inputs=inputs, option=option)  # again, now that we hold the lock
+            recovered = _recover(final)
+            state = check_output(out, kinds, inputs=inputs, option=option, scratch=scratch)  # again, under the lock
             work, first = _prepare(final, kinds, state)
             result = Output(work, final, state.meta)
             try:
                 yield result
-            except BaseException:
-                if first is not None and _snapshot(work) == first:
-                    shutil.rmtree(work, ignore_errors=True)  # nothing done: leave nothing behind
+            except BaseException as e:
+                refused = isinstance(e, (BadInputError, ManifestError, MissingWeightsError))
+                if first is not None and (refused or _snapshot(work) == first):
+                    shutil.rmtree(work, ignore_errors=True)  # nothing done, or a refusal: leave nothing behind
+                public = _public(e)
+                if public is not None:
+                    raise public from None
                 raise
             if result.keep_previous:
                 shutil.rmtree(work, ignore_errors=True)
                 return
-            result.kept = _commit(work, final, kinds)
+            kept = _commit(work, final, kinds, option)
+            _tell(result, kept if kept.folder is not None else recovered)
     finally:
         for d in created:  # deepest first: folders made for this output and left empty
             try:

@@ -18,6 +18,7 @@ import io
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
@@ -31,6 +32,9 @@ from isood.errors import one_line
 from isood.files import atomic_write_bytes, sha256_bytes, sha256_file
 from manifests.meta import MANIFEST_FILE, SCHEMA_NAME, SCHEMA_VERSION, load_meta, package_version
 from manifests.output import guard_direct_write
+from manifests.ownership import (RECORD_KEY, folder_identity as _folder_identity, is_current, new_version_id,
+                                 version_identity,
+                                 unlink_inside, version_marker, version_of, walk_files)
 from manifests.verify import bad_path_values, content_hash, legacy_content_hash, verify as verify_manifest
 from manifests.paths import check_relative, resolve_inside
 from manifests.schema import KindSpec, check_schema, expect_kind, field_value, kind_spec
@@ -67,27 +71,25 @@ def input_record(name: str, source: str | os.PathLike | None = None, sha256: str
     return rec
 
 
-def _folder_identity(root: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(root)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
-
-
 @dataclass
 class Manifest:
-    """A validated manifest directory. It remembers which folder it read (device and inode): a table read after
-    a writer swapped a new version in (``manifests.writing``) is refused with one line instead of mixing the old
-    manifest.json with the new tables."""
+    """A validated manifest directory. It remembers which version it read (the version identity manifest.json
+    records, whose marker a new version's swap removes): a table read after a writer swapped a new version in
+    (``manifests.writing``) is refused with one line instead of mixing the old manifest.json with the new
+    tables; the marker is checked before and after every read."""
 
     root: Path
     meta: dict = field(repr=False)
-    identity: tuple[int, int] | None = field(default=None, repr=False, compare=False)
+    identity: tuple | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.identity is None:
-            self.identity = _folder_identity(Path(self.root))
+            self.identity = version_identity(self.root, self.meta)
+
+    @property
+    def version_id(self) -> str | None:
+        """The identity of this one write of the folder (None for a manifest written by an older isood)."""
+        return version_of(self.meta)
 
     @property
     def kind(self) -> str:
@@ -148,7 +150,7 @@ class Manifest:
     def check_unchanged(self) -> None:
         """One-line ``ManifestError`` when ``root`` is no longer the folder this manifest was read from (a new
         version was swapped in meanwhile)."""
-        if self.identity is not None and _folder_identity(Path(self.root)) != self.identity:
+        if self.identity is not None and not is_current(self.root, self.identity):
             raise ManifestError(f"{self.root} was replaced by a new version while it was being read; read it again")
 
     @property
@@ -185,16 +187,40 @@ def read(root: str | os.PathLike, kind: str | Sequence[str] | None = None, *, ve
     their hashes and refuse, with one line, a manifest that fails (what every stage does with its inputs).
     """
     root = Path(root)
-    identity = _folder_identity(root)
+    for attempt in range(_READ_TRIES):
+        try:
+            return _read_once(root, kind, verify)
+        except _Rewritten:
+            if attempt + 1 == _READ_TRIES:
+                raise ManifestError(f"{root} is being rewritten (a new version was swapped in while it was read, "
+                                    f"{_READ_TRIES} times); read it again when the writer has finished") from None
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+_READ_TRIES = 5
+
+
+class _Rewritten(Exception):
+    """A new version of the folder was swapped in while ``read`` checked it: read it again."""
+
+
+def _read_once(root: Path, kind: str | Sequence[str] | None, verify: str | None) -> Manifest:
+    before = _folder_identity(root)
     meta = load_meta(root)
+    identity = version_identity(root, meta, before)
     if verify is not None:
         report = verify_manifest(root, mode=verify)
+        if report.version != version_of(meta) or not is_current(root, identity):
+            raise _Rewritten()
         if not report.ok:
             lines = report.lines()
             more = f" (+{len(lines) - 2} more)" if len(lines) > 2 else ""
             raise ManifestError(f"{root} fails verification: {'; '.join(lines[:2])}{more}; restore its files or "
                                 f"rebuild it (`isood verify {root}` lists every problem)")
     m = Manifest(root=root, meta=meta, identity=identity)
+    if not is_current(root, identity):
+        raise _Rewritten()
     if kind is None:
         return m
     expect_kind(m.kind, kind, str(root))
@@ -203,7 +229,12 @@ def read(root: str | os.PathLike, kind: str | Sequence[str] | None = None, *, ve
         raise ManifestError(f"{root}: no spec is registered for manifest kind {m.kind!r} (isood.kinds is not "
                             "imported, or the manifest was written by another tool); import isood.kinds or pass "
                             "an isood manifest")
-    check_schema(m.kind, {name: m.schema(name) for name in m.tables}, str(root))
+    try:
+        check_schema(m.kind, {name: m.schema(name) for name in m.tables}, str(root))
+    except ManifestError:
+        if not is_current(root, identity):
+            raise _Rewritten() from None
+        raise
     view = spec.view if spec.view is not None else ManifestView
     return view(root=root, meta=m.meta, identity=identity)
 
@@ -275,6 +306,10 @@ def write_manifest(
         "summary": _jsonable(summary or {}),
         "changelog": changelog,
     }
+    version = new_version_id()
+    atomic_write_bytes(root / version_marker(version), (version + "\n").encode())
+    own = sorted(rel for rel in walk_files(root) if rel not in records and rel != MANIFEST_FILE)
+    meta[RECORD_KEY] = {"version": version, "own": own}  # manifests.ownership; outside the hashed content
     atomic_write_bytes(root / MANIFEST_FILE, (json.dumps(meta, indent=2, sort_keys=False) + "\n").encode())
     return Manifest(root=root, meta=meta)
 
@@ -316,9 +351,12 @@ def _set_aside_old(root: Path) -> dict | None:
     if not (root / MANIFEST_FILE).is_file():
         return None
     try:
-        old = read(root).meta
+        old = load_meta(root)
     except ManifestError:
         old = None
+    version = version_of(old)
+    if version is not None:  # first: a reader of the old version sees it go before any file changes
+        (root / version_marker(version)).unlink(missing_ok=True)
     (root / MANIFEST_FILE).unlink()
     return old
 
@@ -375,10 +413,7 @@ def _remove_stale(root: Path, old: Mapping[str, Any] | None, records: Mapping[st
     """Delete files the previous manifest owned and this one does not."""
     for rec in (old or {}).get("files", []):
         if rec["path"] not in records:
-            try:
-                resolve_inside(root, rec["path"]).unlink(missing_ok=True)
-            except ManifestError:
-                pass
+            unlink_inside(root, rec["path"])  # never through a link
 
 
 def _arrow_schema(table: pd.DataFrame | pa.Table) -> pa.Schema:

@@ -16,9 +16,14 @@ integrity, and a manifest written by an older writer (tests/manifests/fixtures/v
 
 Modes: ``full`` hashes every file. ``fast`` (what stages use on their inputs by default) hashes every table and
 every file up to ``FAST_HASH_BYTES``; a larger file (a feature shard, an image) is hashed unless its size,
-mtime_ns and inode match the last time this machine hashed it and found it right (a stat cache under
-``isood.defaults.cache_dir('verified')``), so a flipped byte is found, while an unchanged 24 GB feature set is not
-re-read at every use.
+mtime_ns, ctime_ns, device and inode match the last time this machine hashed it and found it right (a stat cache
+under ``isood.defaults.cache_dir('verified')``), so a flipped byte is found (an edit in place changes the ctime,
+which no tool can set back), while an unchanged 24 GB feature set is not re-read at every use. A ``full`` check
+updates the same cache: a file it finds changed is never trusted by a later ``fast`` check.
+
+A manifest being rewritten meanwhile (``manifests.writing`` swaps a new version in) is not corruption: ``verify``
+checks the version marker (``manifests.ownership``) before and after, and checks again when a new version
+arrived; if versions keep changing it reports ``rewriting`` ("being rewritten"), not a changed file.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -40,6 +46,7 @@ from isood.errors import one_line
 from isood.files import TMP_PREFIX, atomic_write_bytes, sha256_bytes, sha256_file
 from isood.inputs import BAD_PATH_PATTERN as INPUT_BAD_PATH
 from manifests.meta import CARD_FILE, CONFIGS_DIR, MANIFEST_FILE, load_meta
+from manifests.ownership import folder_identity, is_current, version_identity, version_of
 from manifests.paths import resolve_inside
 from manifests.schema import kind_spec
 
@@ -89,12 +96,20 @@ class VerifyReport:
     changed: list[str]
     invalid: list[str] = field(default_factory=list)
     fields: list[str] = field(default_factory=list)
+    #: The version identity checked (``manifests.ownership``; None for a manifest of an older isood).
+    version: str | None = None
+    #: A writer kept swapping new versions in while this was checked: nothing is known to be wrong.
+    rewriting: bool = False
+    meta: dict | None = field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:
-        return not (self.missing or self.extra or self.changed or self.invalid or self.fields)
+        return not (self.missing or self.extra or self.changed or self.invalid or self.fields or self.rewriting)
 
     def lines(self) -> list[str]:
+        if self.rewriting:
+            return [f"rewriting: {self.root} is being rewritten (a new version arrived while it was checked); "
+                    "verify it again when the writer has finished"]
         return (
             [f"missing: {p}" for p in self.missing]
             + [f"extra: {p}" for p in self.extra]
@@ -106,7 +121,8 @@ class VerifyReport:
 
 # ------------------------------------------------------------------------------------------------ hashing
 class _StatCache:
-    """rel -> [size, mtime_ns, inode, sha256] of the files of one manifest folder found right before."""
+    """rel -> [size, mtime_ns, ctime_ns, device, inode, sha256] of the files of one manifest folder found right
+    before."""
 
     def __init__(self, root: Path) -> None:
         key = hashlib.sha256(os.fsencode(os.path.realpath(root))).hexdigest()[:32]
@@ -119,7 +135,7 @@ class _StatCache:
 
     @staticmethod
     def stamp(st: os.stat_result) -> list[int]:
-        return [int(st.st_size), int(st.st_mtime_ns), int(st.st_ino)]
+        return [int(st.st_size), int(st.st_mtime_ns), int(st.st_ctime_ns), int(st.st_dev), int(st.st_ino)]
 
     def known(self, rel: str, st: os.stat_result, sha: str) -> bool:
         return self.data.get(rel) == [*self.stamp(st), sha]
@@ -127,6 +143,10 @@ class _StatCache:
     def remember(self, rel: str, st: os.stat_result, sha: str) -> None:
         self.data[rel] = [*self.stamp(st), sha]
         self.dirty = True
+
+    def forget(self, rel: str) -> None:
+        if self.data.pop(rel, None) is not None:
+            self.dirty = True
 
     def save(self) -> None:
         if self.dirty:
@@ -138,7 +158,7 @@ class _StatCache:
 
 def _changed(root: Path, meta: dict, mode: str) -> tuple[list[str], list[str]]:
     tables = {rec["path"] for rec in meta["tables"].values()}
-    cache = _StatCache(root) if mode == "fast" else None
+    cache = _StatCache(root)
     missing, changed = [], []
     for rec in sorted(meta["files"], key=lambda r: r["path"]):
         rel = rec["path"]
@@ -153,16 +173,17 @@ def _changed(root: Path, meta: dict, mode: str) -> tuple[list[str], list[str]]:
             continue
         if st.st_size != rec.get("bytes", st.st_size):
             changed.append(rel)
+            cache.forget(rel)
             continue
         always = mode == "full" or rel in tables or st.st_size <= FAST_HASH_BYTES
-        if not always and cache is not None and cache.known(rel, st, rec["sha256"]):
+        if not always and cache.known(rel, st, rec["sha256"]):
             continue
         if sha256_file(p) != rec["sha256"]:
             changed.append(rel)
-        elif cache is not None:
+            cache.forget(rel)  # a full check's finding is never forgotten by a later fast one
+        elif not always or st.st_size > FAST_HASH_BYTES:
             cache.remember(rel, st, rec["sha256"])
-    if cache is not None:
-        cache.save()
+    cache.save()
     return missing, changed
 
 
@@ -235,7 +256,34 @@ def verify(root: str | os.PathLike, *, mode: str = "full") -> VerifyReport:
     report."""
     root = Path(root)
     check_verify_mode(mode)
-    meta = load_meta(root)
+    report = None
+    for attempt in range(_TRIES):
+        meta = load_meta(root)
+        before = folder_identity(root)
+        report = _verify_once(root, meta, mode)
+        if _still(root, meta, before):
+            return report
+        time.sleep(0.05 * (attempt + 1))  # a writer swapped a new version in meanwhile: check that one
+    assert report is not None
+    return VerifyReport(root=root, missing=[], extra=[], changed=[], version=report.version, rewriting=True)
+
+
+_TRIES = 5
+
+
+def _still(root: Path, meta: dict, before: tuple[int, int] | None) -> bool:
+    """Whether ``root`` still holds the version ``meta`` describes (``is_current``; without a version marker,
+    also manifest.json unchanged)."""
+    identity = version_identity(root, meta, before)
+    if identity[0] == "version":
+        return True  # its marker is there now, after the checks: they saw that version
+    try:
+        return is_current(root, identity) and load_meta(root) == meta
+    except ManifestError:
+        return False
+
+
+def _verify_once(root: Path, meta: dict, mode: str) -> VerifyReport:
     missing, changed = _changed(root, meta, mode)
     extra = _extra(root, {rec["path"] for rec in meta["files"]})
     fields = []
@@ -246,4 +294,5 @@ def verify(root: str | os.PathLike, *, mode: str = "full") -> VerifyReport:
         fields.append("content_sha256 is not the hash of the listed files; rebuild the manifest (or restore its "
                       "manifest.json)")
     invalid = _table_problems(root, meta, set(missing) | set(changed))
-    return VerifyReport(root=root, missing=missing, extra=extra, changed=changed, invalid=invalid, fields=fields)
+    return VerifyReport(root=root, missing=missing, extra=extra, changed=changed, invalid=invalid, fields=fields,
+                        version=version_of(meta), meta=meta)

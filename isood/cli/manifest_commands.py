@@ -32,11 +32,14 @@ def _say(text: str) -> None:
               "extra or changed file and each inconsistent field (exit 1 if any).")
 def verify(opts: VerifyOptions) -> None:
     report = manifests.verify(opts.manifest_dir, mode=opts.verify)
-    if report.ok:
-        m = manifests.read(opts.manifest_dir)
-        out_console.print(f"OK {opts.manifest_dir}: {m.kind} v{m.dataset_version}, {len(m.meta['files'])} files "
-                          "verified")
+    if report.ok and report.meta is not None:  # the version it checked, not one swapped in since
+        meta = report.meta
+        out_console.print(f"OK {opts.manifest_dir}: {meta['kind']} v{meta['dataset_version']}, {len(meta['files'])} "
+                          "files verified")
         return
+    if report.rewriting:  # a writer kept swapping new versions in: nothing is known to be wrong
+        out_console.print(report.lines()[0], highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
     for line in report.lines():  # one line per problem, never wrapped: scripts grep them
         out_console.print(line, highlight=False, soft_wrap=True)
     out_console.print(f"FAILED {opts.manifest_dir}: {len(report.lines())} problem(s)", highlight=False,

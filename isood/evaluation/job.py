@@ -652,7 +652,8 @@ def run_evaluate(opts: EvaluateOptions, *, adapter=None, argv: list[str] | None 
     detectors = check_options(opts)
     check_precision(opts.precision, resolve_device(opts.device))  # fp16 needs CUDA: refused before any work
     assert opts.out is not None, "check_options: --out is required"
-    with manifests.writing(opts.out, EVALUATION, inputs=_inputs_of(opts)) as o:
+    with manifests.writing(opts.out, EVALUATION, inputs=_inputs_of(opts),
+                           scratch={"--cache-dir": output_cache_dir(opts)}) as o:
         result = _evaluate(opts, detectors, o.work, adapter=adapter, argv=argv, t0=t0)
     return replace(result, manifest=manifests.read(o.final, kind=EVALUATION))
 

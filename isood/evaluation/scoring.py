@@ -138,13 +138,18 @@ def _size(data) -> int | None:
 
 
 def _unreadable_list(found, cache_dir) -> str:
-    """Write the paths of the unreadable images (one per line, with the error) beside the output cache (or in
-    the temporary folder); the file's path."""
+    """Write the paths of the unreadable images (one per line, with the error) beside the output cache, or else
+    in a new private file of the temporary folder (``mkstemp``: an unpredictable name, mode 0600); the file's
+    path."""
     text = "".join(f"{u.path}\t{u.error}\n" for u in dict.fromkeys(found)).encode()
-    folder = Path(cache_dir) if cache_dir is not None else Path(tempfile.gettempdir())
-    path = folder / f"unreadable-images-{hashlib.sha256(text).hexdigest()[:12]}.txt"
-    atomic_write_bytes(path, text)
-    return str(path)
+    if cache_dir is not None:
+        path = Path(cache_dir) / f"unreadable-images-{hashlib.sha256(text).hexdigest()[:12]}.txt"
+        atomic_write_bytes(path, text)
+        return str(path)
+    fd, name = tempfile.mkstemp(prefix="isood-unreadable-images-", suffix=".txt")
+    with os.fdopen(fd, "wb") as f:
+        f.write(text)
+    return name
 
 
 def _check_train_labels(train: ForwardOutputs, source: str) -> None:

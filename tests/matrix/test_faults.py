@@ -82,7 +82,8 @@ DRIVER = textwrap.dedent('''
 #: (and so the hash of the dataset card, which quotes it), how long it took; generate-syn also counts the images
 #: and pipeline batches it found done (skipped) instead of generating them.
 RUN_FIELDS = {"created", "files.README.md.sha256", "summary.seconds", "summary.laid_fit_seconds",
-              "summary.images_per_second", "summary.generated", "summary.skipped", "summary.batches"}
+              "summary.images_per_second", "summary.generated", "summary.skipped", "summary.batches",
+              "writer.version", "writer.own"}  # the version identity and its marker (manifests.ownership)
 
 
 # ------------------------------------------------------------------------------------------------ helpers

@@ -9,7 +9,7 @@
 | S4/S5 | stages use tampered inputs (laid.safetensors, feature shards, an audit table) | ``manifests.read(verify=...)`` in every stage     |
 | S8    | roots stored relative to the working directory                           | ``stages.splits.config.splits_config``, ``images.list_images`` |
 | S10   | the Python API writes ``..`` / absolute image paths that pass verify      | ``TableSpec.paths``: ``store._check_path_columns``, ``verify`` |
-| S12   | a reader gets the old manifest.json with the new tables                  | ``Manifest.check_unchanged`` (folder identity) + the swap |
+| S12   | a reader gets the old manifest.json with the new tables                  | ``Manifest.check_unchanged`` (version marker) + the swap  |
 | S14   | verify says OK with bad rows, content hash, table paths, kind            | ``manifests.verify`` (every field)                 |
 | det.  | one seed, two content hashes (fit time inside laid.safetensors)          | ``LAID.fit_seconds`` is never saved                |
 | empty | a refused import leaves an empty ``data/``                                | ``manifests.writing`` removes a staging folder it wrote nothing into |

@@ -120,7 +120,8 @@ def build_splits(cfg: BuildConfig, *, warn: Warn | None = None, argv: list[str] 
     cfg = validate(cfg)
     assert cfg.out is not None, "validate: --out is required"
     check_sources(cfg)
-    with manifests.writing(cfg.out, SPLITS, inputs=input_paths(cfg)) as o:
+    with manifests.writing(cfg.out, SPLITS, inputs=input_paths(cfg),
+                           scratch={"--cache-dir": cfg.cache_dir}) as o:
         result = _build(cfg, o.work, warn=warn, argv=argv, engine=engine)
     view = manifests.read(o.final, kind=SPLITS)
     assert isinstance(view, SplitsView)  # read(kind=...) returns the kind's registered view
