@@ -1,16 +1,16 @@
-"""Issue 17's matrix, rows of the safe writer and of verification: nothing lost, nothing silently wrong.
+"""The integrity matrix, rows of the safe writer and of verification: nothing lost, nothing silently wrong.
 
-| row   | finding                                                                 | guard                                              |
+| row   | case                                                                    | guard                                              |
 |-------|-------------------------------------------------------------------------|----------------------------------------------------|
-| D5    | `demo --out X`: X/class-filter of another kind replaced first; X a manifest | ``isood.demo.check_demo_out`` (every sub-output checked before the first) |
-| D6    | `--out` equal to (or holding, or inside) an input                         | ``manifests.output.check_output`` (inputs)         |
-| D7    | hand-edited ``dataset_version`` / ``changelog`` accepted, then a rewrite crashed after deleting | ``manifests.meta.validate_meta`` (read, verify, writer) |
+| demo  | `demo --out X`: X/class-filter of another kind replaced first; X a manifest | ``isood.demo.check_demo_out`` (every sub-output checked before the first) |
+| out   | `--out` equal to (or holding, or inside) an input                         | ``manifests.output.check_output`` (inputs)         |
+| meta  | hand-edited ``dataset_version`` / ``changelog`` accepted, then a rewrite crashed after deleting | ``manifests.meta.validate_meta`` (read, verify, writer) |
 | crash | a rewrite that fails half way leaves a mix of old and new files           | ``manifests.writing`` (staging sibling, swap last) |
-| S4/S5 | stages use tampered inputs (laid.safetensors, feature shards, an audit table) | ``manifests.read(verify=...)`` in every stage     |
-| S8    | roots stored relative to the working directory                           | ``stages.splits.config.splits_config``, ``images.list_images`` |
-| S10   | the Python API writes ``..`` / absolute image paths that pass verify      | ``TableSpec.paths``: ``store._check_path_columns``, ``verify`` |
-| S12   | a reader gets the old manifest.json with the new tables                  | ``Manifest.check_unchanged`` (version marker) + the swap  |
-| S14   | verify says OK with bad rows, content hash, table paths, kind            | ``manifests.verify`` (every field)                 |
+| input | stages use tampered inputs (laid.safetensors, feature shards, an audit table) | ``manifests.read(verify=...)`` in every stage     |
+| roots | roots stored relative to the working directory                           | ``stages.splits.config.splits_config``, ``images.list_images`` |
+| paths | the Python API writes ``..`` / absolute image paths that pass verify      | ``TableSpec.paths``: ``store._check_path_columns``, ``verify`` |
+| read  | a reader gets the old manifest.json with the new tables                  | ``Manifest.check_unchanged`` (version marker) + the swap  |
+| verif | verify says OK with bad rows, content hash, table paths, kind            | ``manifests.verify`` (every field)                 |
 | det.  | one seed, two content hashes (fit time inside laid.safetensors)          | ``LAID.fit_seconds`` is never saved                |
 | empty | a refused import leaves an empty ``data/``                                | ``manifests.writing`` removes a staging folder it wrote nothing into |
 
@@ -50,10 +50,10 @@ def _staging_left(out: Path) -> list[str]:
     return [p.name for p in out.parent.iterdir() if p.name.startswith(".~") and p.name.endswith(".isood-new")]
 
 
-# ------------------------------------------------------------------------------------------------ D7
+# ------------------------------------------------------------------------------------------------ hand-edited version fields
 @pytest.mark.parametrize("field, value", [("dataset_version", "9"), ("dataset_version", "abc"),
                                           ("changelog", "x")])
-def test_d7_a_hand_edited_version_or_changelog_is_refused_and_nothing_is_replaced(cli, tmp_path, field, value):
+def test_a_hand_edited_version_or_changelog_is_refused_and_nothing_is_replaced(cli, tmp_path, field, value):
     out = tmp_path / "m"
     assert _import(cli, tmp_path, LIST_A, out).exit_code == 0
     meta = json.loads((out / "manifest.json").read_text())
@@ -67,7 +67,7 @@ def test_d7_a_hand_edited_version_or_changelog_is_refused_and_nothing_is_replace
     assert _files(out) == before and not _staging_left(out)
 
 
-# ------------------------------------------------------------------------------------------------ S14
+# ------------------------------------------------------------------------------------------------ verify checks every field
 def _splits(root: Path):
     from isood.grid import cell_name, cell_table, edges_table
     from isood.stages.splits import write_splits
@@ -94,7 +94,7 @@ def _edit(root: Path, change) -> None:
     (lambda m: m["tables"]["images"].update(path="data"), 2, "do not list"),
     (lambda m: m.update(kind="nosuchkind"), 1, "unknown"),
 ], ids=["rows", "content_sha256", "table-path-of-another-table", "table-path-a-folder", "unknown-kind"])
-def test_s14_verify_checks_every_field(cli, tmp_path, edit, exit_code, words):
+def test_verify_checks_every_field(cli, tmp_path, edit, exit_code, words):
     root = tmp_path / "s"
     _splits(root)
     assert cli.invoke(["verify", root]).exit_code == 0
@@ -104,8 +104,8 @@ def test_s14_verify_checks_every_field(cli, tmp_path, edit, exit_code, words):
     assert words in " ".join(r.output.split()), r.output
 
 
-# ------------------------------------------------------------------------------------------------ S12 + crash
-def test_s12_a_reader_holding_the_old_version_never_gets_the_new_tables(cli, tmp_path):
+# ------------------------------------------------------------------------------------------------ readers and a crash mid-rewrite
+def test_a_reader_holding_the_old_version_never_gets_the_new_tables(cli, tmp_path):
     out = tmp_path / "m"
     assert _import(cli, tmp_path, LIST_A, out).exit_code == 0
     old = manifests.read(out, kind="image-list")
@@ -154,8 +154,8 @@ def test_a_refused_import_leaves_nothing_behind(cli, tmp_path):
     assert not (tmp_path / "new").exists()
 
 
-# ------------------------------------------------------------------------------------------------ D5 + D6
-def test_d5_demo_checks_every_output_before_the_first(cli, tmp_path):
+# ------------------------------------------------------------------------------------------------ demo and --out placement
+def test_demo_checks_every_output_before_the_first(cli, tmp_path):
     x = tmp_path / "x"
     _splits(x / "class-filter")  # a splits manifest where the demo writes its class filter
     before = _files(x)
@@ -171,7 +171,7 @@ def test_d5_demo_checks_every_output_before_the_first(cli, tmp_path):
     assert _files(s) == before and manifests.verify(s).ok  # no sub-folder added to the manifest
 
 
-def test_d6_an_out_that_is_or_holds_an_input_is_refused(cli, tmp_path):
+def test_an_out_that_is_or_holds_an_input_is_refused(cli, tmp_path):
     from wordnet_tools.jobs import run_audit
 
     s = tmp_path / "s"
@@ -189,7 +189,7 @@ def test_d6_an_out_that_is_or_holds_an_input_is_refused(cli, tmp_path):
     assert {p: _files(p) for p in (s, audit)} == before
 
 
-# ------------------------------------------------------------------------------------------------ S4/S5
+# ------------------------------------------------------------------------------------------------ tampered inputs
 def _flip(path: Path, offset: int = -5) -> None:
     """Flip one byte (same size: only the content hash can tell)."""
     data = bytearray(path.read_bytes())
@@ -219,7 +219,7 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-def test_s4_every_stage_refuses_a_tampered_input(cli, feature_world, tmp_path, tiny_clip_spec):
+def test_every_stage_refuses_a_tampered_input(cli, feature_world, tmp_path, tiny_clip_spec):
     w = feature_world
     feats = _copy(w / "features", tmp_path / "features")
     _flip(next(feats.glob("features-*.npy")))
@@ -241,7 +241,7 @@ def test_s4_every_stage_refuses_a_tampered_input(cli, feature_world, tmp_path, t
         assert not Path(args[-1]).exists(), name
 
 
-def test_s5_splits_clean_refuses_an_edited_audit(cli, feature_world, tmp_path):
+def test_splits_clean_refuses_an_edited_audit(cli, feature_world, tmp_path):
     from wordnet_tools.jobs import run_audit
 
     run_audit(feature_world / "splits", "1k", out=tmp_path / "audit")
@@ -255,8 +255,8 @@ def test_s5_splits_clean_refuses_an_edited_audit(cli, feature_world, tmp_path):
     assert not (tmp_path / "clean").exists()
 
 
-# ------------------------------------------------------------------------------------------------ S8
-def test_s8_roots_are_stored_absolute_whatever_the_working_directory(cli, feature_world, tmp_path, monkeypatch):
+# ------------------------------------------------------------------------------------------------ explicit roots
+def test_roots_are_stored_absolute_whatever_the_working_directory(cli, feature_world, tmp_path, monkeypatch):
     w = tmp_path / "a"
     w.mkdir()
     _copy(feature_world / "features", w / "features")
@@ -275,9 +275,9 @@ def test_s8_roots_are_stored_absolute_whatever_the_working_directory(cli, featur
     assert manifests.read(w / "splits", kind="splits").id_features == str(w / "features")
 
 
-# ------------------------------------------------------------------------------------------------ S10
+# ------------------------------------------------------------------------------------------------ paths outside the root
 @pytest.mark.parametrize("bad", ["../outside/x.JPEG", "/abs/x.JPEG", "n0/../../x.JPEG"])
-def test_s10_the_python_api_cannot_store_paths_outside_the_root(tmp_path, bad):
+def test_the_python_api_cannot_store_paths_outside_the_root(tmp_path, bad):
     from isood.grid import cell_table, edges_table
     from isood.stages.splits import write_splits
 
@@ -290,7 +290,7 @@ def test_s10_the_python_api_cannot_store_paths_outside_the_root(tmp_path, bad):
     assert not (tmp_path / "s").exists()
 
 
-def test_s10_verify_and_every_reader_refuse_a_manifest_with_such_paths(cli, tmp_path):
+def test_verify_and_every_reader_refuse_a_manifest_with_such_paths(cli, tmp_path):
     """A manifest whose images table was replaced (with consistent hashes) by one holding ``..``: verify names it
     and a stage reading it refuses it."""
     import hashlib
