@@ -100,3 +100,7 @@ def check_seed(seed: Any, flag: str = "--seed") -> int:
         raise BadInputError(f"{flag} must be an integer in [0, {SEED_MAX}] (2**31 - 1: faiss and numpy's legacy "
                             f"generator take 31/32-bit seeds), got {seed!r}")
     return seed.__index__()
+
+#: `isood show`'s files and defaults (``isood.evaluation.mosaic`` draws them; the options need no matplotlib).
+MOSAIC_PNG, MOSAIC_PDF = "mosaic.png", "mosaic.pdf"
+MOSAIC_PER_CELL, MOSAIC_SIZE = 4, 64

@@ -13,7 +13,7 @@ from generation.outputs import prune_images, read_state, reject_marker, write_st
 from generation.syn.options import KIND, KIND_PART, KIND_PROMPTS
 from generation.syn.steps import (IMAGE_COLUMNS, REJECTED_COLUMNS, cell_lists, merge_part_tables, merge_summaries,
                                   syn_cells)
-from isood.evaluation.mosaic import card_mosaic
+from isood.evaluation.card_figure import card_mosaic
 from isood.kinds import LAID_FILE
 from isood.files import link_or_copy
 from manifests.store import Manifest

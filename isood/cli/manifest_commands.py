@@ -10,9 +10,9 @@ from pathlib import Path
 import typer
 
 import manifests
+from isood.evaluation.card_figure import card_mosaic
 from isood.cli._app import app, export_app, import_app, out_console
 from isood.cli.options import command
-from isood.evaluation.mosaic import card_mosaic
 from isood.files import atomic_write_bytes, output_lock
 from isood.stages import interop
 from isood.stages.interop.options import ExportOpenoodOptions, ImportListOptions, ImportListsOptions

@@ -35,6 +35,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
+from isood.defaults import MOSAIC_PDF, MOSAIC_PER_CELL, MOSAIC_PNG, MOSAIC_SIZE
 from isood.errors import BadInputError, IsoodError
 from isood.grid import cell_name
 from isood.kinds import SPLITS, SYN_IS
@@ -45,8 +46,7 @@ __all__ = ["MOSAIC_PNG", "MOSAIC_PDF", "DEFAULT_PER_CELL", "DEFAULT_SIZE", "Mosa
            "sample_cells", "read_thumbnail", "mosaic_figure", "grid_mosaic", "mosaic_files",
            "missing_images", "mosaic_name", "grid_mosaics", "image_root_of", "card_mosaic", "REPORT_PER_CELL", "REPORT_SIZE"]
 
-MOSAIC_PNG, MOSAIC_PDF = "mosaic.png", "mosaic.pdf"
-DEFAULT_PER_CELL, DEFAULT_SIZE = 4, 64
+DEFAULT_PER_CELL, DEFAULT_SIZE = MOSAIC_PER_CELL, MOSAIC_SIZE
 REPORT_PER_CELL, REPORT_SIZE = 2, 48  # the report's and the dataset card's mosaics: small
 _PAD = 4  # pixels between panels
 _MARGIN = {"left": 150, "right": 20, "bottom": 90, "top": 40}

@@ -18,16 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import manifests
-from isood.defaults import DEFAULT_VERIFY
+from isood.defaults import DEFAULT_VERIFY, MOSAIC_PDF, MOSAIC_PNG
+from isood.defaults import MOSAIC_PER_CELL as DEFAULT_PER_CELL
+from isood.defaults import MOSAIC_SIZE as DEFAULT_SIZE
 from isood.errors import BadInputError, ManifestError
-from isood.evaluation.mosaic import (DEFAULT_PER_CELL, DEFAULT_SIZE, MOSAIC_PDF, MOSAIC_PNG, grid_mosaic, image_root_of,
-                                     mosaic_files)
 from isood.files import TMP_PREFIX, atomic_write_bytes, output_lock
 from isood.kinds import SPLITS, SYN_IS
 from isood.optspec import REQUIRED, option, seed_option, verify_option
 from manifests.paths import is_inside
 
-__all__ = ["ShowOptions", "ShowResult", "image_root_of", "show"]
+__all__ = ["ShowOptions", "ShowResult", "show"]
 
 _OUTPUTS = (MOSAIC_PNG, MOSAIC_PDF)
 
@@ -82,6 +82,9 @@ def show(manifest: str | os.PathLike, out: str | os.PathLike, *, cells: str = "a
          verify: str = DEFAULT_VERIFY) -> ShowResult:
     """Draw the mosaic of a grid manifest into ``out`` (module docstring); every refusal comes before anything is
     written."""
+    # the figure code pulls in matplotlib: loaded when the stage runs, not when the CLI reads its options
+    from isood.evaluation.mosaic import grid_mosaic, image_root_of, mosaic_files
+
     manifest, out = Path(manifest), Path(out)
     _check_out(out, manifest)
     try:

@@ -392,7 +392,10 @@ def test_default_plots_are_auroc_and_fpr95_and_all_draws_every_metric(world, cli
     paper = [n for m in ("auroc", "fpr95") for n in [compare_name("splits", m)]
              + [level_curve_name("splits", ax, m) for ax in ("sem", "cov")]
              + [heatmap_name("splits", d, m) for d in ("msp", "energy")]]  # + SVG and PDF beside each PNG
-    want = sorted([Path(n).name for n in paper] + [Path(n).name[:-3] + fmt for n in paper for fmt in VECTOR_FORMATS])
+    from isood.evaluation.mosaic import mosaic_name
+
+    want = sorted([Path(n).name for n in paper] + [Path(n).name[:-3] + fmt for n in paper for fmt in VECTOR_FORMATS]
+                  + [Path(mosaic_name("splits")).name])  # and the grid's mosaic of sampled images
     assert plots == want
     html = (tmp_path / "ev" / "report.html").read_text()
     assert html.count("data:image/png;base64,") == len([p for p in want if p.endswith(".png")])
@@ -405,7 +408,7 @@ def test_default_plots_are_auroc_and_fpr95_and_all_draws_every_metric(world, cli
     r = cli.invoke(args)
     assert r.exit_code == 0, r.output
     # per metric: 2 heatmaps, its comparison and 2 level curves, each also as SVG and PDF
-    assert len(list((tmp_path / "all" / "plots").iterdir())) == len(computed) * 5 * (1 + len(VECTOR_FORMATS))
+    assert len(list((tmp_path / "all" / "plots").iterdir())) == len(computed) * 5 * (1 + len(VECTOR_FORMATS)) + 1
 
 
 # ======================================================================================= every unreadable image
