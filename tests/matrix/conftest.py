@@ -62,6 +62,48 @@ def jpeg_claiming(width: int, height: int) -> bytes:
     return bytes(data)
 
 
+def noisy_image(path, colour, rng, shift: float = 0.0) -> None:
+    """A 20 x 20 PNG of ``colour`` (+ ``shift``) with Gaussian noise (sd 25) from ``rng``, folders made."""
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    a = np.clip(colour + shift + rng.normal(0, 25, (20, 20, 3)), 0, 255).astype(np.uint8)
+    Image.fromarray(a).save(path)
+
+
+def grid_splits(root, test_root, rng, colour, *, id_wnids, ood_wnids, per_cell: int, cov_shift: float = 0.0):
+    """A 2 x 2 splits manifest at ``root`` written by the splits stage's writer (N/A threshold 2), its images
+    under ``test_root``: ``per_cell`` images per cell, ID wnids at semantic level 0 and OOD ones at level 1, each
+    image ``noisy_image`` of its class colour shifted by ``cov_shift`` per covariate level. Returns its rows."""
+    import pandas as pd
+
+    from isood.grid import cell_name, cell_table, edges_table
+    from isood.stages.splits import write_splits
+
+    rows = []
+    for c in range(2):
+        for s in range(2):
+            for i in range(per_cell):
+                wnids = id_wnids if s == 0 else ood_wnids
+                w = wnids[i % len(wnids)]
+                path = f"{w}/{w}_c{c}s{s}_{i}.png"
+                noisy_image(test_root / path, colour[w], rng, shift=cov_shift * c)
+                rows.append({"path": path, "wnid": w, "d_sem": 0.1 + s, "d_cov": 0.1 + c, "sem_level": s,
+                             "cov_level": c, "cell": cell_name(c, s)})
+    images = pd.DataFrame(rows)
+    write_splits(root, images=images, cells=cell_table(images["cov_level"], images["sem_level"], 2, 2),
+                 edges=edges_table([0.0, 1.0, 2.0], [0.0, 1.0, 2.0]), argv=["test"],
+                 config={"test_root": str(test_root), "n_levels": 2, "na_threshold": 2})
+    return rows
+
+
+@pytest.fixture(scope="session")
+def tiny_eval():
+    """``tiny_eval.image(path, colour, rng, shift=0)`` and ``tiny_eval.grid_splits(...)``: the images and the 2 x 2
+    splits manifest of the small evaluation worlds (module functions of this conftest)."""
+    return types.SimpleNamespace(image=noisy_image, grid_splits=grid_splits)
+
+
 @pytest.fixture(scope="session")
 def cli():
     """``cli.invoke(args)`` and ``cli.one_line_error(result)`` (module functions of this conftest)."""

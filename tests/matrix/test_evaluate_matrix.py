@@ -13,7 +13,6 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 from PIL import Image
 
@@ -23,35 +22,11 @@ ID = ["n01440764", "n01443537", "n01484850"]
 OOD = ["n02084071", "n04399382"]
 
 
-def _image(path: Path, colour, rng, shift: float = 0.0) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    a = np.clip(colour + shift + rng.normal(0, 25, (20, 20, 3)), 0, 255).astype(np.uint8)
-    Image.fromarray(a).save(path)
-
-
-def _splits(root: Path, test_root: Path, rng, colour) -> None:
-    from isood.grid import cell_name, cell_table, edges_table
-    from isood.stages.splits import write_splits
-
-    rows = []
-    for c in range(2):
-        for s in range(2):
-            for i in range(4):
-                w = (ID if s == 0 else OOD)[i % (3 if s == 0 else 2)]
-                path = f"{w}/{w}_c{c}s{s}_{i}.png"
-                _image(test_root / path, colour[w], rng, shift=50.0 * c)
-                rows.append({"path": path, "wnid": w, "d_sem": 0.1 + s, "d_cov": 0.1 + c, "sem_level": s,
-                             "cov_level": c, "cell": cell_name(c, s)})
-    images = pd.DataFrame(rows)
-    cells = cell_table(images["cov_level"], images["sem_level"], n_levels=2, na_threshold=2)
-    write_splits(root, images=images, cells=cells, edges=edges_table([0.0, 1.0, 2.0], [0.0, 1.0, 2.0]),
-                 argv=["test"], config={"test_root": str(test_root), "n_levels": 2, "na_threshold": 2})
-
-
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def world(tmp_path_factory, tiny_eval):
     from isood.tiny_models import build_tiny_classifier
 
+    _image = tiny_eval.image
     root = tmp_path_factory.mktemp("evaluate_matrix")
     rng = np.random.default_rng(0)
     colour = {w: rng.integers(30, 225, 3) for w in ID + OOD}
@@ -60,7 +35,8 @@ def world(tmp_path_factory):
             _image(root / "train" / w / f"{w}_{i}.png", colour[w], rng)
         for i in range(2):
             _image(root / "val" / w / f"{w}_{i}.png", colour[w], rng)
-    _splits(root / "splits", root / "test", rng, colour)
+    tiny_eval.grid_splits(root / "splits", root / "test", rng, colour, id_wnids=ID, ood_wnids=OOD, per_cell=4,
+                          cov_shift=50.0)
     build_tiny_classifier(root / "test_resnet.safetensors", num_classes=3)
     return root
 

@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from PIL import Image
 
 import isood
 from isood.evaluation.options import EvaluateOptions
@@ -26,21 +25,14 @@ ID = ["n01440764", "n01443537", "n01484850"]
 OOD = ["n02084071", "n04399382"]
 
 
-def _image(path: Path, colour, rng) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    a = np.clip(colour + rng.normal(0, 25, (20, 20, 3)), 0, 255).astype(np.uint8)
-    Image.fromarray(a).save(path)
-
-
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def world(tmp_path_factory, tiny_eval):
     """train/ (4 per class), val/ (2 per class), val2/ (val/ with one image replaced), a flat copy of val/ with a
     ground-truth file and a shuffled one, a 2 x 2 splits manifest over test/ (and test2/, one image replaced),
     a class list and its permutation, two tiny ResNet checkpoints."""
-    from isood.grid import cell_name, cell_table, edges_table
-    from isood.stages.splits import write_splits
     from isood.tiny_models import build_tiny_classifier
 
+    _image = tiny_eval.image
     root = tmp_path_factory.mktemp("cache-keys")
     rng = np.random.default_rng(0)
     colour = {w: rng.integers(30, 225, 3) for w in ID + OOD}
@@ -62,19 +54,8 @@ def world(tmp_path_factory):
     (root / "flat.txt").write_text("\n".join(sorted(p.name for p in (root / "flat").iterdir())) + "\n")
     (root / "classes.txt").write_text("\n".join(ID) + "\n")
     (root / "permuted.txt").write_text("\n".join(ID[1:] + ID[:1]) + "\n")
-    rows = []
-    for c in range(2):
-        for s in range(2):
-            for i in range(3):
-                w = (ID if s == 0 else OOD)[i % (3 if s == 0 else 2)]
-                path = f"{w}/{w}_c{c}s{s}_{i}.png"
-                _image(root / "test" / path, colour[w], rng)
-                rows.append({"path": path, "wnid": w, "d_sem": 0.1 + s, "d_cov": 0.1 + c, "sem_level": s,
-                             "cov_level": c, "cell": cell_name(c, s)})
-    images = pd.DataFrame(rows)
-    write_splits(root / "splits", images=images, cells=cell_table(images["cov_level"], images["sem_level"], 2, 2),
-                 edges=edges_table([0.0, 1.0, 2.0], [0.0, 1.0, 2.0]), argv=["test"],
-                 config={"test_root": str(root / "test"), "n_levels": 2, "na_threshold": 2})
+    rows = tiny_eval.grid_splits(root / "splits", root / "test", rng, colour, id_wnids=ID, ood_wnids=OOD,
+                                 per_cell=3)
     shutil.copytree(root / "test", root / "test2")
     _image(root / "test2" / rows[0]["path"], colour[OOD[0]], rng)
     build_tiny_classifier(root / "a.safetensors", num_classes=3, seed=0)

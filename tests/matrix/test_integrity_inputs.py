@@ -186,20 +186,13 @@ ID = ["n01440764", "n01443537", "n01484850"]
 OOD = ["n02084071", "n04399382"]
 
 
-def _image(path: Path, colour, rng) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(np.clip(colour + rng.normal(0, 25, (20, 20, 3)), 0, 255).astype(np.uint8)).save(path)
-
-
 @pytest.fixture(scope="module")
-def eval_world(tmp_path_factory):
+def eval_world(tmp_path_factory, tiny_eval):
     """Image folders (train / val with 3 ID classes), a 2 x 2 splits manifest written by the splits writer, and
     a tiny timm ResNet with random weights saved as a local checkpoint."""
     from isood.tiny_models import build_tiny_classifier
 
-    from isood.grid import cell_name, cell_table, edges_table
-    from isood.stages.splits import write_splits
-
+    _image = tiny_eval.image
     root = tmp_path_factory.mktemp("eval_world")
     rng = np.random.default_rng(0)
     colour = {w: rng.integers(30, 225, 3) for w in ID + OOD}
@@ -207,19 +200,7 @@ def eval_world(tmp_path_factory):
         for i in range(3):
             _image(root / "train" / w / f"{w}_{i}.png", colour[w], rng)
             _image(root / "val" / w / f"{w}_{i}.png", colour[w], rng)
-    rows = []
-    for c in range(2):
-        for s in range(2):
-            for i in range(3):
-                w = (ID if s == 0 else OOD)[i % (3 if s == 0 else 2)]
-                path = f"{w}/{w}_c{c}s{s}_{i}.png"
-                _image(root / "test" / path, colour[w], rng)
-                rows.append({"path": path, "wnid": w, "d_sem": 0.1 + s, "d_cov": 0.1 + c, "sem_level": s,
-                             "cov_level": c, "cell": cell_name(c, s)})
-    images = pd.DataFrame(rows)
-    write_splits(root / "splits", images=images, cells=cell_table(images["cov_level"], images["sem_level"], 2, 2),
-                 edges=edges_table([0.0, 1.0, 2.0], [0.0, 1.0, 2.0]), argv=["test"],
-                 config={"test_root": str(root / "test"), "n_levels": 2, "na_threshold": 2})
+    tiny_eval.grid_splits(root / "splits", root / "test", rng, colour, id_wnids=ID, ood_wnids=OOD, per_cell=3)
     build_tiny_classifier(root / "test_resnet.safetensors", num_classes=3)
     return root
 
