@@ -1,4 +1,4 @@
-"""Benchmark of one-pass scoring (``isood.evaluation.scoring.run_detectors``): the 12 post-hoc detectors (all but
+"""Benchmark of one-pass scoring (``isood.classifiers.scoring.run_detectors``): the 12 post-hoc detectors (all but
 ODIN) scored from ONE forward pass per batch vs each detector run on its own (its own passes over the same data,
 no cache).
 
@@ -69,9 +69,9 @@ def main(argv=None) -> int:
     import numpy as np
     import torch
 
-    from isood.evaluation.detectors import POST_HOC_DETECTORS, get_detector
-    from isood.evaluation.models import wrap_model
-    from isood.evaluation.scoring import run_detectors
+    from isood.science.detectors import POST_HOC_DETECTORS, get_detector
+    from isood.classifiers.models import wrap_model
+    from isood.classifiers.scoring import run_detectors
 
     if a.threads:  # and every pool already loaded (some ignore the variables)
         from threadpoolctl import threadpool_limits

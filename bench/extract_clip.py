@@ -1,4 +1,4 @@
-"""Throughput of `isood extract` (isood.featurestore, isood.clip) with a real-size open_clip architecture.
+"""Throughput of `isood extract` (isood.features.featurestore, isood.features.clip) with a real-size open_clip architecture.
 
 Offline there are no pretrained weights, so the model is randomly initialised (speed does not depend on the
 weights). Measures: images/s of extract_features (JPEG decode + preprocess on decoding threads, batched
@@ -58,9 +58,9 @@ def main() -> None:
     import open_clip
     import torch
 
-    from isood.clip import ClipEncoder, encode_texts
-    from isood.featurestore import extract_features
-    from isood.devices import torch_device
+    from isood.features.clip import ClipEncoder, encode_texts
+    from isood.features.featurestore import extract_features
+    from isood.core.devices import torch_device
 
     dev = torch_device(args.device)
     model, _, preprocess = open_clip.create_model_and_transforms(args.model, pretrained=None, device=dev)

@@ -1,4 +1,4 @@
-"""Extraction throughput, local engine vs Ray Data engine (isood.featurestore.extract_features, --engine ray).
+"""Extraction throughput, local engine vs Ray Data engine (isood.features.featurestore.extract_features, --engine ray).
 
 Both engines extract the same images into the same shard layout; this measures images/s of each, end to end
 (listing, decode, preprocess, encode, shard and manifest writing). The Ray time excludes ``ray.init`` (timed
@@ -76,7 +76,7 @@ def image_flops(spec: str, device: str) -> float:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from isood.clip import load_clip
+    from isood.features.clip import load_clip
 
     enc = load_clip(spec, device)
     side = enc.model.visual.image_size
@@ -107,10 +107,10 @@ def main(argv=None) -> int:
     import numpy as np
     import torch
 
-    from isood import featurestore as F
+    from isood.features import featurestore as F
     from isood.engines.ray import RayEngine, RayOptions
-    from isood.images import list_images
-    from isood.devices import default_workers
+    from isood.features.images import list_images
+    from isood.core.devices import default_workers
 
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     workers = default_workers() if a.workers is None else a.workers

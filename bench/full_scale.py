@@ -103,10 +103,10 @@ def measure_clip(batch: int) -> dict[str, float]:
 def measure_laid() -> tuple[int, float]:
     """(distinct texts of the default 10,000 LAID triplets over the ImageNet-21K labels, seconds of the fit on
     10,000 random 512-d triplets with the default options)."""
-    from isood.defaults import LAID_TRIPLETS
-    from isood.labels import load_labels
-    from isood.laid import fit_laid
-    from isood.laid_training import sample_triplets
+    from isood.core.defaults import LAID_TRIPLETS
+    from isood.features.labels import load_labels
+    from isood.science.laid import fit_laid
+    from isood.features.laid_training import sample_triplets
 
     triplets = sample_triplets(load_labels("21k").texts, triplets=LAID_TRIPLETS)
     rng = np.random.default_rng(0)
@@ -128,7 +128,7 @@ def measure_flat(n_ref: int, n_query: int) -> float:
 
 def measure_grid(n: int) -> float:
     """Seconds per test image of the grid steps (levels on both axes, cell names, cell table)."""
-    from isood.grid import assign_levels, cell_names, cell_table
+    from isood.science.grid import assign_levels, cell_names, cell_table
 
     rng = np.random.default_rng(0)
     d_sem, d_cov = rng.random(n).astype(np.float32), rng.random(n).astype(np.float32)

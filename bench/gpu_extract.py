@@ -84,7 +84,7 @@ def one_core(files, pp) -> dict:
     import torch
     from PIL import Image
 
-    from isood.images import decode_image
+    from isood.features.images import decode_image
 
     torch.set_num_threads(1)
     t = time.perf_counter()
@@ -105,7 +105,7 @@ def clip_encoder(device: str):
     import open_clip
     import torch
 
-    from isood.clip import ClipEncoder
+    from isood.features.clip import ClipEncoder
 
     model, _, pp = open_clip.create_model_and_transforms("ViT-B-32", pretrained=None, device=device)
     model.eval()
@@ -117,7 +117,7 @@ def clip_encoder(device: str):
 
 def extract(root: Path, encoder, out: Path, *, decode: str, workers: int, batch: int) -> tuple[float, object]:
     """Seconds of one `isood extract` run (end to end) and its features."""
-    from isood.featurestore import extract_features, load_features
+    from isood.features.featurestore import extract_features, load_features
 
     sync(encoder.device)
     t = time.perf_counter()
@@ -131,9 +131,9 @@ def evaluate_rate(files, device: str, *, decode: str, precision: str, workers: i
     """(d) images/s of run_detectors (msp, energy, maxlogit) on ResNet-50 with random weights, no cache."""
     import torchvision
 
-    from isood.evaluation.capture import ImageList, default_transform
-    from isood.evaluation.models import wrap_model
-    from isood.evaluation.scoring import run_detectors
+    from isood.classifiers.capture import ImageList, default_transform
+    from isood.classifiers.models import wrap_model
+    from isood.classifiers.scoring import run_detectors
 
     adapter = wrap_model(torchvision.models.resnet50(weights=None), transform=default_transform())
     data = ImageList(files, [0] * len(files), adapter.transform, decode=decode)
@@ -150,7 +150,7 @@ def model_only(device: str, batch: int, steps: int) -> dict:
     import torch
     import torchvision
 
-    from isood.evaluation.capture import precision_context
+    from isood.classifiers.capture import precision_context
 
     model = torchvision.models.resnet50(weights=None).eval().to(device)
     x = torch.randn(batch, 3, 224, 224, device=device)
@@ -181,7 +181,7 @@ def run(device: str = "cuda", smoke: bool = False, images: int | None = None, ba
     """Every measurement (module docstring); returns the SUMMARY lines."""
     import torch
 
-    from isood.devices import default_workers, resolve_device
+    from isood.core.devices import default_workers, resolve_device
 
     device = resolve_device(device)
     cuda = device.startswith("cuda")

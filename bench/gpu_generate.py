@@ -5,7 +5,7 @@ Pipeline: a ``StableDiffusionXLPipeline`` with SDXL's full-size architecture (UN
 4-level VAE) built from configs written here with random weights, on the device in fp16, with SDXL-Turbo's
 settings (1 step, guidance 0, 512 px, Euler ancestral, trailing timesteps). Random weights cost the same
 FLOPs as trained ones; the images are noise, so their PNGs are larger (slower to encode) than real images'
-(the mean PNG size is printed). ``--smoke`` uses the tiny test pipeline (``isood.tiny_models``) at 64 px on the
+(the mean PNG size is printed). ``--smoke`` uses the tiny test pipeline (``isood.dev.tiny_models``) at 64 px on the
 CPU instead.
 
 Measured, each on a fresh output folder, the same plan (prompts x ``images_per_prompt`` images, batches of
@@ -53,7 +53,7 @@ def build_sdxl_random(device: str, seed: int = 0):
                            UNet2DConditionModel)
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
-    from isood.tiny_models import clip_bpe_tokenizer
+    from isood.dev.tiny_models import clip_bpe_tokenizer
 
     torch.manual_seed(seed)
     tok = clip_bpe_tokenizer()
@@ -98,7 +98,7 @@ def run(device: str = "cuda", smoke: bool = False, *, images_per_prompt: int = 4
     from generation.prompts import build_prompts, expand_images
     from generation.sdxl import GeneratorSettings, SDXLGenerator, default_write_threads, generate_images
     from generation.styles import load_styles
-    from isood.tiny_models import build_tiny_sdxl
+    from isood.dev.tiny_models import build_tiny_sdxl
 
     size = 64 if smoke else 512
     batch = batch or (SMOKE[1] if smoke else 16)

@@ -58,7 +58,7 @@ def release_manifest(root: Path, rows: int, seed: int = 0) -> None:
     import pyarrow.compute as pc
 
     import manifests
-    from isood.grid import cell_table, edges_table
+    from isood.science.grid import cell_table, edges_table
     from isood.kinds import SPLITS
     from wordnet_tools.synsets import load_synset_list
 

@@ -46,7 +46,7 @@ def make_table(n: int, seed: int = 0):
     d_cov = rng.random(n, dtype=np.float32) * 0.6
     sem = np.minimum((d_sem / 0.4 * LEVELS).astype(np.int64), LEVELS - 1)
     cov = np.minimum((d_cov / 0.6 * LEVELS).astype(np.int64), LEVELS - 1)
-    from isood.grid import cell_names
+    from isood.science.grid import cell_names
 
     c_idx, s_idx = np.divmod(np.arange(LEVELS * LEVELS), LEVELS)
     names = pa.array(cell_names(c_idx, s_idx))
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     table_bytes = int(table.nbytes if isinstance(table, pa.Table) else table.memory_usage(deep=True).sum())
     rss_built = rss_bytes()
     peak_build = peak_rss_bytes()
-    from isood.grid import cell_table, edges_table
+    from isood.science.grid import cell_table, edges_table
 
     levels = table.select(["cov_level", "sem_level"]) if isinstance(table, pa.Table) else table
     cells = cell_table(np.asarray(levels["cov_level"]), np.asarray(levels["sem_level"]), LEVELS)

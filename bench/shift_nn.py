@@ -9,7 +9,7 @@ from a reference class by 6..80 degrees (near to far OOD, the semantic-shift use
 Per index: build time, memory (index bytes where known, RSS growth while building), queries/s (wall-clock and
 per CPU-second; the machine is shared) and its ratio to exact faiss flat, recall@1 and level agreement against
 the exact answer on the first ``--exact-queries`` queries. Level agreement = the fraction of those queries whose
-level (8 equal-width levels between the 1st and 99th percentile of the exact distances, ``isood.grid``) is the same
+level (8 equal-width levels between the 1st and 99th percentile of the exact distances, ``isood.science.grid``) is the same
 with the approximate distance as with the exact one. isood's IVF searches all the queries in one batch (as
 build-splits does); faiss's indexes search the exact subset. The tuned rows are tuned on a second sample of
 ``--tune-queries`` queries, disjoint from the measured ones. Prints a table, one SUMMARY line, appends a row to
@@ -23,7 +23,7 @@ bench/results.local.md (``--no-record`` to skip).
     python bench/shift_nn.py --gpu      # exact search on the device: 1M queries x 1.28M x 256
     python bench/shift_nn.py --gpu --quick --device cpu   # the same at tiny sizes on the CPU (checks the script)
 
-``--gpu`` (:func:`run_gpu`, also called by ``bench/gpu_suite.py``): ``torch-fused`` (``isood.ann.fused``: fp16
+``--gpu`` (:func:`run_gpu`, also called by ``bench/gpu_suite.py``): ``torch-fused`` (``isood.features.ann.fused``: fp16
 candidates, exact re-rank, certificate) on ``--device`` over all the queries, the reference resident; beside it
 the exact float32 torch search (``backend='torch'``) on the same device on a subset (extrapolated), and the
 exactness on a sample against a float64 brute force on the device: the share of rows within 1e-6 of the float64
@@ -45,9 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import floor_text, peaks, record, rss_bytes, summary  # noqa: E402
 from shift_nn_indexes import FIELD_INDEXES, Row, Truth  # noqa: E402
 
-from isood.ann import ProbePlan, build_ivf, default_nlist, ivf_search, tune_plan  # noqa: E402
-from isood.errors import BadInputError  # noqa: E402
-from isood.shift import nearest  # noqa: E402
+from isood.features.ann import ProbePlan, build_ivf, default_nlist, ivf_search, tune_plan  # noqa: E402
+from isood.core.errors import BadInputError  # noqa: E402
+from isood.features.shift import nearest  # noqa: E402
 
 TARGET_SPEEDUP, TARGET_RECALL, TARGET_AGREEMENT = 20.0, 0.99, 0.999
 #: --gpu: exactness target (share of rows within 1e-6 of float64 and in the same level) and the time target of
@@ -205,8 +205,8 @@ def run_gpu(device: str = "cuda", smoke: bool = False, *, precision: str = "fp16
     """Exact search on the device (module docstring, ``--gpu``); returns the SUMMARY line(s)."""
     import torch
 
-    from isood.ann import FusedIndex
-    from isood.grid import assign_levels, bin_with_edges
+    from isood.features.ann import FusedIndex
+    from isood.science.grid import assign_levels, bin_with_edges
 
     n_ref, n_query, dim, n_classes, n_base, n_check = GPU_SIZES["smoke" if smoke else "gpu"]
     t0 = time.perf_counter()
@@ -270,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dim", type=int)
     p.add_argument("--exact-queries", type=int, help="queries searched exactly by faiss flat (truth + 1x timing)")
     p.add_argument("--torch-queries", type=int, help="queries timed with the exact torch backend")
-    p.add_argument("--nlist", type=int, help="IVF lists (default: isood.ann.default_nlist)")
-    p.add_argument("--train-size", type=int, help="IVF k-means training rows (default: isood.ann's)")
+    p.add_argument("--nlist", type=int, help="IVF lists (default: isood.features.ann.default_nlist)")
+    p.add_argument("--train-size", type=int, help="IVF k-means training rows (default: isood.features.ann's)")
     p.add_argument("--nprobe", type=int, nargs="+", default=[32, 128, 256], help="uniform nprobe rows")
     p.add_argument("--targets", type=float, nargs="+", default=[0.98, 0.99, 0.995, 0.999], help="recall targets")
     p.add_argument("--skip", default="", help="comma list of field indexes to leave out: " + ",".join(FIELD_INDEXES))

@@ -10,7 +10,7 @@ import numpy as np
 
 from _results import rss_bytes
 
-from isood.grid import bin_with_edges, level_edges
+from isood.science.grid import bin_with_edges, level_edges
 
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF = 32, 40, (64, 128, 256, 512)
 PQ_M, PQ_NPROBE, PQ_K_FACTORS = 64, 128, (16, 64, 256)

@@ -1,4 +1,4 @@
-"""``bench/shift_nn.py --levels``: ``ann_levels`` (isood.ann.levels) against exact faiss flat on two CLIP-like
+"""``bench/shift_nn.py --levels``: ``ann_levels`` (isood.features.ann.levels) against exact faiss flat on two CLIP-like
 generators written for this benchmark (bench/shift_nn_worlds.py: "clip" at dim 256 and "heavy" at dim 384, a
 structure the search was never tuned on).
 
@@ -17,9 +17,9 @@ import numpy as np
 
 from shift_nn_worlds import WORLDS
 
-from isood.ann import SearchOptions, sample_rows, search_report
-from isood.ann.levels import lower_bound
-from isood.grid import bin_with_edges, level_edges
+from isood.features.ann import SearchOptions, sample_rows, search_report
+from isood.features.ann.levels import lower_bound
+from isood.science.grid import bin_with_edges, level_edges
 
 __all__ = ["run_levels"]
 

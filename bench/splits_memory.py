@@ -53,7 +53,7 @@ def write_test(out: Path, n: int, *, seed: int = 0, link_from: Path | None = Non
     ``link_from`` when given: the first ``n`` rows of that set)."""
     import pandas as pd
 
-    from isood.featurestore import SHARD_NAME, SHARD_ROWS_NAME, read_shard_rows, write_features_manifest, write_shard
+    from isood.features.featurestore import SHARD_NAME, SHARD_ROWS_NAME, read_shard_rows, write_features_manifest, write_shard
 
     out.mkdir(parents=True)
     rng, wnids, shard_rows = np.random.default_rng(seed), _wnids(n, seed), {}
@@ -109,8 +109,8 @@ def measure_memory(*, test_rows: int, id_rows: int, code: Path = ROOT, data: Pat
         data = data or Path(tmp)
         t = time.perf_counter()
         if not (data / "laid.safetensors").exists():
-            from isood.laid import LAID
-            from isood.simulate import random_orthogonal
+            from isood.science.laid import LAID
+            from isood.science.simulate import random_orthogonal
 
             test_big = write_test(data / f"test-{big}", big)
             write_test(data / f"test-{small}", small, link_from=test_big)

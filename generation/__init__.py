@@ -1,7 +1,8 @@
 """Syn-IS: SDXL style x ImageNet label prompts, binned by their semantic/covariate shift, generated with
-SDXL-Turbo (``isood generate-syn``). Modules (L3): styles (style sets), prompts (ids, binning, sampling, the
-image plan), safety (prompt blocklist, image checkers), outputs (image files, content keys, resume state),
-sdxl (the diffusers generator and its engine worker); the stage (L4): syn. Labels: ``isood.labels``."""
+SDXL-Turbo (``isood generate-syn``). The synthesis library: styles (style sets), prompts (ids, binning, sampling,
+the image plan), safety (prompt blocklist, image checkers), outputs (image files, content keys, resume state),
+sdxl (the diffusers generator and its engine worker). The ``generate-syn`` stage that uses it is
+``isood.stages.syn``; labels come from ``isood.features.labels``."""
 
 from generation.prompts import build_prompts, expand_images, image_seed, prompt_id, sample_per_cell
 from generation.safety import DEFAULT_BLOCKLIST, PromptBlocklist, load_image_checker

@@ -1,6 +1,6 @@
-"""L3: the image files of a Syn-IS run: PNG bytes, content keys, the resume state, rejection markers, pruning.
+"""The image files of a Syn-IS run: PNG bytes, content keys, the resume state, rejection markers, pruning.
 
-Resumability: every file is written through ``isood.files.atomic_write_bytes`` (a temporary ``.~<name>.<random>
+Resumability: every file is written through ``isood.core.files.atomic_write_bytes`` (a temporary ``.~<name>.<random>
 .tmp`` renamed into place), so no partial image survives a kill. An image is kept by a rerun when it decodes at
 the planned size and its content key (prompt, negative prompt, seed and the generator fingerprint, which holds the
 content hash of a local pipeline's weights: ``generation.sdxl.pipeline_weights``), recorded in
@@ -20,9 +20,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
-from isood.errors import BadInputError, IsoodError
-from isood.errors import one_line
-from isood.files import TMP_PREFIX, atomic_write_bytes, remove_temporaries, sha256_bytes, sha256_file
+from isood.core.errors import BadInputError, IsoodError
+from isood.core.errors import one_line
+from isood.core.files import TMP_PREFIX, atomic_write_bytes, remove_temporaries, sha256_bytes, sha256_file
 
 __all__ = [
     "STATE_FILE", "STATE_FORMAT", "REJECT_SUFFIX", "png_bytes", "is_valid_image", "reject_marker", "content_key",

@@ -1,13 +1,13 @@
-"""L3: Syn-IS prompts: labels x styles -> prompts with stable ids, binned by their shift to the ID images.
+"""Syn-IS prompts: labels x styles -> prompts with stable ids, binned by their shift to the ID images.
 
 IS-OOD's synthetic set puts covariate shifts ImageNet-21K lacks (styles) on its labels. A prompt is a style
 template applied to a label; its shift is measured like an image's (IS-OOD, Sec. Syn-IS): the prompt's CLIP
 text feature goes through LAID and D_sem / D_cov are the nearest cosine distances to the ID image features
-(:func:`isood.shift.shift_distances`). Prompts are binned with the grid's levels (on edges
-given, else their own: ``generation.syn.edges`` chooses) and ``K`` prompts are sampled per cell; each
+(:func:`isood.features.shift.shift_distances`). Prompts are binned with the grid's levels (on edges
+given, else their own: ``isood.stages.syn.edges`` chooses) and ``K`` prompts are sampled per cell; each
 sampled prompt expands to ``M`` planned images with their own seeds and paths.
 
-Every function here is pure (tables in, tables out). Labels come from :func:`isood.labels.load_labels`.
+Every function here is pure (tables in, tables out). Labels come from :func:`isood.features.labels.load_labels`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 
 from generation.styles import Style
-from isood.defaults import N_LEVELS
-from isood.errors import BadInputError
-from isood.grid import assign_levels, bin_with_edges, cell_names
+from isood.core.defaults import N_LEVELS
+from isood.core.errors import BadInputError
+from isood.science.grid import assign_levels, bin_with_edges, cell_names
 
 __all__ = ["PROMPT_COLUMNS", "prompt_id", "build_prompts", "apply_blocklist", "bin_prompts", "sample_per_cell",
            "image_seed", "style_slug", "expand_images"]
@@ -74,11 +74,11 @@ def _levels(values: np.ndarray, n_levels: int, edges, axis: str) -> tuple[np.nda
 
 def bin_prompts(prompts: pd.DataFrame, d_sem, d_cov, *, n_levels: int = N_LEVELS, sem_edges=None,
                 cov_edges=None) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-    """Attach d_sem, d_cov, sem_level, cov_level and cell to the prompts (``isood.grid``'s levels).
+    """Attach d_sem, d_cov, sem_level, cov_level and cell to the prompts (``isood.science.grid``'s levels).
 
     With edges (from the image splits) the prompts are binned into the same intervals
-    (``isood.grid.bin_with_edges``); without, the edges are equal-width over the prompts' own clipped range
-    (``isood.grid.assign_levels``). Returns ``(table, sem_edges, cov_edges)``.
+    (``isood.science.grid.bin_with_edges``); without, the edges are equal-width over the prompts' own clipped range
+    (``isood.science.grid.assign_levels``). Returns ``(table, sem_edges, cov_edges)``.
     """
     d_sem = np.asarray(d_sem, dtype=np.float64)
     d_cov = np.asarray(d_cov, dtype=np.float64)

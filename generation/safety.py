@@ -1,4 +1,4 @@
-"""L3: Safety for Syn-IS generation: a prompt blocklist (before generation) and a pluggable image checker (after).
+"""Safety for Syn-IS generation: a prompt blocklist (before generation) and a pluggable image checker (after).
 
 The default blocklist is deliberately small and blunt (whole-word, case-insensitive matches against the full
 prompt): it keeps sexual, gore and hate-symbol prompts out of an automatically generated benchmark. It also
@@ -20,9 +20,9 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from isood.errors import BadInputError
-from isood.errors import one_line
-from isood.textio import read_lines
+from isood.core.errors import BadInputError
+from isood.core.errors import one_line
+from isood.core.textio import read_lines
 
 ImageChecker = Callable[[Any, Mapping[str, Any]], Optional[str]]
 

@@ -1,4 +1,4 @@
-"""L3: SDXL-Turbo image generation for Syn-IS over diffusers: deterministic, resumable, batched, engine-agnostic.
+"""SDXL-Turbo image generation for Syn-IS over diffusers: deterministic, resumable, batched, engine-agnostic.
 
 Defaults follow SDXL-Turbo's model card: ``stabilityai/sdxl-turbo`` through
 ``AutoPipelineForText2Image.from_pretrained(name, torch_dtype=float16, variant='fp16')`` on CUDA (float32 on
@@ -11,7 +11,7 @@ slices of the planned image list (one pipeline call each); a resumed run regener
 of it is missing (writing only the missing ones), so batch composition - and hence numerics - match an
 uninterrupted run. Files, content keys and markers: ``generation.outputs``.
 
-Engines: :class:`GeneratorWorker` is an ``isood.batch_engine.BatchEngine`` worker (built once per process or actor,
+Engines: :class:`GeneratorWorker` is an ``isood.core.engine.BatchEngine`` worker (built once per process or actor,
 called once per plan slice), so :func:`generate_images` runs in this process (``LocalEngine``) or on a cluster
 (``isood.engines.ray.RayEngine``, given by the CLI) through the same code.
 """
@@ -35,14 +35,14 @@ import pandas as pd
 
 from generation.outputs import GenerationResult, finish_hashes, prepare_outputs, write_image
 from generation.safety import load_image_checker
-from isood.content import folder_fingerprint
-from isood.defaults import DEFAULT_PIPELINE
-from isood.errors import BadInputError, IsoodError, MissingWeightsError
-from isood.batch_engine import BatchEngine, LocalEngine
-from isood.devices import explicit_device, resolve_device
-from isood.errors import one_line
-from isood.hub_access import TINY_HINT, hub_access, hub_guard
-from isood.progress import progress_bar
+from isood.core.content import folder_fingerprint
+from isood.core.defaults import DEFAULT_PIPELINE
+from isood.core.errors import BadInputError, IsoodError, MissingWeightsError
+from isood.core.engine import BatchEngine, LocalEngine
+from isood.core.devices import explicit_device, resolve_device
+from isood.core.errors import one_line
+from isood.core.hub_access import TINY_HINT, hub_access, hub_guard
+from isood.core.progress import progress_bar
 
 __all__ = [
     "DEFAULT_PIPELINE", "LOCAL_PREFIX", "MAX_SIZE", "BATCH_COLUMNS", "GeneratorSettings", "dtype_for",
@@ -134,7 +134,7 @@ def quiet_libraries() -> Iterator[None]:
 def load_pipeline(spec: str = DEFAULT_PIPELINE, device: str | None = None):
     """A diffusers text-to-image pipeline on ``device`` (fp16 on CUDA). Missing/offline weights ->
     :class:`MissingWeightsError` in one line naming ``--pipeline local-dir:PATH`` (a Hub name fails in about a
-    second when the Hub is out of reach, naming ``HF_HUB_OFFLINE``: ``isood.hub_access``)."""
+    second when the Hub is out of reach, naming ``HF_HUB_OFFLINE``: ``isood.core.hub_access``)."""
     import torch
     from diffusers import AutoPipelineForText2Image
 
@@ -175,7 +175,7 @@ def _pipeline_file(p: Path) -> bool:
 
 
 def pipeline_weights(spec: str) -> str | None:
-    """The content fingerprint of a ``local-dir:PATH`` pipeline: ``isood.content.folder_fingerprint`` of its
+    """The content fingerprint of a ``local-dir:PATH`` pipeline: ``isood.core.content.folder_fingerprint`` of its
     weights, configs and tokenizer files in every subfolder (hashed once, then read again only when a file's
     stat changes), so new weights saved into the same folder are another generator. None for a Hub name (keyed
     by its name)."""

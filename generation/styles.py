@@ -1,4 +1,4 @@
-"""L3: Named SDXL style templates: the covariate axis of Syn-IS (style x label -> prompt).
+"""Named SDXL style templates: the covariate axis of Syn-IS (style x label -> prompt).
 
 A style is a prompt template with a ``{prompt}`` slot (filled with the label) and a negative prompt. The
 built-in ``sdxl`` set spans photographic renderings (small covariate shift from ImageNet photographs) to
@@ -15,8 +15,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from isood.errors import BadInputError
-from isood.textio import read_text
+from isood.core.errors import BadInputError
+from isood.core.textio import read_text
 
 SLOT = "{prompt}"
 

@@ -12,13 +12,11 @@ The main entry points are re-exported here lazily (importing ``isood`` loads not
     splits = isood.read("out/splits", kind="splits")   # a typed view (isood.kinds.SplitsView)
     ds = isood.load_dataset("out/splits", split="test")  # datasets.Dataset with an Image column
 
-The layers (README, "Development"): foundations (``isood.errors``, ``defaults``, ``arrays``, ``files``,
-``devices``, ``progress``, ``parts``, ``batch_engine``, ``lazy``, ``content``, ``textio``) -> ``manifests`` and
-``wordnet_tools`` -> pure science, numpy in and out (``laid``, ``grid``, ``simulate``,
-``evaluation.metrics/cells/levels/detectors``) -> adapters and I/O (``kinds``, ``shift`` and ``ann`` (the torch /
-faiss search backends), ``clip``, ``images``, ``featurestore``, ``labels``, ``laid_training``, ``evaluation.*``,
-``generation.*``) -> stages (``stages.*``, ``evaluation.job``, ``generation.syn``, ``wordnet_tools.jobs``) ->
-engines (``engines.ray``) -> ``cli``, ``demo``.
+The package's folders are its layers, each importing only those below it (pyproject.toml's import-linter
+contract; docs/development.md): ``core`` -> ``manifests`` and ``wordnet_tools`` -> ``science`` (numpy only) ->
+``kinds`` -> ``features`` -> ``classifiers``, ``report``, ``generation`` -> ``stages`` (one per command) ->
+``engines``, ``benchmarks`` -> ``cli``, ``dev``. ``isood.laid``, ``isood.shift``, ``isood.grid``,
+``isood.detectors`` and ``isood.evaluation`` are public names over them.
 
 isood needs Python >= 3.11 (``tomllib``, and the versions of torch it pins); an older interpreter gets one line.
 """
@@ -30,35 +28,35 @@ import sys
 if sys.version_info < (3, 11):  # pragma: no cover - tested with a Python 3.10 interpreter (tests/test_python.py)
     raise ImportError(f"isood needs Python >= 3.11, this is {sys.version.split()[0]}: install it with a newer Python")
 
-from isood.lazy import lazy_exports  # noqa: E402
+from isood.core.lazy import lazy_exports  # noqa: E402
 
 _EXPORTS = {
-    "IsoodError": "isood.errors",
-    "LAID": "isood.laid",
-    "fit_laid": "isood.laid",
-    "nearest": "isood.shift",
-    "nearest_cosine_distance": "isood.shift",
-    "shift_distances": "isood.shift",
-    "assign_levels": "isood.grid",
-    "bin_with_edges": "isood.grid",
-    "cell_table": "isood.grid",
-    "make_planted_world": "isood.simulate",
-    "evaluate_scores": "isood.evaluation.cells",
-    "evaluate": "isood.evaluation.job",
-    "write_evaluation": "isood.evaluation.write",
-    "get_detector": "isood.evaluation.detectors",
-    "register_detector": "isood.evaluation.detectors",
-    "load_clip": "isood.clip",
-    "encode_texts": "isood.clip",
-    "list_images": "isood.images",
-    "load_features": "isood.featurestore",
-    "extract_features": "isood.featurestore",
-    "load_labels": "isood.labels",
+    "IsoodError": "isood.core.errors",
+    "LAID": "isood.science.laid",
+    "fit_laid": "isood.science.laid",
+    "nearest": "isood.features.shift",
+    "nearest_cosine_distance": "isood.features.shift",
+    "shift_distances": "isood.features.shift",
+    "assign_levels": "isood.science.grid",
+    "bin_with_edges": "isood.science.grid",
+    "cell_table": "isood.science.grid",
+    "make_planted_world": "isood.science.simulate",
+    "evaluate_scores": "isood.science.cells",
+    "evaluate": "isood.stages.evaluate.job",
+    "write_evaluation": "isood.stages.evaluate.write",
+    "get_detector": "isood.science.detectors",
+    "register_detector": "isood.science.detectors",
+    "load_clip": "isood.features.clip",
+    "encode_texts": "isood.features.clip",
+    "list_images": "isood.features.images",
+    "load_features": "isood.features.featurestore",
+    "extract_features": "isood.features.featurestore",
+    "load_labels": "isood.features.labels",
     "BuildConfig": "isood.stages.splits",
     "build_splits": "isood.stages.splits",
-    "read": "manifests",
+    "read": "isood.kinds",
     "Benchmark": "isood.benchmarks.api",
-    "load_dataset": "isood.image_datasets",
+    "load_dataset": "isood.features.image_datasets",
 }
 #: Sub-modules reachable as attributes without an import statement (``isood.detectors.KNN(k=50)``).
 _MODULES = ("detectors", "benchmarks")

@@ -1,11 +1,11 @@
-"""L1: versioned, hashed manifests, the contract between isood's stages (JSON + Parquet, with provenance).
+"""Versioned, hashed manifests, the contract between isood's stages (JSON + Parquet, with provenance).
 
 ``read(path, kind=...)`` returns a kind's typed view after checking its kind and table schemas (``manifests.schema``
 holds the ``KindSpec`` registry; the specs themselves are registered by the code that writes each kind).
 This package knows nothing about the benchmark domain (cells, levels, detectors).
 """
 
-from isood.files import atomic_write_bytes, sha256_bytes, sha256_file
+from isood.core.files import atomic_write_bytes, sha256_bytes, sha256_file
 from manifests.card import dataset_card, write_with_card
 from manifests.card_stream import add_card
 from manifests.output import check_output, writing

@@ -39,8 +39,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from isood.errors import ManifestError
-from isood.files import atomic_write_bytes, sha256_bytes
+from isood.core.errors import ManifestError
+from isood.core.files import atomic_write_bytes, sha256_bytes
 from manifests.card_info import card_dataset_info, public_argv, public_text
 from manifests.meta import CARD_FILE, CONFIGS_DIR, VERSION_RE
 from manifests.schema import CardSpec, kind_spec

@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from isood.errors import ManifestError
+from isood.core.errors import ManifestError
 from manifests.card import (
     CARD_FIGURE,
     CARD_FILE,

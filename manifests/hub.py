@@ -44,10 +44,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from isood.errors import IsoodError
-from isood.errors import one_line
-from isood.files import TMP_PREFIX
-from isood.inputs import is_inside
+from isood.core.errors import IsoodError
+from isood.core.errors import one_line
+from isood.core.files import TMP_PREFIX
+from isood.core.inputs import is_inside
 from manifests.card import CARD_FILE, is_feature_file
 from manifests.hub_images import EMBEDDED_DIR, owns_images, stage_upload
 from manifests.store import MANIFEST_FILE, read

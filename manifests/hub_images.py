@@ -29,7 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from isood.files import sha256_bytes, sha256_file
+from isood.core.files import sha256_bytes, sha256_file
 from manifests.card import (CARD_FILE, CONFIGS_DIR, ConfigLayout, card_frames, card_spec, dataset_card,
                             empty_parquet_bytes, split_name)
 from manifests.card_info import IMAGE_COLUMN

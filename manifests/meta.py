@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from isood.errors import ManifestError
+from isood.core.errors import ManifestError
 from manifests.paths import check_relative
 
 __all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "MANIFEST_FILE", "CARD_FILE", "CONFIGS_DIR", "VERSION_RE", "load_meta", "validate_meta",

@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Sequence
 
-from isood.errors import BadInputError, IsoodError, IsoodWarning, ManifestError, MissingWeightsError
-from isood.files import LOCK_FILE, TMP_PREFIX, atomic_write_bytes, file_lock, lock_path
+from isood.core.errors import BadInputError, IsoodError, IsoodWarning, ManifestError, MissingWeightsError
+from isood.core.files import LOCK_FILE, TMP_PREFIX, atomic_write_bytes, file_lock, lock_path
 from manifests.meta import MANIFEST_FILE
 from manifests.ownership import (PARKED, RECORD_KEY, escaping_links, foreign_paths, new_version_id, owned_paths,
                                  read_meta, version_marker, version_of, walk_files)

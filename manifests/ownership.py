@@ -26,8 +26,8 @@ import secrets
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from isood.errors import IsoodError, one_line
-from isood.files import LOCK_FILE, TMP_PREFIX
+from isood.core.errors import IsoodError, one_line
+from isood.core.files import LOCK_FILE, TMP_PREFIX
 from manifests.meta import MANIFEST_FILE, SCHEMA_NAME, load_meta, validate_meta
 from manifests.paths import check_relative, is_inside
 
@@ -135,7 +135,7 @@ def foreign_paths(root: Path, meta: dict | None, allow: Iterable[str] = ()) -> l
 
 
 def _temporary(rel: str) -> bool:
-    """An atomic write's temporary (``isood.files.atomic_write_bytes``: ``.~<name>.<random>.tmp``): not counted
+    """An atomic write's temporary (``isood.core.files.atomic_write_bytes``: ``.~<name>.<random>.tmp``): not counted
     as foreign, but never deleted by a swap either (kept with the old version when one is found there)."""
     name = rel.rsplit("/", 1)[-1]
     return name.startswith(TMP_PREFIX) and name.endswith(".tmp") and len(name) > len(TMP_PREFIX) + 4

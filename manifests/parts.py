@@ -1,9 +1,9 @@
 """Job-array parts (``--num-shards N --shard-index i``): read and check the part manifests of one run.
 
 Task i of N writes a manifest of kind ``<kind>-part`` holding the unit files it made at the paths a single run
-gives them, and a ``part`` entry in its config (``isood.parts.part_info``). ``read_parts`` checks that the
+gives them, and a ``part`` entry in its config (``isood.core.parts.part_info``). ``read_parts`` checks that the
 given directories are the N parts of one run: every part verifies (every file hash), one kind, one N, every index
-0..N-1 exactly once, the same configuration apart from ``isood.parts.PER_TASK_KEYS``. Merging the parts into the
+0..N-1 exactly once, the same configuration apart from ``isood.core.parts.PER_TASK_KEYS``. Merging the parts into the
 kind's manifest is the job of the stage that writes that kind; the CLI maps the kind to its merge.
 """
 
@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from isood.errors import BadInputError, IsoodError
-from isood.parts import PART_SUFFIX, PER_TASK_KEYS
+from isood.core.errors import BadInputError, IsoodError
+from isood.core.parts import PART_SUFFIX, PER_TASK_KEYS
 from manifests.store import Manifest, read
 from manifests.verify import verify
 

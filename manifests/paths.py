@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePosixPath
 
-from isood.errors import ManifestError
-from isood.inputs import is_inside as is_inside  # one rule (isood.inputs: the input-path policy)
-from isood.inputs import name_problem
+from isood.core.errors import ManifestError
+from isood.core.inputs import is_inside as is_inside  # one rule (isood.core.inputs: the input-path policy)
+from isood.core.inputs import name_problem
 
 
 def check_relative(path: str) -> str:
     """Return `path` as a POSIX relative path, refusing absolute paths, any `..` component and control
-    characters (a NUL, a newline: ``isood.inputs.name_problem``)."""
+    characters (a NUL, a newline: ``isood.core.inputs.name_problem``)."""
     if not isinstance(path, str) or not path:
         raise ManifestError(f"manifest path must be a non-empty string, got {path!r}")
     problem = name_problem(path)

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pyarrow as pa
 
-from isood.errors import ManifestError, SchemaError
+from isood.core.errors import ManifestError, SchemaError
 
 __all__ = [
     "TableSpec", "CardSpec", "KindSpec", "register_kind", "kind_spec", "registered_kinds", "check_schema",
@@ -100,17 +100,12 @@ class KindSpec:
 
 
 _REGISTRY: dict[str, KindSpec] = {}
-#: Entry-point group of modules that register kinds (isood's own: ``isood.kinds``, also in ``BUILTIN_PROVIDERS``);
-#: loaded on the first miss, so ``manifests.read(path, kind=...)`` returns typed views without the caller importing
-#: the writer's module. A kind still unknown then is an error of ``read(kind=...)``, never a plain view.
+#: Entry-point group of the modules that register kinds (isood's own: ``isood.kinds``, declared in pyproject.toml).
+#: They are loaded on the first miss, so ``manifests.read(path, kind=...)`` returns typed views without the caller
+#: importing the writer's module; this package imports none of them by name. A kind still unknown then is an error of
+#: ``read(kind=...)``, never a plain view.
 ENTRY_POINT_GROUP = "isood.manifest_kinds"
 _providers_loaded = False
-
-
-#: The kind providers of this distribution, loaded by name whether or not its install metadata (the entry point)
-#: is there: a source checkout on PYTHONPATH reads typed views too. Other distributions add theirs through
-#: ``ENTRY_POINT_GROUP``.
-BUILTIN_PROVIDERS = ("isood.kinds",)
 
 
 def _load_providers() -> None:
@@ -118,14 +113,10 @@ def _load_providers() -> None:
     if _providers_loaded:
         return
     _providers_loaded = True
-    import importlib
     from importlib.metadata import entry_points
 
-    for module in BUILTIN_PROVIDERS:
-        importlib.import_module(module)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.value not in BUILTIN_PROVIDERS:
-            ep.load()
+        ep.load()
 
 
 def register_kind(spec: KindSpec) -> KindSpec:

@@ -27,9 +27,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from isood.errors import BadInputError, ManifestError
-from isood.errors import one_line
-from isood.files import atomic_write_bytes, sha256_bytes, sha256_file
+from isood.core.errors import BadInputError, ManifestError
+from isood.core.errors import one_line
+from isood.core.files import atomic_write_bytes, sha256_bytes, sha256_file
 from manifests.meta import MANIFEST_FILE, SCHEMA_NAME, SCHEMA_VERSION, load_meta, package_version
 from manifests.output import guard_direct_write
 from manifests.ownership import (RECORD_KEY, folder_identity as _folder_identity, is_current, new_version_id,

@@ -1,7 +1,7 @@
 """Streaming writes of manifest files, for tables too large to hold in memory (millions of rows).
 
 - ``StagedFile``: a file written under a temporary name (``.~<name>.<random>.tmp``, which ``isood verify`` ignores
-  and ``isood.files.remove_temporaries`` deletes) and renamed onto its path by ``commit()``: a failed or killed
+  and ``isood.core.files.remove_temporaries`` deletes) and renamed onto its path by ``commit()``: a failed or killed
   write leaves the old file.
 - ``ParquetStream``: a Parquet table written piece by piece with the manifests' Parquet options, in row groups of
   exactly ``row_group_rows`` rows (the last one shorter) whatever the sizes of the pieces, so identical rows give
@@ -25,8 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from isood.errors import ManifestError
-from isood.files import TMP_PREFIX, naming
+from isood.core.errors import ManifestError
+from isood.core.files import TMP_PREFIX, naming
 from manifests.store import PARQUET_OPTIONS
 
 __all__ = ["ROW_GROUP_ROWS", "StagedFile", "ParquetStream", "key_counts", "partition_parquet", "string_keys"]

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from isood.files import sha256_file
+from isood.core.files import sha256_file
 from manifests.ownership import PARKED, owned_paths, read_meta, unlink_inside, walk_files
 
 __all__ = ["OLD_SUFFIX", "Kept", "exchange", "fsync_dir", "discard_version"]

@@ -17,7 +17,7 @@ integrity, and a manifest written by an older writer (tests/manifests/fixtures/v
 Modes: ``full`` hashes every file. ``fast`` (what stages use on their inputs by default) hashes every table and
 every file up to ``FAST_HASH_BYTES``; a larger file (a feature shard, an image) is hashed unless its size,
 mtime_ns, ctime_ns, device and inode match the last time this machine hashed it and found it right (a stat cache
-under ``isood.defaults.cache_dir('verified')``), so a flipped byte is found (an edit in place changes the ctime,
+under ``isood.core.defaults.cache_dir('verified')``), so a flipped byte is found (an edit in place changes the ctime,
 which no tool can set back), while an unchanged 24 GB feature set is not re-read at every use. A ``full`` check
 updates the same cache: a file it finds changed is never trusted by a later ``fast`` check.
 
@@ -40,11 +40,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from isood.defaults import VERIFY_MODES, cache_dir
-from isood.errors import BadInputError, ManifestError
-from isood.errors import one_line
-from isood.files import TMP_PREFIX, atomic_write_bytes, sha256_bytes, sha256_file
-from isood.inputs import BAD_PATH_PATTERN as INPUT_BAD_PATH
+from isood.core.defaults import VERIFY_MODES, cache_dir
+from isood.core.errors import BadInputError, ManifestError
+from isood.core.errors import one_line
+from isood.core.files import TMP_PREFIX, atomic_write_bytes, sha256_bytes, sha256_file
+from isood.core.inputs import BAD_PATH_PATTERN as INPUT_BAD_PATH
 from manifests.meta import CARD_FILE, CONFIGS_DIR, MANIFEST_FILE, load_meta
 from manifests.ownership import folder_identity, is_current, version_identity, version_of
 from manifests.paths import resolve_inside
@@ -57,7 +57,7 @@ __all__ = ["VerifyReport", "verify", "VERIFY_MODES", "FAST_HASH_BYTES", "content
 #: In ``fast`` mode files up to this size are always hashed; larger ones when their stat changed.
 FAST_HASH_BYTES = 8 << 20
 #: A stored path that is absolute (POSIX or a drive letter) or has a ``..`` component.
-BAD_PATH_PATTERN = INPUT_BAD_PATH  # absolute, '..' or a control character (isood.inputs: one policy)
+BAD_PATH_PATTERN = INPUT_BAD_PATH  # absolute, '..' or a control character (isood.core.inputs: one policy)
 
 
 def check_verify_mode(mode: str) -> str:

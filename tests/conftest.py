@@ -1,4 +1,4 @@
-"""Shared fixtures: a tiny open_clip model built from open_clip's own classes (``isood.tiny_models``), a tiny
+"""Shared fixtures: a tiny open_clip model built from open_clip's own classes (``isood.dev.tiny_models``), a tiny
 image dataset, and the demo's evaluation stage on the planted world.
 
 Everything here works offline. ``tiny_clip_spec`` is a ``local-dir:PATH`` name usable wherever a ``--clip`` name
@@ -17,7 +17,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 
 # The tiny models and images have one home in the package (`isood dev tiny-models` writes the same ones).
-from isood.tiny_models import TINY_CLIP_CONFIG, build_tiny_clip, write_tiny_images  # noqa: E402,F401
+from isood.dev.tiny_models import TINY_CLIP_CONFIG, build_tiny_clip, write_tiny_images  # noqa: E402,F401
 
 #: wnid -> number of readable images in ``tiny_images``
 TINY_IMAGE_CLASSES = {"n01440764": 5, "n01443537": 4, "n02084071": 4, "n04399382": 3}
@@ -44,17 +44,17 @@ def tiny_clip_spec(tiny_clip_dir):
 
 @pytest.fixture(scope="session")
 def tiny_encoder(tiny_clip_spec):
-    """The tiny model loaded on CPU through isood.clip.load_clip."""
+    """The tiny model loaded on CPU through isood.features.clip.load_clip."""
     import torch
 
-    from isood.clip import load_clip
+    from isood.features.clip import load_clip
 
     torch.set_num_threads(1)
     return load_clip(tiny_clip_spec, device="cpu")
 
 
 def make_image_dataset(root, classes=TINY_IMAGE_CLASSES, seed: int = 0, corrupt: str | None = TINY_CORRUPT):
-    """``isood.tiny_models.write_tiny_images`` (varied sizes and colours per class), plus one corrupt ``.JPEG`` and
+    """``isood.dev.tiny_models.write_tiny_images`` (varied sizes and colours per class), plus one corrupt ``.JPEG`` and
     a text file that is no image."""
     write_tiny_images(root, classes, seed=seed)
     if corrupt:
@@ -90,9 +90,9 @@ def write_syn_inputs(root, encoder) -> dict:
     import numpy as np
     import pandas as pd
 
-    from isood.clip import encode_texts
-    from isood.laid import LAID
-    from isood.simulate import random_orthogonal
+    from isood.features.clip import encode_texts
+    from isood.science.laid import LAID
+    from isood.science.simulate import random_orthogonal
 
     texts = [f"a photo of a {x}." for x in ("tench", "goldfish", "hen", "ostrich")]
     (root / "id").mkdir(parents=True)
@@ -127,10 +127,10 @@ def planted_evaluation(tmp_path_factory):
     """``(out, world, splits, ev)``: the planted world (seed 0), its splits manifest from the real `build-splits`
     path with the ideal LAID map (W = the planted mixing matrix), and ``evaluate_planted`` of it in
     ``out / "evaluation"`` (read it, never write into it: tests/evaluation and tests/report share it)."""
-    from isood.demo import write_planted_features
-    from isood.evaluation.planted import evaluate_planted
-    from isood.laid import LAID
-    from isood.simulate import make_planted_world
+    from isood.dev.demo import write_planted_features
+    from isood.dev.planted import evaluate_planted
+    from isood.science.laid import LAID
+    from isood.science.simulate import make_planted_world
     from isood.stages.splits import BuildConfig, build_splits
 
     out = tmp_path_factory.mktemp("planted-eval")
@@ -144,15 +144,15 @@ def planted_evaluation(tmp_path_factory):
     return out, world, splits, ev
 
 
-#: The CLIP-like world the tests use (``isood.simulate_clip``): ImageNet's proportions at a test's size.
+#: The CLIP-like world the tests use (``isood.science.simulate_clip``): ImageNet's proportions at a test's size.
 CLIP_WORLD_SPEC = dict(dim=64, n_id_classes=200, n_ood_classes=800, n_superclasses=20, n_styles=40, seed=0)
 
 
 @pytest.fixture(scope="session")
 def clip_world():
-    """A CLIP-like planted world (``isood.simulate_clip.make_clip_world(**CLIP_WORLD_SPEC)``): text and image
+    """A CLIP-like planted world (``isood.science.simulate_clip.make_clip_world(**CLIP_WORLD_SPEC)``): text and image
     features in two cones (a caption and its own image: cosine ~0.3), 200 ID and 800 OOD classes, 40 styles."""
-    from isood.simulate_clip import make_clip_world
+    from isood.science.simulate_clip import make_clip_world
 
     return make_clip_world(**CLIP_WORLD_SPEC)
 

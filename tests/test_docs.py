@@ -13,7 +13,7 @@ import pytest
 
 from isood.cli.options import COMMANDS
 from isood.cli.reference import reference_markdown, walk_commands
-from isood.optspec import option_fields
+from isood.core.optspec import option_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
@@ -89,7 +89,7 @@ def _quickstart(text: str) -> list[str]:
 def test_the_quickstarts_run_what_tiny_models_prints():
     """docs/quickstart.md and README.md run exactly the commands `isood dev tiny-models tiny` prints (README.txt),
     with `tiny` for its folder."""
-    from isood.tiny_models import _layout
+    from isood.dev.tiny_models import _layout
 
     expected = _layout(Path("tiny")).commands()
     docs = _quickstart((ROOT / "docs" / "quickstart.md").read_text())

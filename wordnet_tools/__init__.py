@@ -3,13 +3,13 @@ filter (with its presets) and the audit of class lists and manifests (per class,
 Everything is offline (timm's bundled lists, a local WordNet).
 
 ``wnid_from_path`` (``wordnet_tools.wnids``) is isood's one rule for the class an image path names; ``wnid_of``
-maps a synset to its wnid. The commands' jobs (``wordnet_tools.jobs``, an L4 stage) are not exported here.
+maps a synset to its wnid. The commands that use it live with the stages (``isood.stages.wordnet``).
 Names are re-exported lazily: ``import wordnet_tools.wnids`` does not load nltk.
 """
 
 from __future__ import annotations
 
-from isood.lazy import lazy_exports
+from isood.core.lazy import lazy_exports
 
 _MODULES = {
     "audit_classes": "audit", "audit_images": "audit", "leaks": "audit", "parse_class_list": "audit",

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from isood.defaults import WORDNET_EXCLUDE
+from isood.core.defaults import WORDNET_EXCLUDE
 from wordnet_tools.errors import ClassListError
 from wordnet_tools.hierarchy import Hierarchy
 from wordnet_tools.rules import RULES

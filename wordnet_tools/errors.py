@@ -1,6 +1,6 @@
 """Errors raised by wordnet_tools; each is an IsoodError, so the CLI prints it as one line and exits 2."""
 
-from isood.errors import IsoodError
+from isood.core.errors import IsoodError
 
 
 class WordNetNotFound(IsoodError):

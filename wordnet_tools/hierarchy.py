@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
-from isood.errors import BadInputError
+from isood.core.errors import BadInputError
 from wordnet_tools.errors import UnknownWnidError
 from wordnet_tools.loader import load_wordnet, synset_from_wnid, wnid_of
 from wordnet_tools.wnids import is_wnid

@@ -2,7 +2,7 @@
 
 Where the data comes from (first match wins):
 
-1. ``$ISOOD_WORDNET_DIR`` if set (``isood.defaults.wordnet_dir_override()``; an explicit choice, so an error if
+1. ``$ISOOD_WORDNET_DIR`` if set (``isood.core.defaults.wordnet_dir_override()``; an explicit choice, so an error if
    it holds no WordNet),
 2. nltk's own data (``nltk.data.find('corpora/wordnet')``, e.g. after ``python -m nltk.downloader wordnet``),
 3. Debian's ``wordnet-base`` folder ``/usr/share/wordnet``.
@@ -11,7 +11,7 @@ A raw WordNet ``dict`` folder (Debian's, or one named by ``$ISOOD_WORDNET_DIR``)
 nltk only opens corpora under a folder on ``nltk.data.path``, the folder has no ``lexnames`` file, and nltk's
 reader maps "WordNet 3.0 -> nltk's wordnet" through ``index.sense`` files the folder lacks. The loader stages
 the files plus a generated ``lexnames`` into ``<cache>/nltk_data/corpora/wordnet`` (``<cache>`` is
-``isood.defaults.cache_dir()``: ``$ISOOD_CACHE_DIR`` with ``~`` expanded, default ``~/.cache/isood``), registers
+``isood.core.defaults.cache_dir()``: ``$ISOOD_CACHE_DIR`` with ``~`` expanded, default ``~/.cache/isood``), registers
 ``<cache>/nltk_data`` on ``nltk.data.path`` (nltk's documented way to add a data location) and reads it with a
 ``WordNetCorpusReader`` subclass whose only change is that the data is already WordNet 3.0, so that mapping is
 the identity (it is only used for multilingual lookups, which isood does not use; no OMW reader is attached).
@@ -33,8 +33,8 @@ import nltk
 from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
 from wordnet_tools.errors import UnknownWnidError, WordNetNotFound
-from isood.defaults import ENV_WORDNET_DIR, cache_dir, wordnet_dir_override
-from isood.errors import BadInputError
+from isood.core.defaults import ENV_WORDNET_DIR, cache_dir, wordnet_dir_override
+from isood.core.errors import BadInputError
 from wordnet_tools.wnids import is_wnid
 
 DEBIAN_WORDNET_DIR = Path("/usr/share/wordnet")

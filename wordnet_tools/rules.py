@@ -1,4 +1,4 @@
-"""L1: the names of the class-filter rules, the filter presets and the leak rules, and the per-image side of an
+"""The names of the class-filter rules, the filter presets and the leak rules, and the per-image side of an
 audit: class verdicts mapped onto images and counted per cell and per level. No WordNet is needed here (the
 verdicts come from ``class_filter.ClassRules`` or from an ``audit`` manifest), so the evaluation and the
 ``splits clean`` stage use it without loading nltk.
@@ -30,8 +30,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from isood.defaults import WORDNET_EXCLUDE
-from isood.errors import BadInputError
+from isood.core.defaults import WORDNET_EXCLUDE
+from isood.core.errors import BadInputError
 
 __all__ = ["RULES", "KEPT", "AUDIT_RULES", "LEAK_RULES", "Preset", "PRESETS", "DEFAULT_PRESET", "resolve_exclude",
            "parse_rules", "class_rule_map", "leak_mask", "rule_codes", "rule_table", "cell_rule_table",

@@ -29,7 +29,7 @@ from functools import lru_cache
 from os import PathLike
 from pathlib import Path
 
-from isood.textio import read_lines
+from isood.core.textio import read_lines
 from wordnet_tools.errors import ClassListError
 from wordnet_tools.wnids import is_wnid
 

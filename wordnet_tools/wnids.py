@@ -1,4 +1,4 @@
-"""L1: ImageNet class ids (wnids) in text: the one place that says what a wnid looks like and which class an
+"""ImageNet class ids (wnids) in text: the one place that says what a wnid looks like and which class an
 image path names.
 
 A wnid is ``'n'`` followed by the 8-digit offset of a noun synset in WordNet 3.0's ``data.noun``.

@@ -5,7 +5,7 @@ description under a data root -> the inputs of an evaluation (lists imported onc
 ``Benchmark.from_name`` / ``from_manifests`` / ``evaluate``.
 """
 
-from isood.lazy import lazy_exports
+from isood.core.lazy import lazy_exports
 
 _EXPORTS = {
     "Benchmark": "isood.benchmarks.api",

@@ -18,8 +18,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from isood.errors import BadInputError
-from isood.evaluation.job import Evaluation, evaluate
+from isood.core.errors import BadInputError
+from isood.stages.evaluate.job import Evaluation, evaluate
 
 from .registry import BenchmarkSpec, get_benchmark
 from .resolve import resolve_benchmark

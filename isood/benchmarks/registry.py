@@ -30,8 +30,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from isood.defaults import OOD_GROUPS
-from isood.errors import BadInputError
+from isood.core.defaults import OOD_GROUPS
+from isood.core.errors import BadInputError
 
 __all__ = ["ENV_BENCHMARKS", "LIST_FORMATS", "ID_LIST_FORMATS", "IdTestSpec", "OodSetSpec", "BenchmarkSpec", "benchmark_folders",
            "available_benchmarks", "get_benchmark", "parse_benchmark"]

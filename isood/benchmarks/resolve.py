@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from isood.defaults import cache_dir as default_cache_dir
-from isood.errors import BadInputError
-from isood.files import sha256_file
+from isood.core.defaults import cache_dir as default_cache_dir
+from isood.core.errors import BadInputError
+from isood.core.files import sha256_file
 from isood.stages.interop import import_imagenet_ood, import_isood_lists, import_openood_imglist
 from manifests import read
 

@@ -1,4 +1,4 @@
-"""L6: the `isood` command line. It parses options, builds the engine, calls a stage, renders its result.
+"""The `isood` command line. It parses options, builds the engine, calls a stage, renders its result.
 
 One module per command group registers its commands on ``isood.cli._app.app``; importing this package
 registers them all (in the order ``isood --help`` lists them).

@@ -2,7 +2,7 @@
 
 Every ``IsoodError`` raised below a command becomes one red line on stderr and exit status 2 (no traceback);
 so does an ``OSError`` from the environment (disk full, read-only or unwritable folder, a missing file), with
-the path it concerns. A Python warning raised while a command runs (a library's, or an ``isood.errors.IsoodWarning``:
+the path it concerns. A Python warning raised while a command runs (a library's, or an ``isood.core.errors.IsoodWarning``:
 something a run recovered from) is one yellow ``warning:`` line on stderr, without the file and source line Python
 would print. Ctrl-C stops cleanly with exit status 130: a stage writes ``manifest.json`` last, so an interrupted
 output never looks complete, and rerunning the same command resumes it.
@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from isood.errors import IsoodError, IsoodWarning
+from isood.core.errors import IsoodError, IsoodWarning
 from manifests.output import public_path
 
 if TYPE_CHECKING:  # the click TyperGroup's methods take: typer (>= 0.2x) runs its own copy, not the click package

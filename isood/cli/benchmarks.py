@@ -1,4 +1,4 @@
-"""L6: `isood benchmarks [NAME]`: the named benchmarks (``isood.benchmarks``), or one benchmark's layout and, with
+"""`isood benchmarks [NAME]`: the named benchmarks (``isood.benchmarks``), or one benchmark's layout and, with
 ``--data-root``, what of it is there."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from rich.table import Table
 from isood.benchmarks.registry import ENV_BENCHMARKS, available_benchmarks, benchmark_folders, get_benchmark
 from isood.cli._app import app, out_console
 from isood.cli.options import command
-from isood.optspec import option
+from isood.core.optspec import option
 
 __all__ = ["BenchmarksOptions", "benchmarks"]
 

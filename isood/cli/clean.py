@@ -1,4 +1,4 @@
-"""L6: the `isood splits` command group: `isood splits clean` (the stage is ``isood.stages.clean``)."""
+"""The `isood splits` command group: `isood splits clean` (the stage is ``isood.stages.clean``)."""
 
 from __future__ import annotations
 

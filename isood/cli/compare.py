@@ -1,4 +1,4 @@
-"""L6: `isood compare RUN...`: a leaderboard across evaluation runs (``isood.stages.compare``)."""
+"""`isood compare RUN...`: a leaderboard across evaluation runs (``isood.stages.compare``)."""
 
 from __future__ import annotations
 

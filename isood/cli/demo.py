@@ -1,4 +1,4 @@
-"""isood CLI: `isood demo` — runs the steps of ``isood.demo`` and prints their tables (stdout)."""
+"""isood CLI: `isood demo` — runs the steps of ``isood.dev.demo`` and prints their tables (stdout)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from rich.table import Table
 from isood.cli._app import app, out_console
 from isood.cli.options import command
 from isood.cli.wordnet import summary_table
-from isood.files import output_lock
-from isood.optspec import option, seed_option
+from isood.core.files import output_lock
+from isood.core.optspec import option, seed_option
 
 if TYPE_CHECKING:
-    from isood.demo import PlantedReport
+    from isood.dev.demo import PlantedReport
 
 __all__ = ["demo", "report_table"]
 
@@ -40,7 +40,7 @@ def _warn(message: str) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class DemoOptions:
-    """`isood demo` (one description per option: ``isood.optspec``)."""
+    """`isood demo` (one description per option: ``isood.core.optspec``)."""
 
     out: str = option("demo-out", kind="path", metavar="DIR", help="Output directory for the demo manifests.")
     seed: int = seed_option("Seed of the planted world.")
@@ -57,9 +57,9 @@ def demo(opts: DemoOptions) -> None:
 def _run_demo(out: Path, seed: int) -> None:
     """The demo's steps, printing their tables (``isood demo``)."""
     # WordNet (nltk) and the evaluation (torch) take seconds to import: only when the command runs
-    from isood.demo import (FILTER_ARGS, FILTER_EXCLUDE, check_demo_out, run_class_filter, run_modality_gap,
+    from isood.dev.demo import (FILTER_ARGS, FILTER_EXCLUDE, check_demo_out, run_class_filter, run_modality_gap,
                             run_planted)
-    from isood.evaluation.planted import evaluate_planted, planted_table
+    from isood.dev.planted import evaluate_planted, planted_table
 
     check_demo_out(out)  # every output the demo writes, before the first one
 

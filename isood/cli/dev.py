@@ -1,11 +1,11 @@
-"""L6: `isood dev tiny-models DIR`: tiny models with random weights and a tiny image world (``isood.tiny_models``),
+"""`isood dev tiny-models DIR`: tiny models with random weights and a tiny image world (``isood.dev.tiny_models``),
 so that every command can be tried offline, with the exact flags printed."""
 
 from __future__ import annotations
 
 from isood.cli._app import dev_app, out_console
 from isood.cli.options import command
-from isood.tiny_models import TinyModelsOptions
+from isood.dev.tiny_models import TinyModelsOptions
 
 __all__ = ["tiny_models"]
 
@@ -15,7 +15,7 @@ __all__ = ["tiny_models"]
               "(random weights: they run offline in seconds and recognise nothing), with DIR/README.txt giving the "
               "flags to use. DIR must be new or empty.")
 def tiny_models(opts: TinyModelsOptions) -> None:
-    from isood.tiny_models import write_tiny_models  # torch, open_clip, diffusers: only when the command runs
+    from isood.dev.tiny_models import write_tiny_models  # torch, open_clip, diffusers: only when the command runs
 
     with out_console.status("building tiny models (random weights)"):
         models = write_tiny_models(opts.out, seed=opts.seed)

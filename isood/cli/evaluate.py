@@ -1,4 +1,4 @@
-"""L6: ``isood evaluate``: parse the options, run the evaluation stage, render its summary table."""
+"""``isood evaluate``: parse the options, run the evaluation stage, render its summary table."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from rich.table import Table
 
 from isood.cli._app import app, out_console
 from isood.cli.options import command
-from isood.evaluation.options import EvaluateOptions, check_options
+from isood.stages.evaluate.options import EvaluateOptions, check_options
 
 if TYPE_CHECKING:  # the stage pulls in torch: imported when the command runs
-    from isood.evaluation.job import EvaluateResult
+    from isood.stages.evaluate.job import EvaluateResult
 
 __all__ = ["evaluate", "with_benchmark", "signed", "summary_console_table", "sets_console_table"]
 
@@ -24,7 +24,7 @@ def signed(x: float) -> str:
 
 
 def summary_console_table(result: EvaluateResult) -> Table:
-    """A rich table of an ``isood.evaluation.job.EvaluateResult``: per detector and dataset the mean AUROC /
+    """A rich table of an ``isood.stages.evaluate.job.EvaluateResult``: per detector and dataset the mean AUROC /
     FPR@95 (and AUROC_M) over measured cells and the AUROC correlation with each axis' level (Table 1)."""
     ev = result.evaluation
     means, summary = ev.means, ev.summary
@@ -90,7 +90,7 @@ def evaluate(opts: EvaluateOptions) -> None:
         opts = with_benchmark(opts)
         check_options(opts)
     # the stage pulls in torch, timm and matplotlib: loaded only when the options are good
-    from isood.evaluation.job import run_evaluate
+    from isood.stages.evaluate.job import run_evaluate
 
     r = run_evaluate(opts)
     if not r.evaluation.per_cell.empty:

@@ -1,4 +1,4 @@
-"""L6: `isood extract` (CLIP features into resumable shards, on this process or Ray) and `isood merge` (the parts
+"""`isood extract` (CLIP features into resumable shards, on this process or Ray) and `isood merge` (the parts
 of a job array -> the manifest a single run writes; each kind's merge belongs to the stage that writes it)."""
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from generation.syn import merge_parts as merge_syn_parts
+from isood.stages.syn import merge_parts as merge_syn_parts
 from isood.cli._app import app, out_console
 from isood.engines.ray import DEFAULT_DECODE_THREADS, RayEngine, RayOptions
-from isood.errors import BadInputError, IsoodError, IsoodWarning
+from isood.core.errors import BadInputError, IsoodError, IsoodWarning
 from isood.kinds import FEATURES, SYN_IS
-from isood.batch_engine import BatchEngine, LocalEngine
+from isood.core.engine import BatchEngine, LocalEngine
 from isood.stages.extract import ExtractOptions, merge_parts as merge_feature_parts, run_extract, validate
 from isood.cli.options import command
-from isood.optspec import EngineFields
-from manifests.options import MergeOptions
+from isood.core.optspec import EngineFields
+from isood.stages.publish.options import MergeOptions
 from manifests.parts import read_parts
 from manifests.store import Manifest
 from manifests.verify import verify
@@ -30,7 +30,7 @@ MERGES: dict[str, Callable[..., Manifest]] = {FEATURES: merge_feature_parts, SYN
 
 
 def engine_of(opts: EngineFields, *, device: str | None, workers_given: bool = False) -> BatchEngine:
-    """The engine of ``--engine`` (one of ``isood.defaults.ENGINES``, checked by ``isood.optspec``): ``local``
+    """The engine of ``--engine`` (one of ``isood.core.defaults.ENGINES``, checked by ``isood.core.optspec``): ``local``
     (this process) or ``ray`` (Ray Data actors, ``isood.engines.ray``). ``workers_given``: ``--workers`` was
     passed with ``--engine ray``, where it used to count the actors: it still does when ``--ray-workers`` is not
     given, with one deprecation line."""

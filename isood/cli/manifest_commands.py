@@ -1,4 +1,4 @@
-"""L6: the manifest commands: `isood verify`, `isood publish`, `isood card`, `isood import isood-lists /
+"""The manifest commands: `isood verify`, `isood publish`, `isood card`, `isood import isood-lists /
 imagenet-ood / openood-imglist` and `isood export openood` (``manifests``, ``isood.stages.interop``)."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from pathlib import Path
 import typer
 
 import manifests
-from isood.evaluation.card_figure import card_mosaic
+from isood.report.card_figure import card_mosaic
 from isood.cli._app import app, export_app, import_app, out_console
 from isood.cli.options import command
-from isood.files import atomic_write_bytes, output_lock
+from isood.core.files import atomic_write_bytes, output_lock
 from isood.stages import interop
 from isood.stages.interop.options import ExportOpenoodOptions, ImportListOptions, ImportListsOptions
 from manifests import add_card, hub
-from manifests.options import CardOptions, PublishOptions, VerifyOptions
+from isood.stages.publish.options import CardOptions, PublishOptions, VerifyOptions
 
 __all__ = ["verify", "publish", "card", "import_isood_lists", "import_imagenet_ood", "import_openood_imglist",
            "export_openood"]

@@ -1,10 +1,10 @@
-"""L6: typer commands built from an options dataclass (``isood.optspec``): the one description of every option.
+"""Typer commands built from an options dataclass (``isood.core.optspec``): the one description of every option.
 
 ``command(group, name, Options)`` registers ``run(opts)`` as ``isood <group> <name>``: one typer parameter per
 described field (flag, help with its default / bounds / choices / ``required``, a metavar saying what to pass),
 a hidden parameter per deprecated alias (it works, with one warning line), and ``--config FILE.toml``. When the
 command runs, the values are merged (defaults < ``--config`` < command line) into ``Options`` and checked by
-``isood.optspec.check`` before ``run`` is called: an out-of-range value is one line naming the flag, the same
+``isood.core.optspec.check`` before ``run`` is called: an out-of-range value is one line naming the flag, the same
 rule wherever the option appears.
 """
 
@@ -17,8 +17,8 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
-from isood.errors import BadInputError, IsoodWarning
-from isood.optspec import REQUIRED, from_config, help_text, merge_values, option_fields
+from isood.core.errors import BadInputError, IsoodWarning
+from isood.core.optspec import REQUIRED, from_config, help_text, merge_values, option_fields
 
 __all__ = ["command", "METAVARS", "COMMANDS"]
 

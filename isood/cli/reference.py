@@ -1,8 +1,8 @@
-"""L6: the CLI reference (Markdown), generated from the commands themselves: every command of ``isood``, each option
+"""The CLI reference (Markdown), generated from the commands themselves: every command of ``isood``, each option
 with what it takes, its default and its description.
 
 A command built from an options dataclass (``isood.cli.options.COMMANDS``) is described from its fields
-(``isood.optspec.option_fields``: flag, bounds, choices, deprecated aliases, required); any other command from its
+(``isood.core.optspec.option_fields``: flag, bounds, choices, deprecated aliases, required); any other command from its
 click parameters (``typer.main.get_command``). The page is kept in the repository as ``docs/cli.md`` (readable
 without building the site): ``python -m isood.cli.reference > docs/cli.md`` writes it, and ``tests/test_docs.py``
 fails when it differs from what the code generates, and checks that every command and option appears.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterator
 
-from isood.optspec import REQUIRED, format_bound, option_fields
+from isood.core.optspec import REQUIRED, format_bound, option_fields
 
 __all__ = ["walk_commands", "reference_markdown"]
 

@@ -1,4 +1,4 @@
-"""L6: `isood show MANIFEST`: a mosaic of a grid manifest, k sampled thumbnails per cell (``isood.stages.show``)."""
+"""`isood show MANIFEST`: a mosaic of a grid manifest, k sampled thumbnails per cell (``isood.stages.show``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""L6: `isood generate-syn`: parse the options, build the engine, run the Syn-IS stage, render its summary."""
+"""`isood generate-syn`: parse the options, build the engine, run the Syn-IS stage, render its summary."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pandas as pd
 from rich.console import Group
 from rich.table import Table
 
-from generation.syn import SynOptions, SynResult, run_generate_syn
+from isood.stages.syn import SynOptions, SynResult, run_generate_syn
 from isood.cli._app import app, console, out_console
 from isood.cli.extract import engine_of  # the one --engine builder (local | ray), shared with `isood extract`
 from isood.cli.options import command

@@ -1,4 +1,4 @@
-"""L6: `isood wordnet filter` and `isood wordnet audit` (``wordnet_tools.jobs``), and their terminal tables.
+"""`isood wordnet filter` and `isood wordnet audit` (``isood.stages.wordnet.jobs``), and their terminal tables.
 
 Presets (``--preset``, ``wordnet_tools.rules.PRESETS``): ``imagenet-ood-paper`` excludes organism.n.01 (the
 ImageNet-OOD paper's rule, the default) and ``imagenet-ood-release`` excludes animal.n.01 (what the published
@@ -15,7 +15,7 @@ from rich.table import Table
 import manifests
 from isood.cli._app import out_console, wordnet_app
 from isood.cli.options import command
-from wordnet_tools.options import AuditOptions, FilterOptions
+from isood.stages.wordnet.options import AuditOptions, FilterOptions
 from wordnet_tools.rules import AUDIT_RULES, LEAK_RULES, resolve_exclude
 
 __all__ = ["wordnet_filter", "wordnet_audit", "counts_table", "leak_table", "summary_table", "level_table",
@@ -84,7 +84,7 @@ def summary_table(manifest: manifests.Manifest, title: str) -> Table:
               "with reasons. Presets: imagenet-ood-paper (default) reproduces the paper's rule (no organism); "
               "imagenet-ood-release reproduces the published ImageNet-OOD list (no animal; people and plants kept).")
 def wordnet_filter(opts: FilterOptions) -> None:
-    from wordnet_tools.jobs import run_filter  # nltk takes ~1.5 s to import: only when the command runs
+    from isood.stages.wordnet.jobs import run_filter  # nltk takes ~1.5 s to import: only when the command runs
 
     manifest = run_filter(opts.candidates, opts.id_classes, exclude=opts.exclude, preset=opts.preset,
                           sisters_only=opts.sisters_only, out=opts.out)
@@ -95,7 +95,7 @@ def wordnet_filter(opts: FilterOptions) -> None:
 @command(wordnet_app, "audit", AuditOptions, section="wordnet-audit",
          help="Audit an OOD class list, image list or manifest for hierarchy leaks into the ID classes.")
 def wordnet_audit(opts: AuditOptions) -> None:
-    from wordnet_tools.jobs import run_audit  # nltk takes ~1.5 s to import: only when the command runs
+    from isood.stages.wordnet.jobs import run_audit  # nltk takes ~1.5 s to import: only when the command runs
 
     source = opts.source
     r = run_audit(source, opts.id_classes, exclude=opts.exclude, preset=opts.preset, out=opts.out,

@@ -1,1 +1,1 @@
-"""L5: scale-out backends of the ``isood.batch_engine.BatchEngine`` protocol."""
+"""Scale-out backends of the ``isood.core.engine.BatchEngine`` protocol."""

@@ -1,4 +1,4 @@
-"""L5: the Ray Data engine (``--engine ray``): ``RayEngine`` runs any ``isood.batch_engine.BatchEngine`` worker class on
+"""The Ray Data engine (``--engine ray``): ``RayEngine`` runs any ``isood.core.engine.BatchEngine`` worker class on
 a pool of Ray actors.
 
 The driver lists the work (the stage's batches), Ray Data feeds it to a fixed pool of actors (``map_batches``
@@ -26,11 +26,11 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from isood.errors import BadInputError, IsoodError
-from isood.batch_engine import batch_rows
-from isood.devices import explicit_device
-from isood.errors import one_line
-from isood.progress import progress_bar
+from isood.core.errors import BadInputError, IsoodError
+from isood.core.engine import batch_rows
+from isood.core.devices import explicit_device
+from isood.core.errors import one_line
+from isood.core.progress import progress_bar
 
 __all__ = ["RAY_HINT", "DEFAULT_DECODE_THREADS", "require_ray", "RayOptions", "ray_session", "RayEngine",
            "BatchActor", "WorkerFailure", "pack_blocks"]
@@ -268,7 +268,7 @@ def pack_blocks(batches: Sequence[Mapping[str, Any]], workers: int) -> list[tupl
 
 
 class RayEngine:
-    """``isood.batch_engine.BatchEngine`` on Ray actors (module docstring).
+    """``isood.core.engine.BatchEngine`` on Ray actors (module docstring).
 
     ``RayEngine(RayOptions(...), device=...)``, or ``RayEngine(address=, workers=, num_gpus_per_worker=,
     device=)`` for the common options. ``device``: the ``--device`` asked for (``cpu`` keeps the actors off the

@@ -1,7 +1,7 @@
-"""OOD evaluation per shift cell: metrics (``metrics``, a registry keyed by table column), per-cell evaluation of
-score arrays (``cells``), level curves and Table 1 (``levels``), detectors (``detectors``), model adapters
-(``models``), output capture and cache (``capture``), scoring (``scoring``), plots, the report and the
-``isood evaluate`` job (``job``).
+"""``isood.evaluation``: the public names of OOD evaluation per shift cell, kept stable for users. The code lives in
+the layers: metrics, per-cell evaluation, level curves, Table 1 and detectors in :mod:`isood.science`; model
+adapters, output capture and scoring in :mod:`isood.classifiers`; the ``isood evaluate`` job and its writer in
+:mod:`isood.stages.evaluate`.
 
 Bring your own scores (no model needed)::
 
@@ -18,21 +18,24 @@ Names are re-exported lazily: importing this package loads nothing heavy.
 
 from __future__ import annotations
 
-from isood.lazy import lazy_exports
+from isood.core.lazy import lazy_exports
 
 _MODULES = {
-    "CellEvaluation": "cells", "EmptyCellError": "cells", "evaluate_cells": "cells", "evaluate_scores": "cells",
-    "level_curves": "levels", "all_level_curves": "levels", "summary_table": "levels", "detector_means": "levels",
-    "METRICS": "metrics", "Metric": "metrics",
-    "Detector": "detectors", "ForwardOutputs": "detectors", "get_detector": "options",
-    "register_detector": "detectors", "available_detectors": "detectors", "parse_detectors": "options",
-    "from_pytorch_ood": "pytorch_ood",
-    "ModelAdapter": "models", "wrap_model": "models", "load_classifier": "classifiers", "randomized_copy": "models",
-    "extract_outputs": "capture", "run_detectors": "scoring", "DetectorScores": "scoring",
-    "write_evaluation": "write", "EvaluateOptions": "job", "EvaluateResult": "job", "run_evaluate": "job",
-    "evaluate": "job", "Evaluation": "job", "table1": "conventions", "release_summary": "conventions",
-    "release_results_csv": "conventions", "evaluate_set": "sets", "set_table": "sets",
+    "CellEvaluation": "science.cells", "EmptyCellError": "science.cells", "evaluate_cells": "science.cells",
+    "evaluate_scores": "science.cells", "level_curves": "science.levels", "all_level_curves": "science.levels",
+    "summary_table": "science.levels", "detector_means": "science.levels",
+    "METRICS": "science.metrics", "Metric": "science.metrics",
+    "Detector": "science.detectors", "ForwardOutputs": "science.detectors", "get_detector": "stages.evaluate.options",
+    "register_detector": "science.detectors", "available_detectors": "science.detectors",
+    "parse_detectors": "stages.evaluate.options", "from_pytorch_ood": "classifiers.pytorch_ood",
+    "ModelAdapter": "classifiers.models", "wrap_model": "classifiers.models", "load_classifier": "classifiers.named",
+    "randomized_copy": "classifiers.models", "extract_outputs": "classifiers.capture",
+    "run_detectors": "classifiers.scoring", "DetectorScores": "classifiers.scoring",
+    "write_evaluation": "stages.evaluate.write", "EvaluateOptions": "stages.evaluate.job",
+    "EvaluateResult": "stages.evaluate.job", "run_evaluate": "stages.evaluate.job", "evaluate": "stages.evaluate.job",
+    "Evaluation": "stages.evaluate.job", "table1": "science.conventions", "release_summary": "science.conventions",
+    "release_results_csv": "science.conventions", "evaluate_set": "science.sets", "set_table": "science.sets",
 }
-_EXPORTS = {name: f"{__name__}.{module}" for name, module in _MODULES.items()}
+_EXPORTS = {name: f"isood.{module}" for name, module in _MODULES.items()}
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,1 +1,1 @@
-"""L4: the stages, one per CLI command: load -> pure steps -> write."""
+"""The stages, one per CLI command: load -> pure steps -> write."""

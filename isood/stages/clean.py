@@ -1,10 +1,10 @@
-"""L4 stage `isood splits clean`: a splits manifest + an audit of its classes -> a leak-free splits manifest.
+"""The stage `isood splits clean`: a splits manifest + an audit of its classes -> a leak-free splits manifest.
 
 IS-OOD keeps ImageNet-1K classes, their hypernyms and hyponyms in its cells; ImageNet-OOD's point is that such
 images are not OOD. This stage removes them from any splits manifest (a build-splits output or an import of a
 release) and keeps everything else: the same cells and edges, the images whose class is not a leak (the
 audit's class verdicts, ``wordnet_tools.rules.leak_mask``: rules ``id``, ``hypernym``, ``hyponym`` unless
-``rules`` says otherwise), the counts recomputed (``isood.grid.cell_table``) with N/A = N/A before or now
+``rules`` says otherwise), the counts recomputed (``isood.science.grid.cell_table``) with N/A = N/A before or now
 below the threshold (the manifest's own, ``SplitsView.na_threshold``; an explicit ``na_threshold`` overrides it,
 then N/A = a missing list or below it, and the config records both), the per-cell list files filtered line by line (whatever their layout), the removed images
 added to the ``dropped`` table with reason ``leak:<rule>``, the input's config and LAID weights, and provenance
@@ -31,10 +31,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import manifests
-from isood.defaults import DEFAULT_VERIFY
-from isood.errors import BadInputError
-from isood.optspec import REQUIRED, na_threshold_option, option, out_option, verify_option
-from isood.grid import cell_table, is_na
+from isood.core.defaults import DEFAULT_VERIFY
+from isood.core.errors import BadInputError
+from isood.core.optspec import REQUIRED, na_threshold_option, option, out_option, verify_option
+from isood.science.grid import cell_table, is_na
 from isood.kinds import AUDIT, LAID_FILE, SPLITS, AuditView, SplitsView
 from manifests.card_stream import WHOLE_TABLE_ROWS, MainTableStream, finish_stream
 from manifests.stream import ParquetStream, StagedFile
@@ -65,7 +65,7 @@ class CleanResult:
 
 @dataclass(frozen=True, kw_only=True)
 class CleanOptions:
-    """`isood splits clean` (one description per option: ``isood.optspec``)."""
+    """`isood splits clean` (one description per option: ``isood.core.optspec``)."""
 
     splits: str = option(REQUIRED, kind="path", argument=True, metavar="SPLITS",
                          help="A splits manifest (isood build-splits or isood import isood-lists).")
@@ -107,7 +107,7 @@ def leaking_rows(images: pa.Table | pd.DataFrame, class_rules: Mapping[str, str]
 
 
 def count_cells(images: pa.Table | pd.DataFrame, *, keys: Sequence[str], n_levels: int) -> Counter:
-    """Images per ``(*keys, cov_level, sem_level)`` (``isood.grid.cell_table`` of each key group)."""
+    """Images per ``(*keys, cov_level, sem_level)`` (``isood.science.grid.cell_table`` of each key group)."""
     t = _arrow(images)
     cov = pc.fill_null(t["cov_level"], -1).to_numpy().astype(np.int64)
     sem = pc.fill_null(t["sem_level"], -1).to_numpy().astype(np.int64)

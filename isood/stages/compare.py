@@ -1,4 +1,4 @@
-"""L4 stage: `isood compare RUN...`, a leaderboard across evaluation runs (read every run's ``evaluation`` manifest,
+"""The stage of `isood compare RUN...`, a leaderboard across evaluation runs (read every run's ``evaluation`` manifest,
 verified -> one table (pure) -> ``leaderboard.csv`` and ``leaderboard.md`` in ``--out``).
 
 One row per run, detector and dataset: the run's label (``--names``, else its folder name), model, the mean of
@@ -16,7 +16,7 @@ hash) is compared once, with a note: no row appears twice.
 
 The output is not a manifest: the leaderboard is derived from manifests that are already versioned and hashed,
 costs seconds to rebuild, and records their content hashes in every row. ``--out`` is written under its lock
-(``isood.files.output_lock``), each file by rename; it must be new, empty or an earlier ``isood compare`` output
+(``isood.core.files.output_lock``), each file by rename; it must be new, empty or an earlier ``isood compare`` output
 (recognised by the first line of ``leaderboard.md``), and is never a manifest or inside a run.
 """
 
@@ -33,12 +33,12 @@ import numpy as np
 import pandas as pd
 
 import manifests
-from isood.defaults import DEFAULT_VERIFY
-from isood.errors import BadInputError, IsoodWarning
-from isood.evaluation.levels import leak_free_name
-from isood.evaluation.metrics import METRICS, lower_is_better, metric_label
-from isood.files import TMP_PREFIX, atomic_write_bytes, output_lock
-from isood.optspec import REQUIRED, option, verify_option
+from isood.core.defaults import DEFAULT_VERIFY
+from isood.core.errors import BadInputError, IsoodWarning
+from isood.science.levels import leak_free_name
+from isood.science.metrics import METRICS, lower_is_better, metric_label
+from isood.core.files import TMP_PREFIX, atomic_write_bytes, output_lock
+from isood.core.optspec import REQUIRED, option, verify_option
 from isood.kinds import EVALUATION, EvaluationView
 from manifests.paths import is_inside
 

@@ -1,7 +1,7 @@
-"""L4: the ``isood extract`` stage, and the merge of its job-array parts (``isood merge``).
+"""The ``isood extract`` stage, and the merge of its job-array parts (``isood merge``).
 
 Steps: validate the options -> list the images -> pick this task's shards -> extract them on the given engine
-(``isood.featurestore.extract_shards``) -> write the ``features`` manifest, or for one task of a job array
+(``isood.features.featurestore.extract_shards``) -> write the ``features`` manifest, or for one task of a job array
 (``--num-shards N --shard-index i``: shards k with k % N == i) a ``features-part`` manifest of its shards.
 ``merge_parts`` combines the parts into the manifest a single run writes (same files, same bytes).
 
@@ -23,20 +23,20 @@ from typing import Callable, Mapping, Sequence, cast
 import numpy as np
 import pandas as pd
 
-from isood.clip import ClipEncoder
-from isood.defaults import DEFAULT_SHARD_SIZE
-from isood.errors import BadInputError, IsoodWarning
-from isood.featurestore import ( SHARD_NAME, SHARD_ROWS_NAME, SHARD_STATS_NAME, ExtractResult, ShardRun,
+from isood.features.clip import ClipEncoder
+from isood.core.defaults import DEFAULT_SHARD_SIZE
+from isood.core.errors import BadInputError, IsoodWarning
+from isood.features.featurestore import ( SHARD_NAME, SHARD_ROWS_NAME, SHARD_STATS_NAME, ExtractResult, ShardRun,
     extract_shards, read_shard_rows, remove_stale_shards, shard_count, shard_files,
     write_features_manifest,
 )
-from isood.images import DECODE_MODES, FAST_DECODE, REFERENCE_DECODE, list_images
+from isood.features.images import DECODE_MODES, FAST_DECODE, REFERENCE_DECODE, list_images
 from isood.kinds import FEATURES, FEATURES_PART
-from isood.batch_engine import BatchEngine
-from isood.files import link_or_copy
-from isood.optspec import (REQUIRED, EngineFields, JobArrayFields, batch_size_option, check, device_option, option,
+from isood.core.engine import BatchEngine
+from isood.core.files import link_or_copy
+from isood.core.optspec import (REQUIRED, EngineFields, JobArrayFields, batch_size_option, check, device_option, option,
                            out_option, workers_option)
-from isood.parts import check_shard_args, part_info, selected_units
+from isood.core.parts import check_shard_args, part_info, selected_units
 from manifests.output import writing
 from manifests.card import write_with_card
 from manifests.store import Manifest, ManifestView, read
@@ -47,12 +47,12 @@ __all__ = ["ExtractOptions", "validate", "output_kind", "task_shards", "part_tab
 
 @dataclass(frozen=True, kw_only=True)
 class ExtractOptions(EngineFields, JobArrayFields):
-    """What ``isood extract`` is asked, one description per option (``isood.optspec``): the images (dataset root
+    """What ``isood extract`` is asked, one description per option (``isood.core.optspec``): the images (dataset root
     or file list), the CLIP (``--clip`` name, or a loaded ``ClipEncoder`` from Python), the output directory,
     sizes, decoding ``workers`` (processes) per model worker, device, the job-array task (``num_shards``,
-    ``shard_index``), the decoding mode (``decode``: one of ``isood.images.DECODE_MODES``) and ``follow_symlinks``
+    ``shard_index``), the decoding mode (``decode``: one of ``isood.features.images.DECODE_MODES``) and ``follow_symlinks``
     (also read files whose links lead outside the image root; by default they are rejected, see
-    ``isood.images``). The engine fields name the engine the command builds (the stage takes it built)."""
+    ``isood.features.images``). The engine fields name the engine the command builds (the stage takes it built)."""
 
     images: str = option(REQUIRED, kind="path", help="Images: a dataset root with wnid subfolders, or a file list "
                                                      "(one path per line).")
@@ -82,7 +82,7 @@ class ExtractOptions(EngineFields, JobArrayFields):
 
 
 def validate(opts: ExtractOptions) -> ExtractOptions:
-    """The checked options (``isood.optspec.check``: every bound, one line naming the flag), the job-array
+    """The checked options (``isood.core.optspec.check``: every bound, one line naming the flag), the job-array
     arguments and the deprecated ``fast_decode`` folded into ``decode``."""
     opts = check(opts)
     check_shard_args(opts.num_shards, opts.shard_index)

@@ -1,12 +1,12 @@
-"""L4 stage: `isood show MANIFEST`, a mosaic of a grid manifest (read and verified -> k seeded thumbnails per
-cell, ``isood.evaluation.mosaic`` -> ``mosaic.png`` and ``mosaic.pdf`` in ``--out``).
+"""The stage of `isood show MANIFEST`, a mosaic of a grid manifest (read and verified -> k seeded thumbnails per
+cell, ``isood.report.mosaic`` -> ``mosaic.png`` and ``mosaic.pdf`` in ``--out``).
 
 Any grid: a splits manifest (``isood build-splits``, or ``isood import isood-lists``) or a Syn-IS one (``isood
 generate-syn``). The images are read under ``--image-root``, else the folder the manifest records: a splits
 manifest's ``test_root``, a Syn-IS manifest's own folder; an import records none (``--image-root`` is required).
 
 The output is not a manifest: the figure is derived from a manifest that is already versioned and hashed, and
-costs seconds to redraw. ``--out`` is written under its lock (``isood.files.output_lock``), each file by rename;
+costs seconds to redraw. ``--out`` is written under its lock (``isood.core.files.output_lock``), each file by rename;
 it must be new, empty or an earlier ``isood show`` output (only ``mosaic.png`` and ``mosaic.pdf`` in it), and is
 never a manifest or inside the one shown.
 """
@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import manifests
-from isood.defaults import DEFAULT_VERIFY, MOSAIC_PDF, MOSAIC_PNG
-from isood.defaults import MOSAIC_PER_CELL as DEFAULT_PER_CELL
-from isood.defaults import MOSAIC_SIZE as DEFAULT_SIZE
-from isood.errors import BadInputError, ManifestError
-from isood.files import TMP_PREFIX, atomic_write_bytes, output_lock
+from isood.core.defaults import DEFAULT_VERIFY, MOSAIC_PDF, MOSAIC_PNG
+from isood.core.defaults import MOSAIC_PER_CELL as DEFAULT_PER_CELL
+from isood.core.defaults import MOSAIC_SIZE as DEFAULT_SIZE
+from isood.core.errors import BadInputError, ManifestError
+from isood.core.files import TMP_PREFIX, atomic_write_bytes, output_lock
 from isood.kinds import SPLITS, SYN_IS
-from isood.optspec import REQUIRED, option, seed_option, verify_option
+from isood.core.optspec import REQUIRED, option, seed_option, verify_option
 from manifests.paths import is_inside
 
 __all__ = ["ShowOptions", "ShowResult", "show"]
@@ -83,7 +83,7 @@ def show(manifest: str | os.PathLike, out: str | os.PathLike, *, cells: str = "a
     """Draw the mosaic of a grid manifest into ``out`` (module docstring); every refusal comes before anything is
     written."""
     # the figure code pulls in matplotlib: loaded when the stage runs, not when the CLI reads its options
-    from isood.evaluation.mosaic import grid_mosaic, image_root_of, mosaic_files
+    from isood.report.mosaic import grid_mosaic, image_root_of, mosaic_files
 
     manifest, out = Path(manifest), Path(out)
     _check_out(out, manifest)

@@ -109,7 +109,7 @@ def test_the_is_ood_benchmark_is_the_release_layout_the_importer_reads():
 
 def test_a_user_benchmark_is_found_in_the_env_folder_and_a_taken_name_is_refused(tmp_path, monkeypatch):
     from isood.benchmarks import available_benchmarks, get_benchmark
-    from isood.errors import IsoodError
+    from isood.core.errors import IsoodError
 
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -134,7 +134,7 @@ def test_a_user_benchmark_is_found_in_the_env_folder_and_a_taken_name_is_refused
 ])
 def test_a_bad_benchmark_file_is_one_line(edit, words, tmp_path):
     from isood.benchmarks.registry import parse_benchmark
-    from isood.errors import IsoodError
+    from isood.core.errors import IsoodError
 
     text = ('name = "b"\ntitle = "t"\n[id_test]\nfolder = "val"\n[[ood]]\nname = "x"\ngroup = "far"\n'
             'format = "imagenet-ood"\nlist = "x.txt"\nroot = "imgs"\n')

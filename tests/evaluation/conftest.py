@@ -59,7 +59,7 @@ def tiny_data():
 
 def direct_outputs(backbone, fc, x):
     """Every kind computed directly with torch (the reference the detectors are tested against)."""
-    from isood.evaluation.detectors import ForwardOutputs
+    from isood.science.detectors import ForwardOutputs
 
     with torch.no_grad():
         fmap = backbone(x)

@@ -10,12 +10,12 @@ import pytest
 from scipy.stats import norm
 from sklearn.metrics import roc_auc_score
 
-from isood.errors import BadInputError
+from isood.core.errors import BadInputError
 from isood.evaluation import evaluate_scores
-from isood.evaluation.levels import curve_statistics, level_means
-from isood.evaluation.metrics import (bootstrap_replicates, fpr_at_tpr, level_correlation, level_sensitivity,
+from isood.science.levels import curve_statistics, level_means
+from isood.science.metrics import (bootstrap_replicates, fpr_at_tpr, level_correlation, level_sensitivity,
                                       percentile_interval)
-from isood.evaluation.write import bootstrap_tables, write_evaluation
+from isood.stages.evaluate.write import bootstrap_tables, write_evaluation
 
 
 def reference(id_s, groups, n_boot, seed):
@@ -45,7 +45,7 @@ def test_replicates_equal_the_metrics_of_the_resampled_arrays():
     two = bootstrap_replicates(np.vstack([id_s, -id_s]), [np.vstack([g, -g]) for g in groups], n_boot=40, seed=11)
     assert np.array_equal(two["auroc"][0], got["auroc"])
     assert np.allclose(two["auroc"][1], 1.0 - got["auroc"], atol=1e-12)  # negated scores flip the ranking
-    import isood.evaluation.metrics as M
+    import isood.science.metrics as M
 
     small = M._CHUNK_ELEMENTS
     try:
@@ -179,8 +179,8 @@ def test_written_evaluation_holds_the_intervals_and_table1_in_the_paper_layout(g
 def test_leak_free_cells_resample_the_images_without_leaks(grid_result):
     """A leak audit's ``<dataset>-leak-free`` rows come from the base dataset's scores without the flagged
     images: their intervals equal those of the same images evaluated as a dataset of their own."""
-    from isood.evaluation.cells import CellEvaluation
-    from isood.evaluation.levels import ALL_IMAGES, LEAK_FREE
+    from isood.science.cells import CellEvaluation
+    from isood.science.levels import ALL_IMAGES, LEAK_FREE
 
     result, scores, images, idd, ood = grid_result
     leak = np.zeros(len(scores), bool)

@@ -1,4 +1,4 @@
-"""Per-cell evaluation (isood.evaluation.cells) and what is derived from it (levels): metrics equal the metrics of
+"""Per-cell evaluation (isood.science.cells) and what is derived from it (levels): metrics equal the metrics of
 the cell's own rows, N/A cells are kept and marked but never averaged, level curves and Table 1 follow their
 definitions on hand-made cases."""
 
@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from isood.evaluation import cells as C
+from isood.science import cells as C
 from isood.evaluation import evaluate_scores
-from isood.evaluation import levels as L
+from isood.science import levels as L
 from isood.evaluation import metrics as M
-from isood.grid import cell_name
+from isood.science.grid import cell_name
 
 
 def _grid_data(seed=0, n=600, levels=3):

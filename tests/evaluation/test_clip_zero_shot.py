@@ -14,9 +14,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from isood.evaluation.clip_zero_shot import class_prompts, clip_zero_shot
-from isood.evaluation.detectors import ForwardOutputs, get_detector
-from isood.evaluation.scoring import run_detectors
+from isood.classifiers.clip_zero_shot import class_prompts, clip_zero_shot
+from isood.science.detectors import ForwardOutputs, get_detector
+from isood.classifiers.scoring import run_detectors
 
 CLASSES = ["n01440764", "n01443537", "n02084071"]  # tench, goldfish, dog (timm's ImageNet lemmas)
 RN_CONFIG = {"model_cfg": {"embed_dim": 32, "vision_cfg": {"image_size": 64, "layers": [1, 1, 1, 1], "width": 16,

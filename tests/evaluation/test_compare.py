@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 import manifests
 from isood.cli import app
-from isood.errors import IsoodWarning
+from isood.core.errors import IsoodWarning
 from isood.evaluation import evaluate_scores
-from isood.evaluation.write import write_evaluation
+from isood.stages.evaluate.write import write_evaluation
 from isood.stages.compare import LEADERBOARD_CSV, LEADERBOARD_MD, MARKER, compare_runs
 
 

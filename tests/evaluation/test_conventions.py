@@ -12,10 +12,10 @@ import pytest
 from scipy.stats import pearsonr
 from sklearn.metrics import auc, precision_recall_curve, roc_auc_score
 
-from isood.evaluation.cells import CellEvaluation, evaluate_cells
-from isood.evaluation.conventions import RELEASE_METRICS, release_results_csv, release_summary, table1
-from isood.evaluation.sets import evaluate_set, set_table
-from isood.grid import cell_name
+from isood.science.cells import CellEvaluation, evaluate_cells
+from isood.science.conventions import RELEASE_METRICS, release_results_csv, release_summary, table1
+from isood.science.sets import evaluate_set, set_table
+from isood.science.grid import cell_name
 
 N = 8
 RELEASE_COLUMNS = ["FPR@95", "AUROC", "AUPR_IN", "AUPR_OUT"]

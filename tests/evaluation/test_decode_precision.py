@@ -12,8 +12,8 @@ import torch
 from scipy.stats import spearmanr
 
 from isood.evaluation import metrics as M
-from isood.evaluation.job import EvaluateOptions, run_evaluate
-from isood.grid import cell_name, cell_table, edges_table
+from isood.stages.evaluate.job import EvaluateOptions, run_evaluate
+from isood.science.grid import cell_name, cell_table, edges_table
 from isood.stages.splits import write_splits
 
 ID = ["n01440764", "n01443537", "n01484850"]
@@ -76,7 +76,7 @@ def _opts(world, out, **kw) -> EvaluateOptions:
 
 
 def _adapter(world):
-    from isood.evaluation.classifiers import adapter_from_option
+    from isood.classifiers.named import adapter_from_option
 
     return adapter_from_option("test_resnet", checkpoint=str(world / "resnet.safetensors"), num_classes=None,
                                n_id_classes=3)
@@ -143,7 +143,7 @@ def test_decode_and_precision_are_in_the_cache_key_and_the_manifest(runs, world,
 def test_unreadable_jpegs_are_named_alike_in_both_decodings(world, tmp_path):
     import shutil
 
-    from isood.evaluation.capture import UnreadableImagesError
+    from isood.classifiers.capture import UnreadableImagesError
 
     val = tmp_path / "val"
     shutil.copytree(world / "val", val)
@@ -168,7 +168,7 @@ def test_a_jpeg_the_device_refuses_is_read_the_reference_way(world, monkeypatch)
     decoders' rounding)."""
     import torchvision.io as tio
 
-    from isood.evaluation.capture import ImageList
+    from isood.classifiers.capture import ImageList
 
     files = sorted((world / "val").rglob("*.jpg"))[:6]
     adapter = _adapter(world)
@@ -194,8 +194,8 @@ def test_a_jpeg_the_device_refuses_is_read_the_reference_way(world, monkeypatch)
 def test_odin_keeps_float32_in_a_bf16_run(tiny, tiny_data):
     """ODIN perturbs the input along its loss gradient: under autocast without loss scaling that gradient can
     underflow, so its forward + backward stay in float32 while the capture pass runs in bf16."""
-    from isood.evaluation.models import wrap_model
-    from isood.evaluation.scoring import run_detectors
+    from isood.classifiers.models import wrap_model
+    from isood.classifiers.scoring import run_detectors
 
     backbone, fc = tiny
     _, _, test, _ = tiny_data
@@ -211,7 +211,7 @@ def test_odin_keeps_float32_in_a_bf16_run(tiny, tiny_data):
 
 
 def test_fp16_is_refused_on_the_cpu_before_any_work(world, tmp_path):
-    from isood.errors import BadInputError
+    from isood.core.errors import BadInputError
 
     with pytest.raises(BadInputError, match="--precision fp16 runs on CUDA"):
         run_evaluate(_opts(world, tmp_path / "o", precision="fp16"))

@@ -6,8 +6,8 @@ import torch
 from scipy.special import logsumexp
 from scipy.stats import entropy
 
-from isood.errors import DetectorParamError, IsoodError
-from isood.evaluation.detectors import (Detector, DetectorInputError, ForwardOutputs, available_detectors,
+from isood.core.errors import DetectorParamError, IsoodError
+from isood.science.detectors import (Detector, DetectorInputError, ForwardOutputs, available_detectors,
                                         detector_class, get_detector, parse_detectors, register_detector)
 
 #: every registered detector that scores captured outputs (all but the input-perturbing ones), from the registry
@@ -135,7 +135,7 @@ def test_odin_against_per_image_autograd(tiny, tiny_data):
         return fc(backbone(inp).mean(dim=(2, 3)))
 
     std = (0.5, 0.25, 0.2)
-    from isood.evaluation.perturbation import odin_scores
+    from isood.classifiers.perturbation import odin_scores
 
     got = odin_scores(get_detector("odin"), net, x, input_std=std)
     T, eps = 1000.0, 0.0014

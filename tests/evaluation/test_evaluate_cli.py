@@ -12,11 +12,11 @@ import torch
 from typer.testing import CliRunner
 
 import manifests
-from generation.syn import write_syn_manifest
+from isood.stages.syn import write_syn_manifest
 from isood.cli import app
 from isood.evaluation import metrics as M
-from isood.evaluation.outputs import save_outputs
-from isood.grid import cell_name, cell_table, edges_table
+from isood.stages.evaluate.outputs import save_outputs
+from isood.science.grid import cell_name, cell_table, edges_table
 from isood.stages.splits import write_splits
 
 ID = ["n01440764", "n01443537", "n01484850"]
@@ -74,7 +74,7 @@ def _syn_manifest(root, rng, colour):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """ID train (6 per class) / ID test (3 per class) folders, test images of the splits, checkpoints."""
-    from isood.tiny_models import build_tiny_classifier
+    from isood.dev.tiny_models import build_tiny_classifier
 
     root = tmp_path_factory.mktemp("evaluate")
     rng = np.random.default_rng(0)
@@ -230,7 +230,7 @@ def _one_line_error(result) -> str:
     """The single stderr line of a run that failed with exit status 2 (no traceback, nothing on stdout)."""
     assert result.exit_code == 2, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
-    from isood.progress import is_progress_line
+    from isood.core.progress import is_progress_line
 
     lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip() and not is_progress_line(ln)]
     assert len(lines) == 1 and "Traceback" not in result.output, result.output
@@ -310,8 +310,8 @@ def test_data_dependent_parameters_are_refused_before_any_image_is_decoded(world
     feature size before any image is decoded or the model run (counted); the time to refusal is printed."""
     import time
 
-    import isood.evaluation.capture as capture
-    import isood.evaluation.job as job
+    import isood.classifiers.capture as capture
+    import isood.stages.evaluate.job as job
 
     counts = {"models": 0, "forward": 0, "decoded": 0}
     build = job.adapter_from_option

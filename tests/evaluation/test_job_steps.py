@@ -8,16 +8,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from isood.defaults import OOD_LABEL
+from isood.core.defaults import OOD_LABEL
 from isood.evaluation import metrics as M
-from isood.evaluation.assemble import (ID_TEST, ID_TRAIN, EvalSet, evaluate_sets, grid_rows, precomputed_rows,
+from isood.stages.evaluate.assemble import (ID_TEST, ID_TRAIN, EvalSet, evaluate_sets, grid_rows, precomputed_rows,
                                        sanity_table, scores_table)
-from isood.evaluation.cells import evaluate_cells
-from isood.evaluation.classes import class_list, imagenet_1k, labels_for, outputs_labels, wnids_of
-from isood.evaluation.detectors import parse_detectors
-from isood.evaluation.job import EvaluateOptions, run_config, run_meta
-from isood.evaluation.scoring import DetectorScores
-from isood.grid import cell_name
+from isood.science.cells import evaluate_cells
+from isood.classifiers.classes import class_list, imagenet_1k, labels_for, outputs_labels, wnids_of
+from isood.science.detectors import parse_detectors
+from isood.stages.evaluate.job import EvaluateOptions, run_config, run_meta
+from isood.classifiers.scoring import DetectorScores
+from isood.science.grid import cell_name
 
 
 def _images(spec):

@@ -11,13 +11,13 @@ from typer.testing import CliRunner
 import manifests
 from isood.cli import app
 from isood.evaluation import metrics as M
-from isood.evaluation.assemble import ID_TEST, EvalSet, evaluate_with_leaks
-from isood.evaluation.levels import leak_effect, leak_ranking
-from isood.evaluation.outputs import save_outputs
-from isood.evaluation.plots import leak_diff_name
-from isood.evaluation.scoring import DetectorScores
-from isood.evaluation.write import write_evaluation
-from isood.grid import cell_name, cell_table, edges_table
+from isood.stages.evaluate.assemble import ID_TEST, EvalSet, evaluate_with_leaks
+from isood.science.levels import leak_effect, leak_ranking
+from isood.stages.evaluate.outputs import save_outputs
+from isood.report.plots import leak_diff_name
+from isood.classifiers.scoring import DetectorScores
+from isood.stages.evaluate.write import write_evaluation
+from isood.science.grid import cell_name, cell_table, edges_table
 from isood.stages.splits import write_splits
 
 
@@ -156,7 +156,7 @@ def test_evaluate_leak_audit_end_to_end_with_precomputed_outputs(tmp_path):
 
     # an audit without a verdict for one of the classes: one line naming it, nothing written
     partial = manifests.read(tmp_path / "audit", kind="audit")
-    from wordnet_tools.jobs import write_audit
+    from isood.stages.wordnet.jobs import write_audit
 
     classes = partial.classes[partial.classes["wnid"] != CLEAN[0]]
     write_audit(tmp_path / "partial", classes=classes, config={"list": "x"}, argv=["t"])

@@ -36,7 +36,7 @@ def _image(path, rng, colour):
 @pytest.fixture(scope="module")
 def release(tmp_path_factory):
     """The release's list folder (all 64 lists per subset, most empty), the image root, ID folders, a model."""
-    from isood.tiny_models import build_tiny_classifier
+    from isood.dev.tiny_models import build_tiny_classifier
 
     root = tmp_path_factory.mktemp("release")
     rng = np.random.default_rng(0)

@@ -1,4 +1,4 @@
-"""Model adapters (isood.evaluation.models) and loading classifiers by name (classifiers): timm, torchvision and
+"""Model adapters (isood.classifiers.models) and loading classifiers by name (classifiers): timm, torchvision and
 user modules expose the same tensors as the model itself; offline loading errors say what to pass."""
 
 import numpy as np
@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from isood.errors import IsoodError, MissingWeightsError
-from isood.evaluation.classifiers import adapter_from_option, load_classifier
-from isood.evaluation.detectors import get_detector
-from isood.evaluation.models import HookAdapter, TimmAdapter, randomized_copy, wrap_model
-from isood.evaluation.scoring import run_detectors
+from isood.core.errors import IsoodError, MissingWeightsError
+from isood.classifiers.named import adapter_from_option, load_classifier
+from isood.science.detectors import get_detector
+from isood.classifiers.models import HookAdapter, TimmAdapter, randomized_copy, wrap_model
+from isood.classifiers.scoring import run_detectors
 
 
 def test_timm_adapter_matches_model_and_pool(tiny_data):
@@ -166,7 +166,7 @@ def test_checkpoint_of_another_head_is_one_sentence_naming_both_sizes(tmp_path, 
     import timm
     from safetensors.torch import load_file
 
-    from isood.tiny_models import build_tiny_classifier
+    from isood.dev.tiny_models import build_tiny_classifier
 
     path = build_tiny_classifier(tmp_path / "m.safetensors", num_classes=3)
     heads = [v for k, v in load_file(str(path)).items() if k.endswith("fc.weight")]

@@ -21,9 +21,9 @@ from sklearn.covariance import EmpiricalCovariance
 from torch import nn
 
 from isood.evaluation import metrics as M
-from isood.evaluation.detectors import get_detector
-from isood.evaluation.models import HookAdapter, wrap_model
-from isood.evaluation.scoring import run_detectors
+from isood.science.detectors import get_detector
+from isood.classifiers.models import HookAdapter, wrap_model
+from isood.classifiers.scoring import run_detectors
 
 N_CLASSES = 5
 ODIN_STD = (63.0 / 255.0, 62.1 / 255.0, 66.7 / 255.0)  # the std OpenOOD's ODIN divides the gradient sign by

@@ -14,7 +14,7 @@ import pytest
 from scipy.stats import spearmanr
 
 import manifests
-from isood.evaluation.planted import planted_table
+from isood.dev.planted import planted_table
 
 
 def test_msp_auroc_rises_with_the_semantic_level(planted_evaluation):

@@ -13,8 +13,9 @@ from matplotlib import colormaps
 from PIL import Image, ImageColor
 
 import manifests
-from isood.evaluation import evaluate_scores, plots, report
-from isood.evaluation.write import write_evaluation
+from isood.evaluation import evaluate_scores
+from isood.report import html as report, plots
+from isood.stages.evaluate.write import write_evaluation
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""pytorch-ood detectors inside isood (isood.evaluation.pytorch_ood), and pytorch-ood as an independent
+"""pytorch-ood detectors inside isood (isood.classifiers.pytorch_ood), and pytorch-ood as an independent
 reference for isood's own detectors: for the detectors both libraries have, the scores agree (Spearman >= 0.999;
 equal where both compute the same formula)."""
 
@@ -9,12 +9,12 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from isood.errors import DetectorParamError, IsoodError
-from isood.evaluation.pytorch_ood import from_pytorch_ood
-from isood.evaluation.detectors import (DetectorInputError, ForwardOutputs, get_detector,
+from isood.core.errors import DetectorParamError, IsoodError
+from isood.classifiers.pytorch_ood import from_pytorch_ood
+from isood.science.detectors import (DetectorInputError, ForwardOutputs, get_detector,
                                         parse_detectors)
-from isood.evaluation.models import wrap_model
-from isood.evaluation.scoring import run_detectors, score_precomputed
+from isood.classifiers.models import wrap_model
+from isood.classifiers.scoring import run_detectors, score_precomputed
 
 pood = pytest.importorskip("pytorch_ood.detector")
 

@@ -14,12 +14,12 @@ import pytest
 from scipy.stats import pearsonr
 from sklearn import metrics as skm
 
-from isood.errors import IsoodWarning
-from isood.evaluation.cells import evaluate_cells
-from isood.evaluation.conventions import release_results_csv, release_results_files, table1
-from isood.evaluation.levels import all_level_curves, curve_statistics, summary_table
-from isood.evaluation.metrics import level_correlation
-from isood.grid import cell_name
+from isood.core.errors import IsoodWarning
+from isood.science.cells import evaluate_cells
+from isood.science.conventions import release_results_csv, release_results_files, table1
+from isood.science.levels import all_level_curves, curve_statistics, summary_table
+from isood.science.metrics import level_correlation
+from isood.science.grid import cell_name
 
 N = 8
 DATASETS = ("imagenet21k", "SynIS")
@@ -131,7 +131,7 @@ def test_release_file_and_table1_match_the_release_digit_for_digit_on_tied_score
 
 
 def test_release_correlation_is_scipys_pearsonr_of_the_centred_means():
-    from isood.evaluation.conventions import release_line_fit
+    from isood.science.conventions import release_line_fit
 
     rng = np.random.default_rng(7)
     for _ in range(200):
@@ -216,10 +216,10 @@ def _release_point(values_by_cell, levels_by_cell):
 
 
 def test_release_bootstrap_intervals_are_on_its_own_scale_and_cover_openoods_fpr():
-    from isood.evaluation.cells import CellEvaluation
-    from isood.evaluation.metrics import bootstrap_replicates
-    from isood.evaluation.report import table1_markdown
-    from isood.evaluation.write import bootstrap_tables
+    from isood.science.cells import CellEvaluation
+    from isood.science.metrics import bootstrap_replicates
+    from isood.report.html import table1_markdown
+    from isood.stages.evaluate.write import bootstrap_tables
 
     rng = np.random.default_rng(11)
     id_s = rng.normal(1.0, 1.0, 300).round(1)

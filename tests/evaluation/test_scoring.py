@@ -1,4 +1,4 @@
-"""One-pass scoring (isood.evaluation.scoring, capture): scores equal to each detector alone, one forward pass
+"""One-pass scoring (isood.classifiers.scoring, capture): scores equal to each detector alone, one forward pass
 per batch, the on-disk output cache (no second forward), precomputed outputs."""
 
 import numpy as np
@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from isood.errors import IsoodError
-from isood.evaluation.capture import extract_outputs
-from isood.evaluation.detectors import POST_HOC_DETECTORS, ForwardOutputs, get_detector
-from isood.evaluation.models import ModuleAdapter, wrap_model
-from isood.evaluation.scoring import DetectorScores, run_detectors, score_precomputed
+from isood.core.errors import IsoodError
+from isood.classifiers.capture import extract_outputs
+from isood.science.detectors import POST_HOC_DETECTORS, ForwardOutputs, get_detector
+from isood.classifiers.models import ModuleAdapter, wrap_model
+from isood.classifiers.scoring import DetectorScores, run_detectors, score_precomputed
 
 
 class _Counter:

@@ -9,8 +9,8 @@ from sklearn.metrics import roc_auc_score
 
 import manifests
 from isood.evaluation import evaluate_scores
-from isood.evaluation.sets import evaluate_set, set_table
-from isood.evaluation.write import write_evaluation
+from isood.science.sets import evaluate_set, set_table
+from isood.stages.evaluate.write import write_evaluation
 
 SETS = {"ssb": ("near", 1.0), "ninco": ("near", 0.5), "inat": ("far", 2.0), "odd|one": ("", 0.2)}
 

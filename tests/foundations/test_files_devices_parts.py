@@ -6,12 +6,12 @@ import stat
 import numpy as np
 import pytest
 
-from isood import defaults
-from isood.errors import BadInputError, IsoodError
-from isood.batch_engine import LocalEngine, BatchEngine
-from isood.devices import explicit_device, resolve_device
-from isood.files import atomic_write_bytes, link_or_copy, remove_temporaries
-from isood.parts import check_shard_args, selected_units
+from isood.core import defaults
+from isood.core.errors import BadInputError, IsoodError
+from isood.core.engine import LocalEngine, BatchEngine
+from isood.core.devices import explicit_device, resolve_device
+from isood.core.files import atomic_write_bytes, link_or_copy, remove_temporaries
+from isood.core.parts import check_shard_args, selected_units
 
 
 def test_atomic_write_replaces_whole_file_and_leaves_no_temporary(tmp_path):
@@ -125,10 +125,10 @@ def test_output_lock_refuses_a_second_writer_and_is_released_by_a_dead_holder(tm
     import subprocess
     import sys
 
-    from isood.files import OutputLocked, output_lock
+    from isood.core.files import OutputLocked, output_lock
 
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from isood.files import output_lock\n"
+        "import sys, time; from isood.core.files import output_lock\n"
         f"with output_lock({str(tmp_path / 'out')!r}):\n"
         "    print('locked', flush=True); time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from isood.progress import LineProgress, is_progress_line, progress_bar, track
+from isood.core.progress import LineProgress, is_progress_line, progress_bar, track
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,7 +64,7 @@ def test_progress_bar_picks_lines_off_a_terminal_and_nothing_when_disabled():
 
 
 def test_track_on_a_pipe_starts_without_a_blank_line():
-    code = "from isood.progress import track\nfor _ in track(range(5), 5, 'scoring'): pass\nprint('done')"
+    code = "from isood.core.progress import track\nfor _ in track(range(5), 5, 'scoring'): pass\nprint('done')"
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert r.stderr.splitlines() == ["scoring: 0/5 (0%), 0:00 elapsed", "scoring: 5/5 (100%), 0:00 elapsed"]

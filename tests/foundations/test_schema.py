@@ -5,7 +5,7 @@ import pyarrow as pa
 import pytest
 
 import manifests
-from isood.errors import ManifestError, SchemaError
+from isood.core.errors import ManifestError, SchemaError
 from manifests.schema import FLOAT, INT, STRING, KindSpec, TableSpec, check_schema, register_kind
 from manifests.store import ManifestView
 

@@ -1,10 +1,10 @@
-"""L0 isood.textio: the one reader of a user's text file (UTF-8 with or without a BOM; other encodings refused
+"""L0 isood.core.textio: the one reader of a user's text file (UTF-8 with or without a BOM; other encodings refused
 in one line naming the file, the line and the byte offset)."""
 
 import pytest
 
-from isood.errors import BadInputError, IsoodError
-from isood.textio import TextFileError, decode_text, read_lines, read_text
+from isood.core.errors import BadInputError, IsoodError
+from isood.core.textio import TextFileError, decode_text, read_lines, read_text
 
 
 class OwnError(IsoodError):

@@ -1,6 +1,6 @@
 """Fixtures for generation tests: a tiny SDXL pipeline saved to disk, ID features, labels and a LAID file.
 
-The tiny pipeline is ``isood.tiny_models.build_tiny_sdxl``: a real ``StableDiffusionXLPipeline`` built from
+The tiny pipeline is ``isood.dev.tiny_models.build_tiny_sdxl``: a real ``StableDiffusionXLPipeline`` built from
 diffusers/transformers classes (UNet with ``addition_embed_type='text_time'``, a 2-block VAE, two 2-layer CLIP text
 encoders, Euler scheduler) and a ``CLIPTokenizer`` built in memory from open_clip's bundled BPE vocabulary (no hub
 files). It runs 1 step at 64x64 in ~0.05 s on one CPU core and loads through ``--pipeline local-dir:PATH``.
@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 # The tiny pipeline has one home in the package (`isood dev tiny-models` writes the same one).
-from isood.tiny_models import build_tiny_sdxl
+from isood.dev.tiny_models import build_tiny_sdxl
 
 
 @pytest.fixture(scope="session")
@@ -36,9 +36,9 @@ def tiny_pipeline_spec(tiny_sdxl_dir):
 def syn_inputs(tmp_path_factory, tiny_encoder):
     """ID features (tiny-CLIP text features of photos of 6 ID classes, 3 phrasings each), a labels file
     (wnids and plain labels), and a LAID file (seeded random rotation) for the tiny CLIP."""
-    from isood.clip import encode_texts
-    from isood.laid import LAID
-    from isood.simulate import random_orthogonal
+    from isood.features.clip import encode_texts
+    from isood.science.laid import LAID
+    from isood.science.simulate import random_orthogonal
 
     root = tmp_path_factory.mktemp("syn_inputs")
     id_labels = ["tench", "goldfish", "great white shark", "cock", "hen", "ostrich"]
@@ -104,7 +104,7 @@ def gen(make_generator):
 
 
 class PlantedTextEncoder:
-    """An ``isood.clip.ClipEncoder`` whose text features are a planted world's: ``texts`` maps each prompt string
+    """An ``isood.features.clip.ClipEncoder`` whose text features are a planted world's: ``texts`` maps each prompt string
     to its feature row (``tokenizer`` turns strings into row numbers, ``model.encode_text`` looks them up)."""
 
     def __init__(self, texts: dict, identity: str):
@@ -134,7 +134,7 @@ def clip_world_syn(tmp_path_factory, clip_world):
     ``prompt_truth`` maps each prompt to its (class, style)."""
     import json
 
-    from isood.laid import LAID
+    from isood.science.laid import LAID
     from isood.stages.splits import BuildConfig, build_splits
 
     root = tmp_path_factory.mktemp("clip_world_syn")

@@ -17,8 +17,8 @@ from generation.prompts import (
 )
 from generation.safety import DEFAULT_BLOCKLIST, PromptBlocklist
 from generation.styles import load_styles
-from isood.errors import BadInputError
-from isood.grid import assign_levels, bin_with_edges
+from isood.core.errors import BadInputError
+from isood.science.grid import assign_levels, bin_with_edges
 
 
 def test_prompt_ids_are_stable_and_distinct():
@@ -113,7 +113,7 @@ def test_image_seeds_and_paths():
 
 
 def test_bin_prompts_levels_are_the_grid_levels():
-    """Without edges: isood.grid.assign_levels on each axis; with edges: isood.grid.bin_with_edges."""
+    """Without edges: isood.science.grid.assign_levels on each axis; with edges: isood.science.grid.bin_with_edges."""
     df = _frame(200, seed=3)
     binned, sem_edges, cov_edges = bin_prompts(df[["prompt_id"]], df["d_sem"], df["d_cov"], n_levels=5)
     sem_ref, sem_ref_edges = assign_levels(df["d_sem"].to_numpy(), 5)

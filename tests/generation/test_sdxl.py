@@ -26,8 +26,8 @@ from generation.sdxl import (
     plan_fingerprint,
 )
 from generation.styles import load_styles
-from isood.errors import BadInputError, MissingWeightsError
-from isood.batch_engine import LocalEngine
+from isood.core.errors import BadInputError, MissingWeightsError
+from isood.core.engine import LocalEngine
 
 SIZE = 64
 

@@ -1,4 +1,4 @@
-"""End-to-end Syn-IS job (generation.syn + `isood generate-syn`): tiny open_clip + tiny SDXL pipeline, offline."""
+"""End-to-end Syn-IS job (isood.stages.syn + `isood generate-syn`): tiny open_clip + tiny SDXL pipeline, offline."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 import manifests
-from generation.syn import KIND, KIND_PROMPTS, SynOptions, run_generate_syn
+from isood.stages.syn import KIND, KIND_PROMPTS, SynOptions, run_generate_syn
 from isood.cli import app
-from isood.errors import IsoodError
-from isood.grid import axis_edges, cell_table, edges_table
+from isood.core.errors import IsoodError
+from isood.science.grid import axis_edges, cell_table, edges_table
 from isood.kinds import SYN_IS_PROMPTS
 from isood.stages.splits import write_splits
 
@@ -271,8 +271,8 @@ def test_cli_generates_with_local_dir_pipeline(syn_inputs, tiny_clip_spec, tiny_
 
 def test_engine_and_warnings_are_recorded(syn_inputs, tiny_clip_spec, tmp_path):
     """The engine the CLI passes is named in the config; a LAID of another CLIP is a warning, kept in the summary."""
-    from isood.laid import LAID
-    from isood.batch_engine import LocalEngine
+    from isood.science.laid import LAID
+    from isood.core.engine import LocalEngine
 
     class Cluster(LocalEngine):
         def __init__(self):

@@ -1,4 +1,4 @@
-"""Syn-IS across the grid: `isood generate-syn --splits` on a CLIP-like world (isood.simulate_clip), whose text
+"""Syn-IS across the grid: `isood generate-syn --splits` on a CLIP-like world (isood.science.simulate_clip), whose text
 and image features sit in two cones as CLIP's do. Prompt distances are text-to-image, the splits' edges
 image-to-image; by default the prompts are binned on their own distribution and fill the grid."""
 
@@ -10,21 +10,21 @@ from scipy.stats import spearmanr
 from typer.testing import CliRunner
 
 import manifests
-from generation.syn import SynOptions, run_generate_syn
-from generation.syn.edges import CROWDED_SHARE, choose_edges, spread_warnings
+from isood.stages.syn import SynOptions, run_generate_syn
+from isood.stages.syn.edges import CROWDED_SHARE, choose_edges, spread_warnings
 from isood.cli import app
-from isood.errors import IsoodError
-from isood.grid import axis_edges, bin_with_edges
+from isood.core.errors import IsoodError
+from isood.science.grid import axis_edges, bin_with_edges
 from isood.kinds import SPLITS, SYN_IS_PROMPTS
-from isood.laid import LAID
-from isood.shift import shift_distances
-from isood.simulate_clip import make_clip_world, modality_cosines
+from isood.science.laid import LAID
+from isood.features.shift import shift_distances
+from isood.science.simulate_clip import make_clip_world, modality_cosines
 from isood.stages.splits import BuildConfig, build_splits
 
 
 def run_prompts(world_syn, out, monkeypatch, **kw):
     """generate-syn --prompts-only on the CLIP-like world (its text encoder stands in for the CLIP)."""
-    monkeypatch.setattr("generation.syn.load.load_clip", lambda spec, device=None: world_syn["encoder"])
+    monkeypatch.setattr("isood.stages.syn.load.load_clip", lambda spec, device=None: world_syn["encoder"])
     warnings: list[str] = []
     opts = dict(out=str(out), styles=str(world_syn["styles"]), labels=str(world_syn["labels"]), clip="planted",
                 splits=str(world_syn["splits"]), prompts_only=True, per_cell=2, seed=0, device="cpu",
@@ -79,7 +79,7 @@ def test_default_bins_prompts_on_their_own_distribution_and_fills_the_grid(clip_
 def test_splits_edges_collapse_the_prompts_and_say_so(clip_world_syn, isood_cache, tmp_path, monkeypatch):
     """--prompt-edges splits keeps the image splits' edges: text-to-image distances lie beyond them, the prompts
     crowd into a corner cell, and the run says so on stderr (one line each) and in the manifest."""
-    monkeypatch.setattr("generation.syn.load.load_clip", lambda spec, device=None: clip_world_syn["encoder"])
+    monkeypatch.setattr("isood.stages.syn.load.load_clip", lambda spec, device=None: clip_world_syn["encoder"])
     out = tmp_path / "o"
     r = CliRunner().invoke(app, ["generate-syn", "--styles", str(clip_world_syn["styles"]), "--labels",
                                  str(clip_world_syn["labels"]), "--clip", "planted", "--splits",
@@ -167,7 +167,7 @@ def test_spread_warnings_count_outside_and_crowded_cells_against_the_grid_size()
 
 
 def test_demo_step_shows_the_collapse_and_the_default_filling_the_grid():
-    from isood.demo import run_modality_gap
+    from isood.dev.demo import run_modality_gap
 
     gap = run_modality_gap(0)
     assert 0.2 < gap.cosines["caption_image"] < 0.4 and gap.n_cells == 64

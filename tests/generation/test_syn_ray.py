@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from generation.syn import SynOptions, run_generate_syn
-from isood.errors import BadInputError
+from isood.stages.syn import SynOptions, run_generate_syn
+from isood.core.errors import BadInputError
 
 pytest.importorskip("ray")
 

@@ -1,4 +1,4 @@
-"""`isood generate-syn --num-shards N --shard-index i` parts merged by generation.syn.merge_parts (what
+"""`isood generate-syn --num-shards N --shard-index i` parts merged by isood.stages.syn.merge_parts (what
 `isood merge` calls for kind syn-is) == one run (tiny SDXL)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 
 import manifests
 from generation.sdxl import GeneratorSettings, SDXLGenerator, load_pipeline
-from generation.syn import KIND, KIND_PART, SynOptions, merge_parts, run_generate_syn
-from isood.errors import IsoodError
+from isood.stages.syn import KIND, KIND_PART, SynOptions, merge_parts, run_generate_syn
+from isood.core.errors import IsoodError
 from manifests.parts import read_parts
 
 

@@ -1,4 +1,4 @@
-"""The pure steps of the generate-syn stage (generation.syn.steps, .options): frames in, frames out."""
+"""The pure steps of the generate-syn stage (isood.stages.syn.steps, .options): frames in, frames out."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from generation.prompts import build_prompts
 from generation.styles import load_styles
-from generation.syn.options import KIND, KIND_PART, KIND_PROMPTS, SynOptions, check_options, output_kinds
-from generation.syn.steps import (
+from isood.stages.syn.options import KIND, KIND_PART, KIND_PROMPTS, SynOptions, check_options, output_kinds
+from isood.stages.syn.steps import (
     IMAGE_COLUMNS,
     REJECTED_COLUMNS,
     cell_lists,
@@ -25,7 +25,7 @@ from generation.syn.steps import (
     syn_cells,
     task_rows,
 )
-from isood.errors import BadInputError
+from isood.core.errors import BadInputError
 
 
 def prompts(n_labels=6, styles="sdxl:anime,clay,photographic"):

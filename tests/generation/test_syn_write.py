@@ -1,4 +1,4 @@
-"""The Syn-IS writer on its own (generation.syn.write_syn_manifest): the recipe for a syn-is fixture without
+"""The Syn-IS writer on its own (isood.stages.syn.write_syn_manifest): the recipe for a syn-is fixture without
 generating anything, read back through its typed view."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import manifests
 from generation.outputs import png_bytes
 from generation.prompts import build_prompts
 from generation.styles import load_styles
-from generation.syn import IMAGE_COLUMNS, KIND, REJECTED_COLUMNS, write_syn_manifest
-from generation.syn.steps import plan_prompts
-from isood.grid import edges_table
+from isood.stages.syn import IMAGE_COLUMNS, KIND, REJECTED_COLUMNS, write_syn_manifest
+from isood.stages.syn.steps import plan_prompts
+from isood.science.grid import edges_table
 from isood.kinds import SynView
 
 

@@ -1,16 +1,16 @@
-"""isood.ann's IVF (batched list scanning, adaptive probe plans) and the recall-tuned search, each against a
+"""isood.features.ann's IVF (batched list scanning, adaptive probe plans) and the recall-tuned search, each against a
 brute-force numpy reference (float64 similarities, every row / every probed list enumerated by hand)."""
 import math
 
 import numpy as np
 import pytest
 
-from isood.ann import (AnnReport, ProbePlan, SearchOptions, build_ivf, ivf_search, probe_ladder, sample_rows,
+from isood.features.ann import (AnnReport, ProbePlan, SearchOptions, build_ivf, ivf_search, probe_ladder, sample_rows,
                        scan_lists, search_report, search_tuned, tune_plan)
-from isood.ann.tune import MAX_SCAN_FRACTION
-from isood.errors import BadInputError
-from isood.grid import level_edges
-from isood.shift import level_agreement
+from isood.features.ann.tune import MAX_SCAN_FRACTION
+from isood.core.errors import BadInputError
+from isood.science.grid import level_edges
+from isood.features.shift import level_agreement
 
 
 def _unit(x):
@@ -200,7 +200,7 @@ def test_recall_asks_for_approximate_search():
 
 
 def test_reachable_target_is_the_highest_target_the_reached_recall_allows():
-    from isood.ann.tune import _needed, reachable_target
+    from isood.features.ann.tune import _needed, reachable_target
 
     for reached, n in [(0.9993, 2000), (0.904, 500), (0.5, 100), (1.0, 2000)]:
         t = reachable_target(reached, n)
@@ -210,7 +210,7 @@ def test_reachable_target_is_the_highest_target_the_reached_recall_allows():
 
 
 def test_estimate_exact_edges_moves_the_ends_by_the_weighted_sample_difference():
-    from isood.ann import estimate_exact_edges
+    from isood.features.ann import estimate_exact_edges
 
     rng = np.random.default_rng(0)
     exact = rng.uniform(0.2, 0.8, 4000)

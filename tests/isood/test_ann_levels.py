@@ -1,14 +1,14 @@
-"""ann_levels (isood.ann.levels): levels against a brute-force numpy search on a generator the search was not
+"""ann_levels (isood.features.ann.levels): levels against a brute-force numpy search on a generator the search was not
 tuned on, the held-out bound from queries excluded from tuning, and the near-edge rule as a proof."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from isood.ann import SearchOptions, sample_rows, search_report
-from isood.ann.levels import lower_bound, near_edge
-from isood.grid import bin_with_edges, level_edges
-from isood.shift import nearest, nearest_cosine_distance
+from isood.features.ann import SearchOptions, sample_rows, search_report
+from isood.features.ann.levels import lower_bound, near_edge
+from isood.science.grid import bin_with_edges, level_edges
+from isood.features.shift import nearest, nearest_cosine_distance
 
 
 def _unit(x):

@@ -8,12 +8,12 @@ import pyarrow.parquet as pq
 import pytest
 
 import manifests
-from isood.errors import BadInputError
-from isood.grid import cell_name, cell_table, edges_table
+from isood.core.errors import BadInputError
+from isood.science.grid import cell_name, cell_table, edges_table
 from isood.stages.clean import (clean_splits, count_cells, filter_list, filter_lists, leak_dropped, leaking_rows,
                                 recount_cells)
 from isood.stages.splits import write_splits
-from wordnet_tools.jobs import write_audit
+from isood.stages.wordnet.jobs import write_audit
 
 # class -> planted verdict ('' = kept)
 VERDICT = {"n00000001": "id", "n00000002": "hypernym", "n00000003": "hyponym", "n00000004": "excluded_subtree",

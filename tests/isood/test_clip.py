@@ -1,4 +1,4 @@
-"""isood.clip: loading by name, offline errors, text features and their cache, the extraction worker."""
+"""isood.features.clip: loading by name, offline errors, text features and their cache, the extraction worker."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 from PIL import Image
 
-from isood.clip import (ClipEncodeWorker, ClipSpec, encode_image_batch, encode_texts, load_clip, parse_clip_spec,
+from isood.features.clip import (ClipEncodeWorker, ClipSpec, encode_image_batch, encode_texts, load_clip, parse_clip_spec,
                         text_cache_key)
-from isood.errors import IsoodError, MissingWeightsError
+from isood.core.errors import IsoodError, MissingWeightsError
 
 
 def _direct(encoder, files):
@@ -148,7 +148,7 @@ def tiny_224_encoder(tmp_path_factory):
     from open_clip.model import CLIP
     from safetensors.torch import save_file
 
-    from isood.tiny_models import TINY_CLIP_CONFIG
+    from isood.dev.tiny_models import TINY_CLIP_CONFIG
 
     cfg = json.loads(json.dumps(TINY_CLIP_CONFIG))
     cfg["model_cfg"]["vision_cfg"].update(image_size=224, patch_size=32)
@@ -168,7 +168,7 @@ def tiny_224_encoder(tmp_path_factory):
 def test_fast_and_gpu_decode_workers_keep_cosine_to_the_reference_and_flag_bad_images(model, mode, request,
                                                                                        tmp_path):
     """``--decode fast`` / ``--decode gpu`` (here on the CPU: the same batched decode_jpeg + tensor steps)."""
-    from isood.images import REFERENCE_DECODE
+    from isood.features.images import REFERENCE_DECODE
 
     encoder = request.getfixturevalue(model)
     files = []
@@ -205,7 +205,7 @@ def test_stream_in_processes_gives_the_calls_features_whatever_the_workers(mode,
     every batch's features and errors byte-identical to a call on the batch, whatever the number."""
     import os
 
-    from isood.images import ImageDecoder
+    from isood.features.images import ImageDecoder
 
     rels = sorted(p.relative_to(tiny_images).as_posix() for p in tiny_images.rglob("*")
                   if p.is_file() and p.suffix != ".txt")
@@ -235,7 +235,7 @@ def test_stream_in_processes_gives_the_calls_features_whatever_the_workers(mode,
 
 
 def test_worker_refuses_an_unknown_decode_mode(tiny_encoder):
-    from isood.errors import BadInputError
+    from isood.core.errors import BadInputError
 
     with pytest.raises(BadInputError, match="warp"):
         ClipEncodeWorker(tiny_encoder, "cpu", 1, "warp")

@@ -7,7 +7,7 @@ by the planted levels with Spearman >= 0.9.
 
 import pytest
 import manifests
-from isood.demo import run_planted
+from isood.dev.demo import run_planted
 
 
 @pytest.fixture(scope="module")

@@ -22,9 +22,9 @@ from typer.testing import CliRunner
 import manifests
 from isood.cli import app
 from isood.engines.ray import RayEngine, RayOptions, pack_blocks, require_ray
-from isood.errors import BadInputError, IsoodError
-from isood.featurestore import extract_features, load_features
-from isood.batch_engine import LocalEngine
+from isood.core.errors import BadInputError, IsoodError
+from isood.features.featurestore import extract_features, load_features
+from isood.core.engine import LocalEngine
 
 ENGINE_KEYS = {"engine", "workers", "ray"}  # config fields that name the engine, not the content
 
@@ -69,7 +69,7 @@ def test_workers_with_ray_keeps_its_old_meaning_for_one_release():
     """``--workers`` counts decoding processes in every command; with ``--engine ray`` it used to count the actors:
     without ``--ray-workers`` it still does, with one deprecation line (``isood.cli.extract.engine_of``)."""
     from isood.cli.extract import engine_of
-    from isood.errors import IsoodWarning
+    from isood.core.errors import IsoodWarning
     from isood.stages.extract import ExtractOptions
 
     opts = ExtractOptions(images="i", clip="c", out="o", engine="ray", workers=3)
@@ -200,10 +200,10 @@ def syn_setup(tmp_path_factory, tiny_encoder):
     """A tiny SDXL pipeline folder, ID features (tiny-CLIP texts), a labels file and a LAID file."""
     import torch
 
-    from isood.clip import encode_texts
-    from isood.laid import LAID
-    from isood.simulate import random_orthogonal
-    from isood.tiny_models import build_tiny_sdxl
+    from isood.features.clip import encode_texts
+    from isood.science.laid import LAID
+    from isood.science.simulate import random_orthogonal
+    from isood.dev.tiny_models import build_tiny_sdxl
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("syn_ray")
@@ -220,7 +220,7 @@ def syn_setup(tmp_path_factory, tiny_encoder):
 def test_generate_syn_ray_equals_local(local_ray, syn_setup, tiny_clip_spec, tmp_path):
     from PIL import Image
 
-    from generation.syn import SynOptions, run_generate_syn
+    from isood.stages.syn import SynOptions, run_generate_syn
 
     def opts(out):
         return SynOptions(out=out, styles="sdxl:photographic,anime", labels=str(syn_setup / "labels.txt"),

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 import manifests
 from isood.cli import app
 from isood.cli.extract import merge_dirs
-from isood.errors import IsoodError
-from isood.featurestore import SHARD_NAME, load_features
+from isood.core.errors import IsoodError
+from isood.features.featurestore import SHARD_NAME, load_features
 from isood.stages.extract import ExtractOptions, merged_config, part_table, run_extract, task_shards
 
 N_GOOD = 16  # tiny_images: 16 readable images + 1 corrupt file
@@ -83,7 +83,7 @@ def test_fast_decode_flag_is_recorded_and_never_reuses_reference_shards(tiny_cli
 
 
 def _shard_keys(out) -> dict[int, str]:
-    from isood.featurestore import stored_key
+    from isood.features.featurestore import stored_key
 
     return {k: stored_key(out, k)[1] for k in range(3)}
 

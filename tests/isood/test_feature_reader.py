@@ -1,4 +1,4 @@
-"""isood.featurestore.loading.FeatureReader: a feature set opened without reading its rows, read a range at a time
+"""isood.features.featurestore.loading.FeatureReader: a feature set opened without reading its rows, read a range at a time
 from memory-mapped .npy files (unmapped after each read); the same rows and checks as load_features."""
 from pathlib import Path
 
@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from isood.errors import IsoodError
-from isood.featurestore import SHARD_NAME, write_features_manifest, write_shard
-from isood.featurestore.loading import FeatureReader, load_features, open_features
+from isood.core.errors import IsoodError
+from isood.features.featurestore import SHARD_NAME, write_features_manifest, write_shard
+from isood.features.featurestore.loading import FeatureReader, load_features, open_features
 
 
 def _mapped_files():

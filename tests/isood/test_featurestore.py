@@ -1,4 +1,4 @@
-"""isood.featurestore: the pure shard steps, sharded resumable extraction on an engine, loading feature sets."""
+"""isood.features.featurestore: the pure shard steps, sharded resumable extraction on an engine, loading feature sets."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import torch
 from PIL import Image
 
 import manifests
-from isood import featurestore as FS
-from isood.clip import load_clip
-from isood.errors import IsoodError
-from isood.batch_engine import LocalEngine
+from isood.features import featurestore as FS
+from isood.features.clip import load_clip
+from isood.core.errors import IsoodError
+from isood.core.engine import LocalEngine
 
 TINY_IMAGE_CLASSES = {"n01440764": 5, "n01443537": 4, "n02084071": 4, "n04399382": 3}  # as tests/conftest.py makes them
 TINY_CORRUPT = "n01443537/n01443537_broken.JPEG"
@@ -205,8 +205,8 @@ def test_rerun_with_other_model_recomputes_every_shard(tiny_encoder, tiny_images
 def test_shard_key_names_the_decode_mode_and_the_content():
     import hashlib
 
-    from isood.errors import BadInputError
-    from isood.images import FAST_DECODE, REFERENCE_DECODE
+    from isood.core.errors import BadInputError
+    from isood.features.images import FAST_DECODE, REFERENCE_DECODE
 
     paths, hashes = ["a.png", "b.png"], ["1" * 64, "2" * 64]
     size_key = hashlib.sha256(b"m\0" + b"a.png\t3\nb.png\t4\n").hexdigest()  # the path + size key of version 1
@@ -223,7 +223,7 @@ def test_shard_key_names_the_decode_mode_and_the_content():
 
 
 def test_fast_and_reference_shards_never_mix(tiny_encoder, tiny_images, tmp_path):
-    from isood.images import FAST_DECODE
+    from isood.features.images import FAST_DECODE
 
     kw = dict(shard_size=6, workers=0, progress=False)
     out = tmp_path / "f"
@@ -258,8 +258,8 @@ class NamedEngine(LocalEngine):
 
 
 def test_other_engines_build_the_same_worker_with_the_decode_mode(tiny_clip_spec, tiny_images, tmp_path):
-    from isood.clip import ClipEncodeWorker
-    from isood.images import FAST_DECODE
+    from isood.features.clip import ClipEncodeWorker
+    from isood.features.images import FAST_DECODE
 
     kw = dict(shard_size=6, workers=0, progress=False, decode=FAST_DECODE)
     engine = NamedEngine()

@@ -1,4 +1,4 @@
-"""isood.grid: equal-width levels over a robust range, folding, binning on given edges, NaN, the 8x8 cell table
+"""isood.science.grid: equal-width levels over a robust range, folding, binning on given edges, NaN, the 8x8 cell table
 and the edges table."""
 import inspect
 
@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from isood.defaults import QUANTILE_CLIP
-from isood.errors import BadInputError, IsoodError
-from isood.grid import (assign_levels, axis_edges, bin_with_edges, cell_name, cell_names, cell_table, edges_table,
+from isood.core.defaults import QUANTILE_CLIP
+from isood.core.errors import BadInputError, IsoodError
+from isood.science.grid import (assign_levels, axis_edges, bin_with_edges, cell_name, cell_names, cell_table, edges_table,
                         level_edges)
 
 

@@ -1,4 +1,4 @@
-"""isood.images: listing (folder / file list), the path -> wnid column, decoding and the bad-image policy."""
+"""isood.features.images: listing (folder / file list), the path -> wnid column, decoding and the bad-image policy."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 from PIL import Image
 
-from isood.errors import BadInputError, IsoodError
-from isood.images import (IMAGE_EXTENSIONS, collate, decode_image, decode_images, image_rows, list_images,
+from isood.core.errors import BadInputError, IsoodError
+from isood.features.images import (IMAGE_EXTENSIONS, collate, decode_image, decode_images, image_rows, list_images,
                           listing_sha256)
 
 
@@ -135,7 +135,7 @@ LEVEL = 1 / (255 * 0.26130258)  # one grey level after open_clip's normalisation
 @pytest.mark.parametrize("size, mode", [(32, "shortest"), ((24, 40), "shortest"), (32, "longest"),
                                         (32, "squash")])
 def test_tensor_steps_equal_open_clip_transform_up_to_rounding(size, mode):
-    from isood.image_tensors import pil_to_uint8, tensor_preprocess
+    from isood.features.image_tensors import pil_to_uint8, tensor_preprocess
 
     pp = _clip_transform(size, mode)
     steps = tensor_preprocess(pp)
@@ -157,7 +157,7 @@ def test_decoders_hand_over_uint8_crops_and_finish_with_the_transforms_own_arith
     inputs are the transform's, to the bit."""
     import timm
 
-    from isood.images import decode_image, image_decoder
+    from isood.features.images import decode_image, image_decoder
 
     model = timm.create_model("test_resnet", pretrained=False)
     transforms = [_clip_transform(32), _clip_transform(224), _clip_transform(32, "longest"),
@@ -180,7 +180,7 @@ def test_decoders_hand_over_uint8_crops_and_finish_with_the_transforms_own_arith
 def test_resized_size_is_torchvision_resize_of_a_pil_image():
     from torchvision import transforms as T
 
-    from isood.image_tensors import resized_size
+    from isood.features.image_tensors import resized_size
 
     for size, max_size in [(32, None), (224, None), ((30, 50), None), (40, 60)]:
         for w, h in [(500, 375), (375, 500), (333, 500), (64, 64), (1000, 70)]:
@@ -191,8 +191,8 @@ def test_resized_size_is_torchvision_resize_of_a_pil_image():
 def test_draft_size_and_unknown_steps_fall_back_to_the_reference():
     from torchvision import transforms as T
 
-    from isood.image_tensors import DRAFT_MARGIN, draft_size, tensor_preprocess
-    from isood.images import FAST_DECODE, REFERENCE_DECODE, image_decoder
+    from isood.features.image_tensors import DRAFT_MARGIN, draft_size, tensor_preprocess
+    from isood.features.images import FAST_DECODE, REFERENCE_DECODE, image_decoder
 
     pp = _clip_transform(224)
     assert draft_size(pp) == (int(np.ceil(224 * DRAFT_MARGIN)),) * 2
@@ -212,8 +212,8 @@ def test_draft_size_and_unknown_steps_fall_back_to_the_reference():
 def decode_spy(monkeypatch):
     """Records what the fast path decoded: ('pil', (w, h)) for a PIL image, ('jpeg-tensor', (w, h)) for
     torchvision's JPEG decoder."""
-    import isood.image_tensors as IT
-    import isood.images as I
+    import isood.features.image_tensors as IT
+    import isood.features.images as I
 
     seen = []
     to_uint8, decode_jpeg = IT.pil_to_uint8, I.decode_jpeg_bytes
@@ -233,7 +233,7 @@ def decode_spy(monkeypatch):
 
 
 def test_fast_decode_drafts_large_jpegs_tensor_decodes_small_ones_and_pil_decodes_png(tmp_path, decode_spy):
-    from isood.images import FAST_DECODE, image_decoder
+    from isood.features.images import FAST_DECODE, image_decoder
 
     pp = _clip_transform(32)
     dec = image_decoder(pp, FAST_DECODE)
@@ -256,8 +256,8 @@ def test_fast_decode_drafts_large_jpegs_tensor_decodes_small_ones_and_pil_decode
 def test_drafted_pixels_are_mapped_onto_the_full_images_geometry(tmp_path):
     """500x333 at 32 px: the drafted image's rounded size gives another resize width (47 vs 48 px), which
     shifts the centre crop; the fast path resizes by the full image's geometry, the naive draft does not."""
-    from isood.image_tensors import draft_size
-    from isood.images import FAST_DECODE, decode_image, image_decoder
+    from isood.features.image_tensors import draft_size
+    from isood.features.images import FAST_DECODE, decode_image, image_decoder
 
     pp = _clip_transform(32)
     dec = image_decoder(pp, FAST_DECODE)
@@ -271,7 +271,7 @@ def test_drafted_pixels_are_mapped_onto_the_full_images_geometry(tmp_path):
 
 
 def test_bad_images_are_rejected_not_fatal_in_both_modes(tmp_path):
-    from isood.images import FAST_DECODE, REFERENCE_DECODE, image_decoder
+    from isood.features.images import FAST_DECODE, REFERENCE_DECODE, image_decoder
 
     big, small = tmp_path / "big.jpg", tmp_path / "small.jpg"
     _scene(400, 300).save(big, quality=90)   # drafted by the fast path
@@ -293,7 +293,7 @@ def test_bad_images_are_rejected_not_fatal_in_both_modes(tmp_path):
 
 
 def test_jpeg_header_reads_what_pil_reads(tmp_path):
-    from isood.image_tensors import jpeg_header, tensor_decodes
+    from isood.features.image_tensors import jpeg_header, tensor_decodes
 
     exif = Image.Exif()
     exif[0x010E] = "x" * 3000  # a long APP1 segment before the frame header
@@ -314,7 +314,7 @@ def test_jpeg_header_reads_what_pil_reads(tmp_path):
 
 
 def test_tensor_decodes_leaves_large_and_bomb_sized_jpegs_to_pil(monkeypatch):
-    from isood.image_tensors import JpegHeader, tensor_decodes
+    from isood.features.image_tensors import JpegHeader, tensor_decodes
 
     head = JpegHeader(width=400, height=300, components=3, precision=8, marker=0xC0)
     assert tensor_decodes(head, None) and tensor_decodes(head, (160, 160))  # 300 < 2 x 160: not drafted
@@ -367,7 +367,7 @@ def jpeg_calls(monkeypatch):
 
 
 def test_device_decodes_only_complete_jpegs_torchvision_takes(tmp_path):
-    from isood.image_tensors import device_decodes
+    from isood.features.image_tensors import device_decodes
 
     files = _gpu_files(tmp_path)[:-1]
     taken = {f.name: device_decodes(f.read_bytes()) for f in files}
@@ -378,7 +378,7 @@ def test_device_decodes_only_complete_jpegs_torchvision_takes(tmp_path):
 
 
 def test_gpu_decode_on_cpu_is_one_batched_call_close_to_the_reference_with_its_errors(tmp_path, jpeg_calls):
-    from isood.images import GPU_DECODE, REFERENCE_DECODE, image_decoder
+    from isood.features.images import GPU_DECODE, REFERENCE_DECODE, image_decoder
 
     files = _gpu_files(tmp_path)
     names = [f.name for f in files]
@@ -406,7 +406,7 @@ def test_a_jpeg_the_device_refuses_is_decoded_alone_then_by_the_reference(tmp_pa
     are decoded one by one, the refused one by the reference path (its features the reference's)."""
     import torchvision.io as tio
 
-    from isood.images import GPU_DECODE, REFERENCE_DECODE, image_decoder
+    from isood.features.images import GPU_DECODE, REFERENCE_DECODE, image_decoder
 
     files = _gpu_files(tmp_path)[:5]
     odd = files[1].read_bytes()
@@ -429,7 +429,7 @@ def test_a_jpeg_the_device_refuses_is_decoded_alone_then_by_the_reference(tmp_pa
 
 
 def test_tensor_batch_equals_one_image_at_a_time():
-    from isood.image_tensors import pil_to_uint8, tensor_preprocess
+    from isood.features.image_tensors import pil_to_uint8, tensor_preprocess
 
     steps = tensor_preprocess(_clip_transform(32))
     images = [pil_to_uint8(_scene(w, h, seed=i)) for i, (w, h) in enumerate([(90, 60), (50, 70), (90, 60), (33, 33)])]

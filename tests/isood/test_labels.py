@@ -1,11 +1,11 @@
-"""isood.labels: one loader for every --labels source (named lists, class-filter manifests, dataset roots, files)."""
+"""isood.features.labels: one loader for every --labels source (named lists, class-filter manifests, dataset roots, files)."""
 
 import pandas as pd
 import pytest
 
-from isood.errors import BadInputError
-from isood.labels import LabelError, Labels, labels_from_lines, labels_from_manifest, load_labels
-from wordnet_tools.jobs import run_filter
+from isood.core.errors import BadInputError
+from isood.features.labels import LabelError, Labels, labels_from_lines, labels_from_manifest, load_labels
+from isood.stages.wordnet.jobs import run_filter
 
 NAMES = {"n00000001": "dog", "n00000002": "cat", "n00000003": "dog"}
 

@@ -1,4 +1,4 @@
-"""isood.laid: text triplets, LAID fitting on the planted world (recovery, orthogonality, determinism), save/load."""
+"""isood.science.laid: text triplets, LAID fitting on the planted world (recovery, orthogonality, determinism), save/load."""
 import inspect
 import json
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from isood.errors import BadInputError, IsoodError
-from isood.laid import DEFAULT_FIT_OPTIONS, LAID, LaidFitOptions, fit_laid, make_text_triplets, text_set_hash
-from isood.simulate import make_planted_world, random_orthogonal, subspace_recovery
+from isood.core.errors import BadInputError, IsoodError
+from isood.science.laid import DEFAULT_FIT_OPTIONS, LAID, LaidFitOptions, fit_laid, make_text_triplets, text_set_hash
+from isood.science.simulate import make_planted_world, random_orthogonal, subspace_recovery
 
 RECOVERY_THRESHOLD = 0.95  # documented in DEFAULT_FIT_OPTIONS; measured ~0.999 on seeds 0-2
 RANDOM_CEILING = 0.65      # a random orthogonal W: ~0.5 (k/D for k = D/2)
@@ -45,7 +45,7 @@ def test_text_triplets_follow_the_seed_definition():
 
 
 def test_text_triplets_accept_open_clip_templates_and_reject_too_few():
-    from isood.laid_training import openai_imagenet_templates
+    from isood.features.laid_training import openai_imagenet_templates
 
     templates = openai_imagenet_templates()
     assert len(templates) == 80
@@ -194,7 +194,7 @@ def test_laid_loss_and_gradient_equal_torch_autograd(margin, weights):
     formulas (module docstring; torch's ``cosine_similarity``) in float64: an independent reference."""
     import torch
 
-    from isood.laid import laid_loss
+    from isood.science.laid import laid_loss
 
     rng = np.random.default_rng(7)
     dim, n = 12, 64
@@ -226,7 +226,7 @@ def test_optimiser_updates_equal_torchs(name):
     """The numpy Adam / SGD-with-momentum steps against torch.optim's on the same gradient sequence."""
     import torch
 
-    from isood.laid import _SGD, _Adam
+    from isood.science.laid import _SGD, _Adam
 
     rng = np.random.default_rng(3)
     W = rng.standard_normal((5, 5))

@@ -1,11 +1,11 @@
-"""isood.laid_training: the LAID recipe on a CLIP (triplets of labels x templates, encoded once, cached, fitted)."""
+"""isood.features.laid_training: the LAID recipe on a CLIP (triplets of labels x templates, encoded once, cached, fitted)."""
 
 import numpy as np
 import pytest
 
-from isood.errors import BadInputError
-from isood.laid import make_text_triplets, text_set_hash
-from isood.laid_training import TEMPLATES_NAME, TextTriplets, sample_triplets, train_laid_from_labels, triplet_features
+from isood.core.errors import BadInputError
+from isood.science.laid import make_text_triplets, text_set_hash
+from isood.features.laid_training import TEMPLATES_NAME, TextTriplets, sample_triplets, train_laid_from_labels, triplet_features
 
 LABELS = ["tench", "goldfish", "dog", "teddy bear", "car"]
 
@@ -13,7 +13,7 @@ LABELS = ["tench", "goldfish", "dog", "teddy bear", "car"]
 def test_sample_triplets_dedupes_labels_and_uses_the_80_templates():
     t = sample_triplets(LABELS + ["dog"], triplets=50, seed=3)
     assert isinstance(t, TextTriplets) and len(t.anchor) == len(t.semantic) == len(t.covariate) == 50
-    from isood.laid_training import openai_imagenet_templates
+    from isood.features.laid_training import openai_imagenet_templates
 
     want = make_text_triplets(LABELS, openai_imagenet_templates(), 50, seed=3)
     assert (t.anchor, t.semantic, t.covariate) == want
@@ -38,7 +38,7 @@ def test_triplet_features_look_rows_up_by_text():
 def test_train_laid_from_labels_is_deterministic_and_caches_texts(tiny_clip_spec, tmp_path):
     import torch
 
-    from isood.clip import encode_texts, load_clip
+    from isood.features.clip import encode_texts, load_clip
 
     torch.set_num_threads(1)
     encoder = load_clip(tiny_clip_spec, device="cpu")

@@ -1,4 +1,4 @@
-"""isood.shift + isood.ann: every backend against a brute-force numpy reference, chunking, bad input, nearest,
+"""isood.features.shift + isood.features.ann: every backend against a brute-force numpy reference, chunking, bad input, nearest,
 shift_distances."""
 import warnings
 
@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from isood.ann import SearchOptions, block_sizes, default_nlist, resolve_backend
-from isood.errors import BadInputError, IsoodError
-from isood.laid import LAID
-from isood.shift import Nearest, nearest, nearest_cosine_distance, prepare_features, shift_distances
-from isood.simulate import random_orthogonal
+from isood.features.ann import SearchOptions, block_sizes, default_nlist, resolve_backend
+from isood.core.errors import BadInputError, IsoodError
+from isood.science.laid import LAID
+from isood.features.shift import Nearest, nearest, nearest_cosine_distance, prepare_features, shift_distances
+from isood.science.simulate import random_orthogonal
 
 
 def _clustered(n, centres, seed, spread=0.3):

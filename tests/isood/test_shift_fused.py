@@ -1,4 +1,4 @@
-"""isood.ann.fused (backend 'torch-fused'): exact search through reduced-precision candidates, an exact re-rank
+"""isood.features.ann.fused (backend 'torch-fused'): exact search through reduced-precision candidates, an exact re-rank
 and a certificate, checked against a float64 numpy brute force on made-up data full of near-ties (exact and
 near-duplicate reference rows, queries at tiny angles from them); the rounding error bound against adversarial
 rows; the Triton kernel through its interpreter (a subprocess with TRITON_INTERPRET=1); the reference kept on
@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-import isood.ann.fused as fused
-from isood.ann import FusedIndex, SearchOptions, error_bound, resolve_backend
-from isood.errors import BadInputError
-from isood.grid import assign_levels, bin_with_edges
-from isood.laid import LAID
-from isood.shift import ShiftStream, nearest, shift_search
-from isood.simulate import random_orthogonal
+import isood.features.ann.fused as fused
+from isood.features.ann import FusedIndex, SearchOptions, error_bound, resolve_backend
+from isood.core.errors import BadInputError
+from isood.science.grid import assign_levels, bin_with_edges
+from isood.science.laid import LAID
+from isood.features.shift import ShiftStream, nearest, shift_search
+from isood.science.simulate import random_orthogonal
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -139,7 +139,7 @@ def test_error_bound_holds_for_adversarial_rows(precision):
 
 
 def test_nearest_torch_fused_and_the_stream_give_exact_answers_whatever_the_chunks(monkeypatch):
-    import isood.shift as shift
+    import isood.features.shift as shift
 
     rng = np.random.default_rng(2)
     centres = rng.standard_normal((30, 24))
@@ -185,8 +185,8 @@ _TRITON_SCRIPT = r"""
 import numpy as np, sys, torch
 sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
 from test_shift_fused import near_ties, check_exact
-from isood.ann.fused import FusedIndex
-from isood.ann.fused_kernel import group_maxima
+from isood.features.ann.fused import FusedIndex
+from isood.features.ann.fused_kernel import group_maxima
 q, r = near_ties(n_ref=700, n_query=300, dim=40)
 for precision in ("fp16", "tf32"):
     index = FusedIndex(r, device="cpu", precision=precision, kernel="triton", memory_mb=1)

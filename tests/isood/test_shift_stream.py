@@ -1,15 +1,15 @@
-"""isood.shift's streamed measurement (ShiftStream, check_rows / normalise_rows, laid_halves, rechunk) and
-isood.ann's chunked searches: a set given chunk by chunk gives the bytes of the set held in memory, whatever the
+"""isood.features.shift's streamed measurement (ShiftStream, check_rows / normalise_rows, laid_halves, rechunk) and
+isood.features.ann's chunked searches: a set given chunk by chunk gives the bytes of the set held in memory, whatever the
 chunks; distances against a float64 brute force; the ID side kept as its two LAID halves only."""
 import numpy as np
 import pytest
 
-import isood.shift as shift
-from isood.ann import IvfChunks, SearchOptions, TunedSearch, build_ivf, ivf_search, sample_rows, search_tuned
-from isood.laid import LAID
-from isood.shift import (ShiftStream, check_rows, laid_halves, normalise_rows, prepare_features, rechunk,
+import isood.features.shift as shift
+from isood.features.ann import IvfChunks, SearchOptions, TunedSearch, build_ivf, ivf_search, sample_rows, search_tuned
+from isood.science.laid import LAID
+from isood.features.shift import (ShiftStream, check_rows, laid_halves, normalise_rows, prepare_features, rechunk,
                          shift_search)
-from isood.simulate import random_orthogonal
+from isood.science.simulate import random_orthogonal
 
 
 def _unit(x):

@@ -1,12 +1,12 @@
-"""isood.simulate: the planted world's ground truth, and LAID + shift + grid recovering it (documented thresholds)."""
+"""isood.science.simulate: the planted world's ground truth, and LAID + shift + grid recovering it (documented thresholds)."""
 import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from isood.grid import assign_levels, cell_table
-from isood.laid import LAID, fit_laid
-from isood.shift import shift_distances
-from isood.simulate import make_planted_world, random_orthogonal, subspace_recovery
+from isood.science.grid import assign_levels, cell_table
+from isood.science.laid import LAID, fit_laid
+from isood.features.shift import shift_distances
+from isood.science.simulate import make_planted_world, random_orthogonal, subspace_recovery
 
 # Documented thresholds (measured on seed 0: learned 0.98 / 0.99, random W 0.70 / 0.54)
 SPEARMAN_LEARNED = 0.90   # Spearman(D_sem, planted semantic shift) and Spearman(D_cov, planted covariate shift)
@@ -127,7 +127,7 @@ def test_levels_order_samples_by_planted_shift(world, shifts):
     lambda: subspace_recovery(np.eye(4), np.eye(3)[:, :2]),
 ])
 def test_bad_arguments_are_bad_input_errors(call):
-    from isood.errors import BadInputError
+    from isood.core.errors import BadInputError
 
     with pytest.raises(BadInputError):
         call()
@@ -137,7 +137,7 @@ def test_make_planted_world_is_build_world_of_its_spec():
     import dataclasses
     import inspect
 
-    from isood.simulate import WorldSpec, build_world
+    from isood.science.simulate import WorldSpec, build_world
 
     params = inspect.signature(make_planted_world).parameters
     assert {f.name: f.default for f in dataclasses.fields(WorldSpec)} == {k: p.default for k, p in params.items()}

@@ -10,12 +10,12 @@ from typer.testing import CliRunner
 
 import manifests
 from isood.cli import app
-from isood.featurestore import load_features
-from isood.grid import bin_with_edges
+from isood.features.featurestore import load_features
+from isood.science.grid import bin_with_edges
 from isood.kinds import SPLITS
-from isood.laid import LAID
-from isood.shift import shift_distances
-from wordnet_tools.jobs import run_filter
+from isood.science.laid import LAID
+from isood.features.shift import shift_distances
+from isood.stages.wordnet.jobs import run_filter
 
 LABELS = ["tench", "goldfish", "great white shark", "dog", "teddy bear", "cat", "car", "house", "tree", "boat"]
 ID_CLASSES = {"n01440764": 6, "n02123045": 5}  # shares n01440764 (tench) with the test images

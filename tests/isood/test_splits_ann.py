@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 import manifests
 from isood.cli import app
 from isood.kinds import SPLITS
-from isood.laid import LAID
-from isood.simulate import random_orthogonal
+from isood.science.laid import LAID
+from isood.science.simulate import random_orthogonal
 
 FAST = ["--levels", "4", "--na-threshold", "2"]
 
@@ -61,7 +61,7 @@ def _level(d, edges):
 
 
 def _one_error_line(res):
-    from isood.progress import is_progress_line
+    from isood.core.progress import is_progress_line
 
     lines = [ln for ln in res.output.splitlines() if ln.strip() and not is_progress_line(ln)]
     assert res.exit_code == 2, res.output

@@ -5,16 +5,16 @@ import pandas as pd
 import pytest
 
 import manifests
-from isood.errors import BadInputError, SchemaError
-from isood.grid import axis_edges
+from isood.core.errors import BadInputError, SchemaError
+from isood.science.grid import axis_edges
 from isood.kinds import SplitsView
-from isood.laid import LAID
-from isood.shift import shift_distances
-from isood.simulate import random_orthogonal
+from isood.science.laid import LAID
+from isood.features.shift import shift_distances
+from isood.science.simulate import random_orthogonal
 from isood.stages.splits import (BuildConfig, FeatureSet, bin_shifts, cell_lists, clean_features, dropped_rows,
                                  filter_test_rows, load_build_config, measure_shift, parse_quantile, rejected_rows,
                                  splits_config, write_splits)
-from isood.featurestore.loading import FeatureReader
+from isood.features.featurestore.loading import FeatureReader
 from isood.stages.splits.load import check_feature_sets
 
 

@@ -8,14 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import isood.featurestore.loading as loading
-import isood.shift as shift
+import isood.features.featurestore.loading as loading
+import isood.features.shift as shift
 import manifests
-from isood.featurestore import load_features, write_features_manifest, write_shard
-from isood.featurestore.loading import FeatureReader
+from isood.features.featurestore import load_features, write_features_manifest, write_shard
+from isood.features.featurestore.loading import FeatureReader
 from isood.kinds import FEATURES, SPLITS
-from isood.laid import LAID
-from isood.simulate import random_orthogonal
+from isood.science.laid import LAID
+from isood.science.simulate import random_orthogonal
 from isood.stages.splits import (BuildConfig, ann_summary, bin_shifts, build_splits, clean_features, filter_test_rows,
                                  measure_shift, rejected_rows, write_splits)
 

@@ -1,4 +1,4 @@
-"""`isood dev tiny-models DIR`: what it writes loads through the real loaders (``isood.clip.load_clip``,
+"""`isood dev tiny-models DIR`: what it writes loads through the real loaders (``isood.features.clip.load_clip``,
 ``generation.sdxl.load_pipeline``, the ``isood evaluate --model/--checkpoint`` loader), its README.txt gives the
 flags that use it, a rerun changes nothing, and DIR is written whole or not at all."""
 
@@ -15,7 +15,7 @@ import torch
 from typer.testing import CliRunner
 
 from isood.cli import app
-from isood.tiny_models import (TINY_CLASSIFIER, TINY_ID_CLASSES, TINY_OOD_CLASSES, TINY_SDXL_SIZE,
+from isood.dev.tiny_models import (TINY_CLASSIFIER, TINY_ID_CLASSES, TINY_OOD_CLASSES, TINY_SDXL_SIZE,
                                build_tiny_classifier, write_tiny_models)
 
 
@@ -42,8 +42,8 @@ def _flag(text: str, flag: str) -> str:
 
 def test_the_written_files_load_through_the_real_loaders(tiny):
     from generation.sdxl import load_pipeline
-    from isood.clip import encode_texts, load_clip
-    from isood.evaluation.classifiers import adapter_from_option
+    from isood.features.clip import encode_texts, load_clip
+    from isood.classifiers.named import adapter_from_option
     from PIL import Image
 
     out, _ = tiny
@@ -119,7 +119,7 @@ def test_a_rerun_changes_nothing_and_another_seed_is_refused(tiny, cli_runner_er
 def test_an_interrupted_run_is_replaced_and_a_foreign_staging_folder_refused(tmp_path, monkeypatch):
     """A leftover ``.~DIR.isood-new`` of ours (it holds the marker) is removed and DIR built; one without the
     marker is somebody else's: refused, left as it is. A failed build leaves neither DIR nor the staging folder."""
-    import isood.tiny_models as tm
+    import isood.dev.tiny_models as tm
 
     out = tmp_path / "tiny"
     staging = tmp_path / ".~tiny.isood-new"

@@ -1,6 +1,6 @@
 """Small planted manifests of every kind, each written by the real writer of its kind (the stage's write step),
-for the manifests tests: splits (``isood.stages.splits.write_splits``), syn-is (``generation.syn.
-write_syn_manifest``), class-filter and audit (``wordnet_tools.jobs``), features (``isood.featurestore.
+for the manifests tests: splits (``isood.stages.splits.write_splits``), syn-is (``isood.stages.syn.
+write_syn_manifest``), class-filter and audit (``isood.stages.wordnet.jobs``), features (``isood.features.featurestore.
 extract_features``), IS-OOD release lists (``isood.stages.interop.import_isood_lists``)."""
 
 import os
@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from isood.grid import bin_with_edges, cell_names, cell_table, edges_table  # noqa: E402
+from isood.science.grid import bin_with_edges, cell_names, cell_table, edges_table  # noqa: E402
 
 # planted grid: (cov, sem) -> number of images; cells with < 10 images are N/A
 PLANTED_CELLS = {(2, 5): 12, (0, 0): 15, (7, 7): 10, (3, 1): 4, (6, 2): 1}
@@ -46,7 +46,7 @@ def planted_shifts(cells=PLANTED_CELLS, seed=0) -> pd.DataFrame:
 
 
 def binned(shifts: pd.DataFrame) -> pd.DataFrame:
-    """The images table: shifts binned on EDGES (``isood.grid``), with their cell names."""
+    """The images table: shifts binned on EDGES (``isood.science.grid``), with their cell names."""
     sem, cov = bin_with_edges(shifts["d_sem"], EDGES), bin_with_edges(shifts["d_cov"], EDGES)
     return shifts.assign(sem_level=sem, cov_level=cov, cell=cell_names(cov, sem))
 
@@ -72,9 +72,9 @@ def write_splits(root, cells=PLANTED_CELLS, **kw):
 
 def write_syn_is(root):
     """A syn-is manifest written by the generate-syn write step, with planted images and prompts."""
-    from generation.syn import write_syn_manifest
-    from generation.syn.steps import rejected_rows
-    from isood.files import sha256_bytes
+    from isood.stages.syn import write_syn_manifest
+    from isood.stages.syn.steps import rejected_rows
+    from isood.core.files import sha256_bytes
 
     root = Path(root)
     t = binned(planted_shifts(SYN_CELLS))
@@ -103,7 +103,7 @@ def write_syn_is(root):
 
 def write_class_filter(root):
     """A class-filter manifest written by `isood wordnet filter`'s job on a planted candidate list."""
-    from wordnet_tools.jobs import run_filter
+    from isood.stages.wordnet.jobs import run_filter
 
     cand = Path(root).parent / f"{Path(root).name}-candidates.txt"
     cand.write_text("\n".join(CLASS_FILTER_CANDIDATES) + "\n")
@@ -112,7 +112,7 @@ def write_class_filter(root):
 
 def write_audit(root):
     """An audit manifest written by `isood wordnet audit`'s job on a planted image list."""
-    from wordnet_tools.jobs import run_audit
+    from isood.stages.wordnet.jobs import run_audit
 
     lst = Path(root).parent / f"{Path(root).name}-list.txt"
     lst.write_text("n00288000/a.JPEG\nn00288000/b.JPEG\nn02085620_17.JPEG\nn02084071/c.jpg\n")
@@ -120,8 +120,8 @@ def write_audit(root):
 
 
 def write_features(root, images, clip):
-    """A features manifest written by `isood extract` (``isood.featurestore.extract_features``, with its card)."""
-    from isood.featurestore import extract_features
+    """A features manifest written by `isood extract` (``isood.features.featurestore.extract_features``, with its card)."""
+    from isood.features.featurestore import extract_features
 
     return extract_features(images, clip, root, batch_size=8, device="cpu", progress=False,
                             argv=["isood", "extract"]).manifest

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 import manifests
 from isood.cli import app
-from isood.errors import ManifestError
+from isood.core.errors import ManifestError
 from isood.stages.interop import import_isood_lists
 from manifests import add_card
 from manifests.card import config_layout, dataset_card

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 import manifests
-from isood.errors import ManifestError
+from isood.core.errors import ManifestError
 from manifests.card import CONFIGS_DIR, config_layout, split_name, write_with_card
 from manifests.schema import INT, STRING, CardSpec, KindSpec, TableSpec, register_kind
 

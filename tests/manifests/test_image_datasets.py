@@ -16,9 +16,9 @@ from huggingface_hub import DatasetCard
 from PIL import Image
 
 import isood
-from generation.syn import write_syn_manifest
-from isood.errors import BadInputError
-from isood.grid import cell_name, cell_table, edges_table
+from isood.stages.syn import write_syn_manifest
+from isood.core.errors import BadInputError
+from isood.science.grid import cell_name, cell_table, edges_table
 from isood.stages.splits import write_splits
 
 CELLS = {(0, 0): 3, (0, 1): 2, (1, 0): 0, (1, 1): 3}

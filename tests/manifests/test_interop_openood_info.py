@@ -3,7 +3,7 @@ groups, the merge of several benchmarks, OpenOOD's DATA_INFO shape and what each
 
 import pytest
 
-from isood.errors import BadInputError
+from isood.core.errors import BadInputError
 from isood.stages.interop import (GroupRule, assign_groups, data_info_entry, dataset_config, merge_info,
                                   missing_for_openood, missing_for_release, release_loader_files)
 from isood.stages.interop.openood_info import OLD_FORMAT, benchmark_record, folder_classes, upgrade_info

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 import manifests
 from isood.cli import app
-from isood.errors import BadInputError
+from isood.core.errors import BadInputError
 from isood.stages.interop import EXPORT_INFO, EXPORT_YAML, export_openood, import_imagenet_ood, import_isood_lists
 
 DATASET_NUM_TH = 10

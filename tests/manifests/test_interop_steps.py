@@ -8,7 +8,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from isood.errors import BadInputError
+from isood.core.errors import BadInputError
 from isood.stages.interop import (
     CellList,
     ListEntry,

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 import manifests
 from isood.cli import app
-from isood.errors import ManifestError, SchemaError
+from isood.core.errors import ManifestError, SchemaError
 from isood.kinds import ClassFilterView, ImageListView, SplitsView, SynView
 from isood.stages.interop import import_imagenet_ood
 from isood.stages.splits import write_splits
@@ -120,18 +120,23 @@ def test_a_kind_without_a_spec_is_an_error_not_a_plain_view(tmp_path):
         manifests.read(tmp_path / "m", kind="nosuchkind")
 
 
-def test_isood_kinds_are_registered_without_install_metadata(tmp_path, worlds):
-    """guard: ``manifests.schema.BUILTIN_PROVIDERS``: with no entry points at all (a source checkout on
-    PYTHONPATH, no install metadata), ``read(kind='splits')`` still returns the typed view."""
+def test_isood_kinds_are_registered_from_above_without_install_metadata(tmp_path, worlds):
+    """guard: with no entry points at all (a source checkout on PYTHONPATH, no install metadata), ``manifests``
+    loads no isood module by name: ``manifests.read(kind='splits')`` is a one-line error naming ``isood.kinds``,
+    and ``isood.read`` (which imports ``isood.kinds``, registering its kinds) returns the typed view."""
     import subprocess
     import sys
 
     worlds.write_splits(tmp_path / "s")
     code = ("import importlib.metadata as md\n"
             "md.entry_points = lambda **kw: []\n"
-            "import manifests\n"
-            f"v = manifests.read({str(tmp_path / 's')!r}, kind='splits')\n"
+            "import manifests, isood\n"
+            "try:\n"
+            f"    manifests.read({str(tmp_path / 's')!r}, kind='splits')\n"
+            "except Exception as e:\n"
+            "    print('refused', 'import isood.kinds' in str(e))\n"
+            f"v = isood.read({str(tmp_path / 's')!r}, kind='splits')\n"
             "print(type(v).__name__, v.n_levels)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.split() == ["SplitsView", str(worlds.N_LEVELS)]
+    assert r.stdout.split() == ["refused", "True", "SplitsView", str(worlds.N_LEVELS)]

@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 
 import manifests
 from isood.cli import app
-from isood.errors import ManifestError
+from isood.core.errors import ManifestError
 from manifests.schema import FLOAT, STRING, KindSpec, TableSpec, register_kind
 
 register_kind(KindSpec("test", writer="tests/manifests/test_store.py",

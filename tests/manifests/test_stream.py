@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 import manifests
-from isood.errors import ManifestError
+from isood.core.errors import ManifestError
 from manifests.card import write_with_card
 from manifests.card_stream import MainTableStream, write_streamed
 from manifests.schema import INT, STRING, CardSpec, KindSpec, TableSpec, register_kind

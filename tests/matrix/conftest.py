@@ -25,8 +25,8 @@ def invoke(args):
 def one_line_error(result) -> str:
     """The single stderr line of a run refused as a user error: exit status 2, no Python exception escaped the
     CLI, no traceback anywhere, exactly one non-empty stderr line (returned, whitespace collapsed) besides the
-    progress lines of the work done before the refusal (``isood.progress.is_progress_line``)."""
-    from isood.progress import is_progress_line
+    progress lines of the work done before the refusal (``isood.core.progress.is_progress_line``)."""
+    from isood.core.progress import is_progress_line
 
     assert result.exit_code == 2, (result.exit_code, result.output)
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
@@ -77,7 +77,7 @@ def grid_splits(root, test_root, rng, colour, *, id_wnids, ood_wnids, per_cell: 
     image ``noisy_image`` of its class colour shifted by ``cov_shift`` per covariate level. Returns its rows."""
     import pandas as pd
 
-    from isood.grid import cell_name, cell_table, edges_table
+    from isood.science.grid import cell_name, cell_table, edges_table
     from isood.stages.splits import write_splits
 
     rows = []

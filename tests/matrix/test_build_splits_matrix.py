@@ -5,7 +5,7 @@ Bad files among the test images are never fatal: exit 0, a ``manifest.json``, ea
 with its reason (``unreadable: <ExceptionType>: ...``), the others binned. A 16-bit image is converted: its
 shifts equal those of its 8-bit twin. User errors: exit 2, one line naming the option or value, no traceback,
 no ``manifest.json`` in ``--out``; the guard of each row is named in its id (``module.function``; ``check_sizes`` is
-``isood.featurestore.check_sizes``, a second guard for the extraction's counts).
+``isood.features.featurestore.check_sizes``, a second guard for the extraction's counts).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def built(world, cli):
 
 @pytest.mark.parametrize("row", ["cut.jpg", "empty.png", "notes.jpg", "far.png"])
 def test_bad_test_image_is_a_dropped_row(row, world, built):
-    """Guards: isood.images.decode_image (truncated, 0 bytes, not an image), isood.images.outside_root (link)."""
+    """Guards: isood.features.images.decode_image (truncated, 0 bytes, not an image), isood.features.images.outside_root (link)."""
     path = f"n01443537/{row}"
     dropped = built.frame("dropped").set_index("path")
     assert dropped.loc[path, "set"] == "test" and dropped.loc[path, "reason"].startswith(world["bad"][path])
@@ -82,7 +82,7 @@ def test_bad_test_image_is_a_dropped_row(row, world, built):
 
 
 def test_16bit_image_has_the_shifts_of_its_8bit_twin_and_no_wnid(built):
-    """Guard: isood.images.to_rgb (16-bit values scaled, not clipped at 255)."""
+    """Guard: isood.features.images.to_rgb (16-bit values scaled, not clipped at 255)."""
     images = built.images.set_index("path")
     a, b = images.loc["misc photos/twin 8.png"], images.loc["misc photos/twin 16.png"]
     assert a["wnid"] == b["wnid"] == ""

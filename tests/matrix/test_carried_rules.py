@@ -5,7 +5,7 @@
   threshold is given, and with an explicit one when it is; the output records both (``assemble.na_thresholds``).
   The reference: a cell is N/A when the manifest's images in it, counted here with pandas, are below the threshold.
 * Explicit roots: the build runs in one folder with relative paths (`--clip local-dir:clip`); the manifest stores
-  them absolute (``isood.optspec.recorded``), so `generate-syn --splits` (no `--clip`) and `evaluate` run from
+  them absolute (``isood.core.optspec.recorded``), so `generate-syn --splits` (no `--clip`) and `evaluate` run from
   another folder, and their own manifests store absolute paths and specs too; the Syn-IS grid binned on the
   splits takes their N/A threshold.
 * An approximate search with no held-out image (a set too small to tune on) reports no interval, not a perfect one.
@@ -44,7 +44,7 @@ def _counts(view) -> pd.Series:
 def world(tmp_path_factory, tiny_clip_dir, image_dataset_factory, cli):
     """A project folder (images, a copy of the tiny CLIP, a labels file, a tiny classifier) and a splits
     manifest built IN it with relative paths; ``elsewhere`` is another folder to run the next stages from."""
-    from isood.tiny_models import build_tiny_classifier
+    from isood.dev.tiny_models import build_tiny_classifier
 
     base = tmp_path_factory.mktemp("carried")
     proj, elsewhere = base / "proj", base / "elsewhere"
@@ -102,7 +102,7 @@ def test_the_manifest_records_its_threshold_and_absolute_paths(world):
 def test_cli_and_api_use_one_na_threshold(explicit, world, cli, tmp_path):
     """Guard: assemble.na_thresholds (GridView.na_threshold the default; --na-threshold overrides)."""
     import isood
-    from isood.evaluation.cells import evaluate_scores
+    from isood.science.cells import evaluate_scores
 
     view = world["splits"]
     counts = _counts(view)
@@ -132,7 +132,7 @@ def test_cli_and_api_use_one_na_threshold(explicit, world, cli, tmp_path):
 
 
 def test_a_stage_run_from_another_folder_reads_the_stored_paths(world, cli, syn_inputs_factory):
-    """Guards: isood.optspec.recorded / absolute_spec (splits, generate-syn and evaluate configs)."""
+    """Guards: isood.core.optspec.recorded / absolute_spec (splits, generate-syn and evaluate configs)."""
     proj, elsewhere = world["proj"].resolve(), world["elsewhere"]
     rel_splits = os.path.relpath(proj / "splits", elsewhere)
     with contextlib.chdir(elsewhere):
@@ -167,11 +167,11 @@ def test_no_held_out_image_is_no_interval(world):
 
 
 def test_clip_prompts_use_open_clip_imagenet_names():
-    """Guard: isood.evaluation.clip_zero_shot.class_prompts (default names: CLIP's cleaned ImageNet names)."""
+    """Guard: isood.classifiers.clip_zero_shot.class_prompts (default names: CLIP's cleaned ImageNet names)."""
     from open_clip import IMAGENET_CLASSNAMES
 
-    from isood.evaluation.classes import imagenet_1k
-    from isood.evaluation.clip_zero_shot import class_prompts
+    from isood.classifiers.classes import imagenet_1k
+    from isood.classifiers.clip_zero_shot import class_prompts
     from wordnet_tools.synsets import load_synset_list
 
     wnids = imagenet_1k()
@@ -184,9 +184,9 @@ def test_clip_prompts_use_open_clip_imagenet_names():
 def test_mcm_on_a_non_clip_model_is_refused_in_one_line(world, cli, tmp_path, monkeypatch):
     """Guards: evaluation.options.check_options (--model NAME) and evaluation.job._model (a Python model)."""
     import isood
-    from isood.errors import BadInputError
-    from isood.evaluation import job
-    from isood.tiny_models import build_tiny_classifier
+    from isood.core.errors import BadInputError
+    from isood.stages.evaluate import job
+    from isood.dev.tiny_models import build_tiny_classifier
 
     line = cli.one_line_error(cli.invoke(_evaluate_args(world, tmp_path / "ev", "--detectors", "mcm")))
     assert "'mcm'" in line and "--model clip:SPEC" in line

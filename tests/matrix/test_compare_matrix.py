@@ -8,7 +8,7 @@ import pandas as pd
 
 import manifests
 from isood.evaluation import evaluate_scores
-from isood.evaluation.write import write_evaluation
+from isood.stages.evaluate.write import write_evaluation
 
 
 def _run(out, seed, na_threshold):

@@ -5,11 +5,11 @@ decode_jpeg + tensor steps on CPU tensors, the code path a GPU runs with nvJPEG.
 
 | row                          | input                                                  | guard                                           |
 |------------------------------|--------------------------------------------------------|-------------------------------------------------|
-| gpu: truncated JPEG          | a JPEG cut in half                                     | isood.image_tensors.device_decodes (EOI) -> reference |
+| gpu: truncated JPEG          | a JPEG cut in half                                     | isood.features.image_tensors.device_decodes (EOI) -> reference |
 | gpu: JPEG bomb header        | header 12000 x 12000                                   | tensor_decodes (MAX_IMAGE_PIXELS) -> check_pixels |
 | gpu: corrupt scan            | complete JPEG, a second SOF in its scan data           | ImageDecoder.finish (decoder fails -> reference) |
 | gpu: CMYK JPEG               | converted, not rejected                                | device_decodes (4 components) -> to_rgb          |
-| workers                      | --workers 0 / 1 / 2 (processes)                        | isood.images.prepared_batches (chunks in order) |
+| workers                      | --workers 0 / 1 / 2 (processes)                        | isood.features.images.prepared_batches (chunks in order) |
 | extract options              | --decode turbo, --fast-decode with --decode gpu        | check_decode_mode, cli.extract                  |
 | evaluate options             | --decode fast, --precision fp64, fp16 on the CPU       | options.check_options, capture.check_precision  |
 | evaluate gpu: unreadable     | a JPEG with a corrupt scan, --workers 1                | capture.ImageList.finish -> UnreadableImagesError |
@@ -91,7 +91,7 @@ def test_gpu_decode_converts_a_cmyk_jpeg_as_the_reference(cli, tiny_clip_spec, t
     feats = {}
     for mode in ("reference", "gpu"):
         assert _extract(cli, tiny_clip_spec, root, tmp_path / mode, "--decode", mode).exit_code == 0
-        from isood.featurestore import load_features
+        from isood.features.featurestore import load_features
 
         x, index = load_features(tmp_path / mode)
         feats[mode] = dict(zip(index["path"], x))
@@ -135,7 +135,7 @@ def world(tmp_path_factory):
     import torch
     from safetensors.torch import save_file
 
-    from isood.grid import cell_name, cell_table, edges_table
+    from isood.science.grid import cell_name, cell_table, edges_table
     from isood.stages.splits import write_splits
 
     root = tmp_path_factory.mktemp("decode_matrix")
@@ -199,7 +199,7 @@ def test_fast_decode_evaluate_matches_the_reference_inputs(world, cli, tmp_path)
     import timm
     import torch
 
-    from isood.evaluation.capture import ImageList
+    from isood.classifiers.capture import ImageList
 
     model = timm.create_model("test_resnet", pretrained=False, num_classes=2)
     transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))

@@ -236,8 +236,8 @@ def test_release_convention_gives_the_releases_table1_and_results_file(release_r
 
 def test_syn_is_alone(world, cli, tmp_path):
     """Guard: --splits is optional; a Syn-IS manifest (written by generate-syn's writer) is evaluated alone."""
-    from generation.syn import write_syn_manifest
-    from isood.grid import cell_name, edges_table
+    from isood.stages.syn import write_syn_manifest
+    from isood.science.grid import cell_name, edges_table
 
     syn = tmp_path / "syn"
     rng = np.random.default_rng(1)
@@ -286,10 +286,10 @@ def test_image_lists_only_write_per_set_rows_and_no_grid(world, cli, tmp_path):
     ({"bootstrap": -1}, ["--bootstrap must be an integer >= 0, got -1"]),
 ])
 def test_python_api_checks_options_like_the_cli_before_any_work(options, words, world, tmp_path, monkeypatch):
-    """Guard: isood.evaluation.job.evaluate (EvaluateOptions + isood.optspec.check): the API's keyword options
+    """Guard: isood.stages.evaluate.job.evaluate (EvaluateOptions + isood.core.optspec.check): the API's keyword options
     are the CLI's fields, refused in one line before a model is built."""
     import isood
-    import isood.evaluation.job as job
+    import isood.stages.evaluate.job as job
 
     def built(*args, **kwargs):
         raise AssertionError("the model was built before the options were checked")

@@ -9,8 +9,8 @@ row, waits), then calls the ``isood`` entry point. No test hook lives in the pro
 |----------------------------|-----------------------------------------------------------------------------------|
 | kill -9 / SIGINT, rerun    | extract: ``featurestore.extraction._reusable`` (content shard key) + ``write_shard`` (rows, then .npy, atomically); build-splits: the same, per feature set; generate-syn: ``generation.outputs.prepare_outputs`` (content keys, valid PNG); evaluate: ``evaluation.capture.OutputCache``; extract-gpu / evaluate-gpu: the same, with ``--decode gpu``, decoding processes and (evaluate) ``--precision bf16``; all: ``manifests.writing`` (the work waits in a staging folder beside --out, resumed by the rerun, swapped in when complete) |
 | SIGINT: exit 130, one line | ``isood.cli._app.FriendlyGroup.invoke`` (``except KeyboardInterrupt``)                |
-| second writer refused      | the lock beside --out (``isood.files.lock_path``) ``manifests.writing`` takes (``output_lock`` for exports) |
-| --out of another kind, or foreign files | ``manifests.output.check_output``, before any work; the demo: ``isood.demo.check_demo_out`` |
+| second writer refused      | the lock beside --out (``isood.core.files.lock_path``) ``manifests.writing`` takes (``output_lock`` for exports) |
+| --out of another kind, or foreign files | ``manifests.output.check_output``, before any work; the demo: ``isood.dev.demo.check_demo_out`` |
 | disk full / read-only      | ``isood.cli._app.FriendlyGroup.invoke`` (``except OSError`` -> ``os_error_message``) + manifest.json last |
 
 Byte-identical: every file of the rerun's ``--out`` equals the uninterrupted run's, and the two manifest.json
@@ -157,7 +157,7 @@ def _card(root: Path, rel: str) -> str:
 
 def one_error_line(stderr: str, *, others: bool = False) -> str:
     """The one line a failed or interrupted command printed (its progress lines aside)."""
-    from isood.progress import is_progress_line
+    from isood.core.progress import is_progress_line
 
     lines = [ln for ln in stderr.splitlines() if ln.strip() and not is_progress_line(ln)]
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
@@ -166,8 +166,8 @@ def one_error_line(stderr: str, *, others: bool = False) -> str:
 
 
 def _tiny_sdxl(folder: Path) -> Path:
-    """The tiny SDXL pipeline (``isood.tiny_models``), saved with save_pretrained."""
-    from isood.tiny_models import build_tiny_sdxl
+    """The tiny SDXL pipeline (``isood.dev.tiny_models``), saved with save_pretrained."""
+    from isood.dev.tiny_models import build_tiny_sdxl
 
     build_tiny_sdxl().save_pretrained(folder)
     return folder
@@ -180,8 +180,8 @@ def _timm_world(root: Path, ext: str = ".png") -> dict[str, Path]:
     import pandas as pd
     from PIL import Image
 
-    from isood.grid import cell_name, cell_table, edges_table
-    from isood.tiny_models import build_tiny_classifier
+    from isood.science.grid import cell_name, cell_table, edges_table
+    from isood.dev.tiny_models import build_tiny_classifier
     from isood.stages.splits import write_splits
 
     rng = np.random.default_rng(0)
@@ -222,9 +222,9 @@ LABELS = ["tench", "goldfish", "dog", "teddy bear", "cat", "car", "house", "boat
 def inputs(tmp_path_factory, tiny_clip_spec, image_dataset_factory):
     """Everything the four long commands need, made once: images, a features manifest (the ID features of
     generate-syn), a LAID file, labels, the tiny SDXL pipeline, the tiny timm world."""
-    from isood.featurestore import extract_features
-    from isood.laid import LAID
-    from isood.simulate import random_orthogonal
+    from isood.features.featurestore import extract_features
+    from isood.science.laid import LAID
+    from isood.science.simulate import random_orthogonal
 
     root = tmp_path_factory.mktemp("fault-inputs")
     (root / "driver.py").write_text(DRIVER)
@@ -273,10 +273,10 @@ def _args(name: str, i: dict) -> list[str]:
 #: command -> (the work units a rerun must reuse (glob under the scenario folder), the SIGKILL fault, the SIGINT
 #: fault). Each fault names the function whose Nth call is followed by the signal.
 SCENARIOS = {
-    "extract": ("out/features-*", {"target": "isood.featurestore.extraction:write_shard", "nth": 2},
-                {"target": "isood.featurestore.extraction:write_shard", "nth": 3}),
+    "extract": ("out/features-*", {"target": "isood.features.featurestore.extraction:write_shard", "nth": 2},
+                {"target": "isood.features.featurestore.extraction:write_shard", "nth": 3}),
     # the 17 ID files are shards 1-5 (calls 1-5), the test images shards 6-9: killed inside the test set
-    "build-splits": ("out/features-*/features-*", {"target": "isood.featurestore.extraction:write_shard", "nth": 7},
+    "build-splits": ("out/features-*/features-*", {"target": "isood.features.featurestore.extraction:write_shard", "nth": 7},
                      {"target": "isood.stages.splits.job:train_laid", "nth": 1, "when": "before"}),
     # batches of 2: killed after the first image of the second batch
     "generate-syn": ("out/images/*/*.png", {"target": "generation.sdxl:write_image", "nth": 3},
@@ -284,11 +284,11 @@ SCENARIOS = {
     # SIGKILL while the evaluation manifest is being written (some of its files are there); SIGINT after the
     # second cached model output
     "evaluate": ("cache/**/*.safetensors", {"target": "manifests.store:atomic_write_bytes", "nth": 3},
-                 {"target": "isood.evaluation.capture:OutputCache.save", "nth": 2}),
-    "extract-gpu": ("out/features-*", {"target": "isood.featurestore.extraction:write_shard", "nth": 2},
-                    {"target": "isood.featurestore.extraction:write_shard", "nth": 3}),
-    "evaluate-gpu": ("cache/**/*.safetensors", {"target": "isood.evaluation.capture:OutputCache.save", "nth": 3},
-                     {"target": "isood.evaluation.capture:OutputCache.save", "nth": 2}),
+                 {"target": "isood.classifiers.capture:OutputCache.save", "nth": 2}),
+    "extract-gpu": ("out/features-*", {"target": "isood.features.featurestore.extraction:write_shard", "nth": 2},
+                    {"target": "isood.features.featurestore.extraction:write_shard", "nth": 3}),
+    "evaluate-gpu": ("cache/**/*.safetensors", {"target": "isood.classifiers.capture:OutputCache.save", "nth": 3},
+                     {"target": "isood.classifiers.capture:OutputCache.save", "nth": 2}),
 }
 
 
@@ -362,7 +362,7 @@ def test_a_second_process_on_the_same_out_is_refused(inputs, references):
     gate = root / "gate"
     first = subprocess.Popen(
         [sys.executable, str(inputs["root"] / "driver.py"),
-         json.dumps({"target": "isood.featurestore.extraction:write_shard", "nth": 1, "pause": str(gate)}),
+         json.dumps({"target": "isood.features.featurestore.extraction:write_shard", "nth": 1, "pause": str(gate)}),
          *[a.replace("{OUT}", str(root / "out")) for a in _args("extract", inputs)]],
         env=_env(root / "cache"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -386,7 +386,7 @@ def test_a_second_process_on_the_same_out_is_refused(inputs, references):
 def writers(inputs):
     """Every command that writes an --out, with inputs that let it run to the end: ``name -> args(out)``."""
     from isood.stages.extract import ExtractOptions, run_extract
-    from wordnet_tools.jobs import run_audit
+    from isood.stages.wordnet.jobs import run_audit
 
     root, timm = inputs["root"], inputs["timm"]
     for k in range(2):
@@ -450,13 +450,13 @@ WRITERS = ["extract", "merge", "build-splits", "generate-syn", "evaluate", "spli
 @pytest.mark.parametrize("name", WRITERS)
 def test_every_writer_takes_the_out_lock(inputs, writers, tmp_path, name):
     """guard: the lock ``manifests.writing`` takes for every manifest stage (``output_lock`` for exports and
-    receipts), on the one lock file beside ``--out`` (``isood.files.lock_path``)"""
-    from isood.files import lock_path
+    receipts), on the one lock file beside ``--out`` (``isood.core.files.lock_path``)"""
+    from isood.core.files import lock_path
 
     out = _target(inputs, name, tmp_path / "out")
     before = files_of(out) if out.exists() else {}
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import time; from isood.files import output_lock\n"
+        "import time; from isood.core.files import output_lock\n"
         f"with output_lock({str(out)!r}):\n    print('locked', flush=True); time.sleep(120)\n")],
         stdout=subprocess.PIPE, text=True, env=_env(tmp_path / "cache"))
     try:
@@ -499,7 +499,7 @@ def test_an_out_holding_another_kind_is_refused_and_left_whole(inputs, writers, 
 
 @pytest.mark.parametrize("name", MANIFEST_WRITERS + ["demo"])
 def test_an_out_holding_foreign_files_is_refused_and_left_whole(inputs, writers, tmp_path, name):
-    """guard: ``manifests.output.check_output`` (not a manifest) / ``isood.demo.check_demo_out``"""
+    """guard: ``manifests.output.check_output`` (not a manifest) / ``isood.dev.demo.check_demo_out``"""
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("mine\n")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from isood.errors import BadInputError
+from isood.core.errors import BadInputError
 
 
 @pytest.fixture(scope="module")
@@ -132,10 +132,10 @@ def test_deprecated_workers_still_counts_ray_actors_with_one_warning(inputs, cli
                                           ("laid_triplets", 0)], ids=lambda v: str(v))
 def test_api_counts_are_checked_before_anything_runs(field, value, inputs, tiny_clip_spec, tmp_path,
                                                      monkeypatch):
-    """Guard: generation.syn.options.check_options (isood.optspec.check: the error names the field's flag).
+    """Guard: isood.stages.syn.options.check_options (isood.core.optspec.check: the error names the field's flag).
     Refused before the inputs are loaded (later steps would fail too, but only after encoding every prompt)."""
-    import generation.syn.stage as stage
-    from generation.syn import SynOptions, run_generate_syn
+    import isood.stages.syn.stage as stage
+    from isood.stages.syn import SynOptions, run_generate_syn
 
     def loaded(*args, **kwargs):
         raise AssertionError("the inputs were loaded before the options were checked")

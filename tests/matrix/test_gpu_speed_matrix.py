@@ -2,7 +2,7 @@
 
 | row | code | test |
 |---|---|---|
-| prompt text features for binning cached by content | ``generation.syn.load.measure_prompts`` (``encode_texts`` with the text-feature cache) | ``test_rerun_does_not_encode_the_prompts_again`` |
+| prompt text features for binning cached by content | ``isood.stages.syn.load.measure_prompts`` (``encode_texts`` with the text-feature cache) | ``test_rerun_does_not_encode_the_prompts_again`` |
 | PNG encode / hash / safety check / write on a thread pool while the next batch generates | ``generation.sdxl.GeneratorWorker.stream`` | ``test_pipelined_writes_*`` |
 | each unique prompt of a batch encoded once, embeddings passed to the pipeline | ``generation.sdxl.SDXLGenerator`` (``encode_prompt``) | ``test_prompt_embeddings_*`` |
 | ``bench/gpu_suite.py --cpu-smoke`` runs every bench at tiny sizes | ``bench/gpu_suite.py`` | ``test_gpu_suite_cpu_smoke`` |
@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import manifests
-from generation.syn import SynOptions, run_generate_syn
+from isood.stages.syn import SynOptions, run_generate_syn
 
 STYLES = "sdxl:photographic,anime,pixel-art"
 
@@ -37,7 +37,7 @@ def syn_options(syn_inputs, out, clip, **kw):
 def test_rerun_does_not_encode_the_prompts_again(syn_inputs, tiny_clip_spec, isood_cache, tmp_path, monkeypatch):
     """A rerun with the same CLIP and prompts reads the prompts' CLIP text features from the cache (the text
     encoder is not called) and bins every prompt as the first run did; another CLIP (other weights) misses."""
-    import generation.syn.load as load
+    import isood.stages.syn.load as load
 
     calls = []
     real = load.load_clip
@@ -80,11 +80,11 @@ def image_plan(n_labels=5, per_prompt=2, seed=0):
 
 @pytest.fixture(scope="module")
 def tiny_sdxl(tmp_path_factory):
-    """The tiny SDXL pipeline (``isood.tiny_models``), saved and loaded as ``local-dir:`` on the CPU."""
+    """The tiny SDXL pipeline (``isood.dev.tiny_models``), saved and loaded as ``local-dir:`` on the CPU."""
     import torch
 
     from generation.sdxl import load_pipeline
-    from isood.tiny_models import build_tiny_sdxl
+    from isood.dev.tiny_models import build_tiny_sdxl
 
     torch.set_num_threads(1)
     folder = tmp_path_factory.mktemp("tiny_sdxl")
@@ -181,7 +181,7 @@ def test_pipelined_checker_failure_is_one_line_and_stops_generating(tmp_path):
     """A checker failing on an image written by the pool: the run stops with the one-line error naming the
     checker and the image, after at most one more batch generated; a rerun with a working checker resumes."""
     from generation.sdxl import GeneratorSettings, generate_images
-    from isood.errors import IsoodError
+    from isood.core.errors import IsoodError
 
     fake = SlowWrites()
     p = image_plan(n_labels=5, per_prompt=2)  # teapot is the 2nd prompt: batch 1 of 5 (batches of 2)
@@ -265,11 +265,11 @@ def test_nearest_and_shift_search_use_the_fused_search_on_cuda_via_auto(monkeypa
     every distance within 1e-6 (the target is >= 99.99% of rows) and the same level on every row."""
     import torch
 
-    import isood.ann.fused as fused
-    from isood.grid import assign_levels, bin_with_edges
-    from isood.laid import LAID
-    from isood.shift import nearest, shift_search
-    from isood.simulate import random_orthogonal
+    import isood.features.ann.fused as fused
+    from isood.science.grid import assign_levels, bin_with_edges
+    from isood.science.laid import LAID
+    from isood.features.shift import nearest, shift_search
+    from isood.science.simulate import random_orthogonal
 
     rng = np.random.default_rng(5)
     centres = rng.standard_normal((25, 32))

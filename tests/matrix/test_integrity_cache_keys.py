@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 import isood
-from isood.evaluation.options import EvaluateOptions
+from isood.stages.evaluate.options import EvaluateOptions
 
 ID = ["n01440764", "n01443537", "n01484850"]
 OOD = ["n02084071", "n04399382"]
@@ -30,7 +30,7 @@ def world(tmp_path_factory, tiny_eval):
     """train/ (4 per class), val/ (2 per class), val2/ (val/ with one image replaced), a flat copy of val/ with a
     ground-truth file and a shuffled one, a 2 x 2 splits manifest over test/ (and test2/, one image replaced),
     a class list and its permutation, two tiny ResNet checkpoints."""
-    from isood.tiny_models import build_tiny_classifier
+    from isood.dev.tiny_models import build_tiny_classifier
 
     _image = tiny_eval.image
     root = tmp_path_factory.mktemp("cache-keys")

@@ -1,5 +1,5 @@
 """`--config FILE.toml`: every path an option holds resolves against the file's folder, never the working
-directory. Which options hold paths is said once, in their description (``isood.optspec.OptionSpec.path_form``:
+directory. Which options hold paths is said once, in their description (``isood.core.optspec.OptionSpec.path_form``:
 a path, a name or a file, NAME=PATH entries; and the PATH of a ``local-dir:PATH`` model spec). This walks every
 option of every command: a path option given relative in a TOML file in another folder than the working
 directory is read as the file next to the TOML; any other string option is on a reasoned list of values that are
@@ -14,7 +14,7 @@ import json
 import pytest
 
 from isood.cli.options import COMMANDS
-from isood.optspec import from_config, option_fields
+from isood.core.optspec import from_config, option_fields
 
 #: String options that never name a file or folder on this machine, and why.
 NOT_PATHS = {
@@ -91,8 +91,8 @@ def test_a_relative_path_in_config_is_relative_to_the_file(words, cls, field, sp
 def test_a_name_stays_a_name_and_a_file_with_names_resolves(tmp_path, monkeypatch):
     """A name-or-file option (``maybe``) keeps a name that is no file there (``21k``), and resolves
     ``FILE:NAMES`` (``--styles my.json:a,b``) by its FILE part."""
-    from generation.syn.options import SynOptions
-    from wordnet_tools.options import FilterOptions
+    from isood.stages.syn.options import SynOptions
+    from isood.stages.wordnet.options import FilterOptions
 
     (tmp_path / "my.json").write_text("[]")
     toml = tmp_path / "c.toml"

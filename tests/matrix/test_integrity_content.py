@@ -5,18 +5,18 @@ stage's own function) on tiny data made here and names its guard.
 | row                      | input                                          | guard                                   |
 |--------------------------|------------------------------------------------|-----------------------------------------|
 | overwritten_same_size    | image overwritten in place, same size and mtime| featurestore.shards.shard_key (content) |
-| reads                    | first run, rerun, touch, racy file             | isood.content.content_hashes, StatCache |
+| reads                    | first run, rerun, touch, racy file             | isood.core.content.content_hashes, StatCache |
 | machine_independent      | a copy of the images (other inodes, mtimes)    | shard_key: relative paths + content     |
 | job_array                | parts merged, then rerun                       | stages.extract._take_part (stat caches) |
 | evaluate_overwritten     | a test image overwritten in place, same size   | evaluation.job.data_identity            |
 | truncated_cache          | a truncated model-output cache file            | evaluation.capture.OutputCache.get      |
 | new_weights              | new weights saved into the same pipeline folder| generation.sdxl.pipeline_weights        |
-| weights_cached           | a weights folder fingerprinted twice, touched  | isood.content.folder_fingerprint        |
-| float / int32 images     | TIFF mode F in [0,1], [0,255], other; mode I   | isood.images.to_rgb                     |
-| nan_float                | a float TIFF with NaN                          | isood.images.to_rgb (ValueError row)    |
-| alias_folder             | ln -s n01443537 root/n01440764                 | isood.images._folder_paths (AliasError) |
-| outside_twice            | two links to one folder outside the root       | isood.images._folder_paths              |
-| non_utf8_names           | a file and a folder named in non-UTF-8 bytes   | isood.images._utf8_names (UnicodeError) |
+| weights_cached           | a weights folder fingerprinted twice, touched  | isood.core.content.folder_fingerprint        |
+| float / int32 images     | TIFF mode F in [0,1], [0,255], other; mode I   | isood.features.images.to_rgb                     |
+| nan_float                | a float TIFF with NaN                          | isood.features.images.to_rgb (ValueError row)    |
+| alias_folder             | ln -s n01443537 root/n01440764                 | isood.features.images._folder_paths (AliasError) |
+| outside_twice            | two links to one folder outside the root       | isood.features.images._folder_paths              |
+| non_utf8_names           | a file and a folder named in non-UTF-8 bytes   | isood.features.images._utf8_names (UnicodeError) |
 | portability              | one text encoded in batches of 2 and of 1      | tolerance, not bit equality             |
 """
 
@@ -32,7 +32,7 @@ import pytest
 from PIL import Image
 
 import manifests
-from isood.featurestore import load_features
+from isood.features.featurestore import load_features
 
 WNID, OTHER = "n01440764", "n01443537"
 
@@ -70,22 +70,22 @@ def reads(monkeypatch):
     """Counts what touches file bytes: ``decoded`` (images read by the decoder, which hashes them on the way),
     ``hashed`` (images read only to hash them: a stat-cache miss) and ``weights`` (other files hashed: weights
     and configs)."""
-    import isood.content
-    import isood.images
+    import isood.core.content
+    import isood.features.images
 
     counts = {"decoded": 0, "hashed": 0, "weights": 0}
-    read_hashed, hash_file = isood.images._read_hashed, isood.content.hash_file
+    read_hashed, hash_file = isood.features.images._read_hashed, isood.core.content.hash_file
 
     def decoded(path, digest):
         counts["decoded"] += 1
         return read_hashed(path, digest)
 
     def hashed(path):
-        counts["hashed" if Path(path).suffix.lower() in isood.images.IMAGE_EXTENSIONS else "weights"] += 1
+        counts["hashed" if Path(path).suffix.lower() in isood.features.images.IMAGE_EXTENSIONS else "weights"] += 1
         return hash_file(path)
 
-    monkeypatch.setattr(isood.images, "_read_hashed", decoded)
-    monkeypatch.setattr(isood.content, "hash_file", hashed)
+    monkeypatch.setattr(isood.features.images, "_read_hashed", decoded)
+    monkeypatch.setattr(isood.core.content, "hash_file", hashed)
 
     def take(*keys: str) -> dict[str, int]:
         got = {k: v for k, v in counts.items() if k in (keys or ("decoded", "hashed"))}
@@ -121,9 +121,9 @@ def test_overwritten_same_size_image_is_re_extracted(cli, tiny_clip_spec, tmp_pa
 def test_rerun_reads_no_unchanged_file_touch_reads_one(cli, tiny_clip_spec, tmp_path, reads, monkeypatch):
     """First run: every image read once, by the decoder (its hash comes free). Rerun: nothing read. A touched file
     with the same bytes: read once (to hash it), the shard kept. A file changed in place: its shard re-extracted."""
-    import isood.content
+    import isood.core.content
 
-    monkeypatch.setattr(isood.content, "RACY_NS", 0)  # the images were written just now; see the racy row below
+    monkeypatch.setattr(isood.core.content, "RACY_NS", 0)  # the images were written just now; see the racy row below
     root = tmp_path / "images"
     for i in range(5):
         _bmp(root / WNID / f"{i}.bmp", i)
@@ -157,9 +157,9 @@ def test_a_racy_file_is_hashed_again(cli, tiny_clip_spec, tmp_path, reads):
 def test_hashed_outputs_hold_no_stat(cli, tiny_clip_spec, tmp_path, monkeypatch):
     """Two copies of the images (other inodes, mtimes, ctimes) give the same shard files, byte for byte; the stat
     caches are `.~` bookkeeping that `isood verify` ignores."""
-    import isood.content
+    import isood.core.content
 
-    monkeypatch.setattr(isood.content, "RACY_NS", 0)  # so that the stat caches hold entries
+    monkeypatch.setattr(isood.core.content, "RACY_NS", 0)  # so that the stat caches hold entries
     a = tmp_path / "a" / "images"
     for i in range(3):
         _bmp(a / WNID / f"{i}.bmp", i)
@@ -175,9 +175,9 @@ def test_hashed_outputs_hold_no_stat(cli, tiny_clip_spec, tmp_path, monkeypatch)
 
 
 def test_merged_job_array_keeps_the_stat_caches(cli, tiny_clip_spec, tmp_path, reads, monkeypatch):
-    import isood.content
+    import isood.core.content
 
-    monkeypatch.setattr(isood.content, "RACY_NS", 0)
+    monkeypatch.setattr(isood.core.content, "RACY_NS", 0)
     root = tmp_path / "images"
     for i in range(4):
         _bmp(root / WNID / f"{i}.bmp", i)
@@ -200,9 +200,9 @@ ID, OOD = ["n01440764", "n01443537"], ["n02084071", "n04399382"]
 def world(tmp_path_factory):
     """ID train / val folders, test images with a splits manifest (written by the splits writer), a test_resnet
     checkpoint; every image a 20 x 20 BMP (so an overwrite keeps the file size)."""
-    from isood.tiny_models import build_tiny_classifier
+    from isood.dev.tiny_models import build_tiny_classifier
 
-    from isood.grid import cell_name, cell_table, edges_table
+    from isood.science.grid import cell_name, cell_table, edges_table
     from isood.stages.splits import write_splits
 
     root = tmp_path_factory.mktemp("integrity_evaluate")
@@ -301,7 +301,7 @@ def test_truncated_output_cache_entry_is_a_miss_with_one_warning(world, cli, tmp
 
 # ---------------------------------------------------------------------------------------- weights by content
 def _tiny_sdxl():
-    from isood.tiny_models import build_tiny_sdxl
+    from isood.dev.tiny_models import build_tiny_sdxl
 
     return build_tiny_sdxl
 
@@ -336,11 +336,11 @@ def test_new_weights_in_the_same_pipeline_folder_regenerate(tmp_path, isood_cach
 def test_weights_fingerprint_is_cached_and_follows_content(tmp_path, isood_cache, reads, monkeypatch):
     """The fingerprint of a weights folder (CLIP local-dir identity, SDXL pipeline) reads its files once; a touch
     re-reads one and keeps the fingerprint; a same-size rewrite changes it."""
-    import isood.content
-    from isood.clip import parse_clip_spec
-    from isood.tiny_models import build_tiny_clip
+    import isood.core.content
+    from isood.features.clip import parse_clip_spec
+    from isood.dev.tiny_models import build_tiny_clip
 
-    monkeypatch.setattr(isood.content, "RACY_NS", 0)
+    monkeypatch.setattr(isood.core.content, "RACY_NS", 0)
     folder = build_tiny_clip(tmp_path / "clip")
     spec = f"local-dir:{folder}"
     ident = parse_clip_spec(spec).identity
@@ -393,7 +393,7 @@ def test_16bit_pgm_keeps_its_16bit_scaling():
     """PIL opens a 16-bit PGM as mode I: its values are 16-bit samples (x 255/65535), as before."""
     import io
 
-    from isood.images import to_rgb
+    from isood.features.images import to_rgb
 
     g = _gray().astype(np.uint16) * 257
     buf = io.BytesIO(b"P5\n28 24\n65535\n" + g.astype(">u2").tobytes())
@@ -482,7 +482,7 @@ def test_non_utf8_names_are_rejected_rows(cli, tiny_clip_spec, tmp_path):
 def test_one_text_in_batches_of_different_shapes_agrees_within_tolerance(tiny_encoder):
     """The premise of the tolerance in tests/isood/test_clip.py: batch shapes change the float rounding (bit
     equality held on one machine, not on another), never more than ~1e-7."""
-    from isood.clip import encode_texts
+    from isood.features.clip import encode_texts
 
     texts = ["a photo of a tench.", "a sketch of a dog.", "a photo of a tench."]
     two_and_one = encode_texts(tiny_encoder, texts, batch_size=2)

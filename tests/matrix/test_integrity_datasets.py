@@ -86,8 +86,8 @@ def world(tmp_path_factory, tiny_clip_spec, tiny_images, tiny_encoder, image_dat
     """Inputs of the stages: ID images, a LAID file, a labels file, a planted release, a tiny SDXL pipeline."""
     import torch
 
-    from isood.laid import LAID
-    from isood.simulate import random_orthogonal
+    from isood.science.laid import LAID
+    from isood.science.simulate import random_orthogonal
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("datasets")
@@ -98,7 +98,7 @@ def world(tmp_path_factory, tiny_clip_spec, tiny_images, tiny_encoder, image_dat
     (root / "imagenet_ood.txt").write_text("n02084071/a.JPEG\nn04399382/b.JPEG\nn00288000/c.JPEG\n")
     (root / "openood.txt").write_text("n02084071/a.JPEG 3\nn04399382/b.JPEG 4\n")
     (root / "candidates.txt").write_text("n00005787\nn00288000\nn02084071\nn02085620\n")
-    from isood.tiny_models import build_tiny_sdxl
+    from isood.dev.tiny_models import build_tiny_sdxl
 
     build_tiny_sdxl().save_pretrained(root / "sdxl")
     return root
@@ -142,11 +142,11 @@ ROWS = [
     ("import-pooled", "splits", "images", "path", "stages.interop.release.import_isood_lists"),
     ("import-per-subset", "splits", "images", "path", "stages.interop.release.import_isood_lists"),
     ("clean", "splits", "images", "path", "stages.clean"),
-    ("syn-is", "syn-is", "images", "path", "generation.syn.write.write_syn_manifest"),
-    ("syn-is-prompts", "syn-is-prompts", "images", "prompt_id", "generation.syn.write.write_syn_manifest"),
-    ("syn-is-part", "syn-is-part", "images", "path", "generation.syn.write.write_part"),
-    ("class-filter", "class-filter", "classes", "wnid", "wordnet_tools.jobs.run_filter"),
-    ("audit", "audit", "classes", "wnid", "wordnet_tools.jobs.run_audit"),
+    ("syn-is", "syn-is", "images", "path", "isood.stages.syn.write.write_syn_manifest"),
+    ("syn-is-prompts", "syn-is-prompts", "images", "prompt_id", "isood.stages.syn.write.write_syn_manifest"),
+    ("syn-is-part", "syn-is-part", "images", "path", "isood.stages.syn.write.write_part"),
+    ("class-filter", "class-filter", "classes", "wnid", "isood.stages.wordnet.jobs.run_filter"),
+    ("audit", "audit", "classes", "wnid", "isood.stages.wordnet.jobs.run_audit"),
     ("imagenet-ood", "image-list", "images", "path", "stages.interop.imports"),
     ("openood-imglist", "image-list", "images", "path", "stages.interop.imports"),
     ("evaluation", "evaluation", "cell_metrics", "cell", "evaluation.write"),

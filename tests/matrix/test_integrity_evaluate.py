@@ -40,7 +40,7 @@ def _image(path: Path, colour, rng, shift: float = 0.0) -> None:
 
 
 def _write_splits(root: Path, test_root: Path, rows: list[dict], *, n_levels: int, na_threshold: int):
-    from isood.grid import cell_table, edges_table
+    from isood.science.grid import cell_table, edges_table
     from isood.stages.splits import write_splits
 
     images = pd.DataFrame(rows)
@@ -53,8 +53,8 @@ def _write_splits(root: Path, test_root: Path, rows: list[dict], *, n_levels: in
 def _write_syn(root: Path, rng, colour, per_cell: int) -> None:
     """A Syn-IS manifest (generate-syn's writer, its threshold 10): ``per_cell`` images in two cells of the
     covariate level 1, so both are stored N/A."""
-    from generation.syn import write_syn_manifest
-    from isood.grid import cell_name, edges_table
+    from isood.stages.syn import write_syn_manifest
+    from isood.science.grid import cell_name, edges_table
 
     images, prompts = [], []
     for s in (0, 1):
@@ -80,9 +80,9 @@ def world(tmp_path_factory):
     """ID train (4 per class) / ID test (2 per class) folders, a 2 x 2 splits manifest (4 images per cell, its
     threshold 2), a Syn-IS manifest (3 images in each of two cells, stored N/A at its threshold 10), a tiny
     timm ResNet checkpoint."""
-    from isood.tiny_models import build_tiny_classifier
+    from isood.dev.tiny_models import build_tiny_classifier
 
-    from isood.grid import cell_name
+    from isood.science.grid import cell_name
 
     root = tmp_path_factory.mktemp("integrity_evaluate")
     rng = np.random.default_rng(0)
@@ -125,7 +125,7 @@ def _nothing_computed(out: Path) -> None:
 
 # ================================================================================= one N/A rule for every set
 def test_syn_cells_follow_the_runs_threshold_not_the_stored_flag(world, cli, tmp_path):
-    """Guard: cells.cell_grid decides N/A with isood.grid.is_na on the observed counts for every set. The Syn-IS
+    """Guard: cells.cell_grid decides N/A with isood.science.grid.is_na on the observed counts for every set. The Syn-IS
     manifest stores its two 3-image cells as N/A (its threshold 10): at --na-threshold 1 they are measured, and
     their AUROC is the AUROC of the scores the run wrote; at --na-threshold 4 both sets' 3- and 4-image cells
     follow the same rule."""
@@ -155,7 +155,7 @@ def test_syn_cells_follow_the_runs_threshold_not_the_stored_flag(world, cli, tmp
 def test_evaluate_cells_ignores_a_stored_na_flag():
     """Guard: cells._table_rows (Python API): a cells table marking a 12-image cell N/A is measured at threshold
     10; na_cells still marks one (the caller's explicit choice)."""
-    from isood.evaluation.cells import evaluate_cells
+    from isood.science.cells import evaluate_cells
 
     rng = np.random.default_rng(3)
     images = pd.DataFrame({"cov_level": [0] * 12 + [1] * 12, "sem_level": [0] * 24})
@@ -171,7 +171,7 @@ def test_evaluate_cells_ignores_a_stored_na_flag():
 
 # ================================================================================= leak-free == cleaned
 def _outputs(root: Path, name: str, wnids, logits, rng) -> None:
-    from isood.evaluation.outputs import save_outputs
+    from isood.stages.evaluate.outputs import save_outputs
 
     idx = pd.DataFrame({"path": [f"{w}/{name}_{i}.png" for i, w in enumerate(wnids)], "wnid": wnids})
     save_outputs(root / name, idx, logits=logits, features=rng.normal(size=(len(wnids), 4)))
@@ -180,7 +180,7 @@ def _outputs(root: Path, name: str, wnids, logits, rng) -> None:
 def _leak_world(root: Path, counts: dict, pools: dict) -> pd.DataFrame:
     """Precomputed outputs (ID train 30, ID test 15, the test images) and a splits manifest (threshold 10) with
     ``counts[(c, s)]`` images per cell drawn round robin from ``pools[s]``; leaking images look like tench."""
-    from isood.grid import cell_name
+    from isood.science.grid import cell_name
 
     rng = np.random.default_rng(0)
     onehot = lambda w: np.eye(3)[ID.index(w)] if w in ID else np.eye(3)[0]  # noqa: E731
@@ -196,7 +196,7 @@ def _leak_world(root: Path, counts: dict, pools: dict) -> pd.DataFrame:
     images = pd.DataFrame(rows)
     _write_splits(root / "splits", root / "test", rows, n_levels=3, na_threshold=10)
     leak = images["wnid"].isin(ID + [FISH]).to_numpy()
-    from isood.evaluation.outputs import save_outputs
+    from isood.stages.evaluate.outputs import save_outputs
 
     save_outputs(root / "test", images[["path", "wnid"]], features=rng.normal(size=(len(images), 4)),
                  logits=rng.normal(0, 1, (len(images), 3)) + 5 * leak[:, None] * np.eye(3)[0])
@@ -244,7 +244,7 @@ def test_leak_free_rows_equal_the_evaluation_of_the_cleaned_splits(cli, tmp_path
 def test_rules_flagging_every_image_are_refused_before_scoring(cli, tmp_path, monkeypatch):
     """Guard: job.leak_masks. A splits manifest holding only ID and hypernym classes: the default rules flag all
     its images; refused with one line before anything is scored (it raised KeyError 'cell' after the run)."""
-    import isood.evaluation.job as job
+    import isood.stages.evaluate.job as job
 
     _leak_world(tmp_path, {(0, 0): 12, (1, 1): 12}, {0: [ID[0], FISH], 1: [ID[1], FISH]})
     r = cli.invoke(["wordnet", "audit", tmp_path / "splits", "--out", tmp_path / "audit"])
@@ -331,7 +331,7 @@ def test_model_function_that_is_no_classifier_is_one_line(option, names, world, 
 ])
 @pytest.mark.parametrize("seed", [SEED_TOO_BIG, str(2**31), "-1"])
 def test_seed_outside_the_one_bound_is_one_line(command, seed, cli, tmp_path):
-    """Guard: isood.defaults.check_seed, called by every command's option check before anything is read."""
+    """Guard: isood.core.defaults.check_seed, called by every command's option check before anything is read."""
     args = [str(tmp_path / a) if a in ("S", "V", "T", "I", "L", "W") else a for a in command]
     out = tmp_path / "out"
     args[args.index("OUT")] = str(out)
@@ -346,8 +346,8 @@ def test_largest_seed_reaches_torch_and_faiss():
     import faiss
     import torch
 
-    from isood.defaults import SEED_MAX
-    from isood.simulate import random_orthogonal
+    from isood.core.defaults import SEED_MAX
+    from isood.science.simulate import random_orthogonal
 
     torch.Generator().manual_seed(SEED_MAX)
     faiss.Kmeans(4, 2, seed=SEED_MAX)
@@ -381,7 +381,7 @@ def test_default_plots_are_auroc_and_fpr95_and_all_draws_every_metric(world, cli
     """Guard: options.plot_metrics / plots.plot_metric_names. By default the heatmaps and level curves of AUROC
     and FPR@95 only (the report embeds exactly those and says where the rest is); --plot-metrics all draws every
     computed metric."""
-    from isood.evaluation.plots import VECTOR_FORMATS, compare_name, heatmap_name, level_curve_name
+    from isood.report.plots import VECTOR_FORMATS, compare_name, heatmap_name, level_curve_name
 
     args = _args(world, tmp_path / "ev", detectors="msp,energy")
     del args[args.index("--plot-metrics"):args.index("--plot-metrics") + 2]
@@ -392,7 +392,7 @@ def test_default_plots_are_auroc_and_fpr95_and_all_draws_every_metric(world, cli
     paper = [n for m in ("auroc", "fpr95") for n in [compare_name("splits", m)]
              + [level_curve_name("splits", ax, m) for ax in ("sem", "cov")]
              + [heatmap_name("splits", d, m) for d in ("msp", "energy")]]  # + SVG and PDF beside each PNG
-    from isood.evaluation.mosaic import mosaic_name
+    from isood.report.mosaic import mosaic_name
 
     want = sorted([Path(n).name for n in paper] + [Path(n).name[:-3] + fmt for n in paper for fmt in VECTOR_FORMATS]
                   + [Path(mosaic_name("splits")).name])  # and the grid's mosaic of sampled images
@@ -460,7 +460,7 @@ def test_pytorch_ood_messages_are_one_warning_line_each(world, tmp_path):
     r = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300,
                        cwd=Path(__file__).resolve().parents[2])
     assert r.returncode == 0, r.stderr
-    from isood.progress import is_progress_line
+    from isood.core.progress import is_progress_line
 
     lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not is_progress_line(ln)]
     assert lines == ["warning: pytorch-ood:Noisy: scores are nearly constant"], r.stderr
@@ -471,7 +471,7 @@ def test_per_subset_import_is_evaluated_one_dataset_per_subset(cli, tmp_path):
     """Guard: assemble.grid_parts. `isood import isood-lists --na-rule per-subset`: each subset is its own grid
     dataset (splits/train, splits/val), a cell N/A on that subset's own count; the measured cells' metrics are
     those of the subset's images (it was refused: 'mixes several sources')."""
-    from isood.evaluation.outputs import save_outputs
+    from isood.stages.evaluate.outputs import save_outputs
 
     rng = np.random.default_rng(5)
     counts = {"train": {(0, 0): 12, (0, 1): 4, (1, 0): 11, (1, 1): 0},

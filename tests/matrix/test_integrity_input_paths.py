@@ -1,4 +1,4 @@
-"""One input-path policy for every reader of lists and folders (``isood.inputs``): entries relative and inside
+"""One input-path policy for every reader of lists and folders (``isood.core.inputs``): entries relative and inside
 their root, no control character (NUL, newline), symlinked folders followed only inside the root (and said),
 hidden folders never subsets. Rows:
 
@@ -23,7 +23,7 @@ import pytest
 from PIL import Image
 
 import manifests
-from isood.errors import BadInputError, IsoodWarning
+from isood.core.errors import BadInputError, IsoodWarning
 
 W = "n01440764"
 
@@ -93,7 +93,7 @@ def test_a_link_to_a_subset_read_anyway_is_read_once(tmp_path):
 
 # ============================================================================ control characters
 def test_a_newline_in_an_image_name_is_recorded_escaped_and_refused(tmp_path):
-    from isood.images import list_images
+    from isood.features.images import list_images
 
     for name in ("a.png", "b\nc.png"):
         _png(tmp_path / "imgs" / W / name)
@@ -109,7 +109,7 @@ def test_the_writer_refuses_and_verify_flags_a_path_with_a_newline(tmp_path, mon
     """A splits table whose path holds a newline would write one list line too many: the writer refuses it;
     a manifest written without that check (an earlier version, simulated) fails `verify`."""
     import manifests.store as store
-    from isood.grid import cell_table, edges_table
+    from isood.science.grid import cell_table, edges_table
     from isood.stages.splits import write_splits
 
     rows = [{"path": p, "wnid": W, "d_sem": 0.1, "d_cov": 0.1, "sem_level": 0, "cov_level": 0,
@@ -141,7 +141,7 @@ def test_an_id_test_list_naming_a_file_outside_its_root_is_refused(entry, tmp_pa
     """As the importers' lists: entries relative to the list's root and inside it. Refused before the model
     loads (the Python API raises the CLI's one-line error)."""
     import isood
-    from isood.grid import cell_table, edges_table
+    from isood.science.grid import cell_table, edges_table
     from isood.stages.splits import write_splits
 
     _png(tmp_path / "outside.png")
@@ -161,8 +161,8 @@ def test_an_id_test_list_naming_a_file_outside_its_root_is_refused(entry, tmp_pa
 
 
 def test_the_policy_in_one_place():
-    """The rule itself (``isood.inputs``), against hand-checked cases."""
-    from isood.inputs import entry_problem
+    """The rule itself (``isood.core.inputs``), against hand-checked cases."""
+    from isood.core.inputs import entry_problem
 
     ok = ["a.png", "./a/b.png", "n01/x y.png"]
     bad = {"/etc/passwd": "absolute", "C:/x.png": "absolute", "a/../../b": "..", "a\nb": "newline",

@@ -89,11 +89,11 @@ def test_bom_is_dropped_by_every_reader_of_a_user_text_file(tmp_path, tiny_image
     unknown class, a term that never matched, a label taken as a name, a JSON / TOML error, an unreadable path."""
     from generation.safety import PromptBlocklist
     from generation.styles import parse_style_file
-    from isood.evaluation.classes import read_class_file
-    from isood.images import list_images
-    from isood.labels import load_labels
-    from isood.stages.splits.config import read_toml  # isood.optspec.from_config of BuildConfig
-    from wordnet_tools.jobs import read_list_file
+    from isood.classifiers.classes import read_class_file
+    from isood.features.images import list_images
+    from isood.features.labels import load_labels
+    from isood.stages.splits.config import read_toml  # isood.core.optspec.from_config of BuildConfig
+    from isood.stages.wordnet.jobs import read_list_file
     from wordnet_tools.synsets import load_synset_list
 
     wnids = BOM + b"n01440764\r\nn01443537\r\n"
@@ -190,7 +190,7 @@ OOD = ["n02084071", "n04399382"]
 def eval_world(tmp_path_factory, tiny_eval):
     """Image folders (train / val with 3 ID classes), a 2 x 2 splits manifest written by the splits writer, and
     a tiny timm ResNet with random weights saved as a local checkpoint."""
-    from isood.tiny_models import build_tiny_classifier
+    from isood.dev.tiny_models import build_tiny_classifier
 
     _image = tiny_eval.image
     root = tmp_path_factory.mktemp("eval_world")
@@ -212,7 +212,7 @@ def _evaluate(world: Path, out: Path, *extra) -> list:
 
 
 def test_evaluate_classes_latin1_is_one_line(eval_world, cli, tmp_path):
-    """Guard: isood.evaluation.classes.read_class_file (was a UnicodeDecodeError traceback)."""
+    """Guard: isood.classifiers.classes.read_class_file (was a UnicodeDecodeError traceback)."""
     path = tmp_path / "classes.txt"
     path.write_bytes(b"n01440764\nn01443537 " + LATIN1 + b"\nn01484850\n")
     out = tmp_path / "out"
@@ -231,7 +231,7 @@ def test_evaluate_classes_with_a_bom_is_the_same_run(eval_world, cli, tmp_path):
 
 
 def test_plot_metric_when_every_cell_is_na_says_why(eval_world, cli, tmp_path):
-    """Guard: isood.evaluation.levels.metric_choices (was "pass among " followed by nothing)."""
+    """Guard: isood.science.levels.metric_choices (was "pass among " followed by nothing)."""
     line = cli.one_line_error(cli.invoke(_evaluate(eval_world, tmp_path / "out", "--plot-metrics", "auroc",
                                                    "--na-threshold", "100")))
     assert "auroc" in line and "every cell is N/A" in line and "--na-threshold" in line, line
@@ -239,7 +239,7 @@ def test_plot_metric_when_every_cell_is_na_says_why(eval_world, cli, tmp_path):
 
 
 def test_detector_without_parameters_says_so(eval_world, cli, tmp_path):
-    """Guard: isood.evaluation.detectors.registry.get_detector (was "pass one of: none")."""
+    """Guard: isood.science.detectors.registry.get_detector (was "pass one of: none")."""
     args = _evaluate(eval_world, tmp_path / "out")
     args[args.index("--detectors") + 1] = "maxlogit:k=3"
     line = cli.one_line_error(cli.invoke(args))
@@ -260,7 +260,7 @@ class Pictures:
 @pytest.fixture(scope="module")
 def syn_manifest(syn_inputs, tiny_clip_spec, tmp_path_factory) -> Path:
     """A generated Syn-IS manifest written by the generate-syn stage and its writer (labels are names)."""
-    from generation.syn import SynOptions, run_generate_syn
+    from isood.stages.syn import SynOptions, run_generate_syn
 
     root = syn_inputs["root"]
     out = tmp_path_factory.mktemp("syn") / "syn"
@@ -274,7 +274,7 @@ def syn_manifest(syn_inputs, tiny_clip_spec, tmp_path_factory) -> Path:
 def test_syn_is_export_lists_every_generated_image_per_cell(syn_manifest, cli, tmp_path):
     """Guard: isood.stages.interop.openood.has_class_label (was ArrowInvalid: 'tench'): a Syn-IS label is the
     prompt's name, not a class index, so every image is listed with OpenOOD's OOD label -1, in its cell."""
-    from isood.grid import cell_name
+    from isood.science.grid import cell_name
 
     images = manifests.read(syn_manifest).frame("images")
     assert images["label"].map(type).eq(str).all() and len(images) >= 3  # names such as "tench"
@@ -351,7 +351,7 @@ def test_every_kind_exports_or_is_refused_in_one_line(kind, exportable, cli, tmp
 @pytest.fixture
 def nothing_loads(monkeypatch):
     """generate-syn's inputs must not be loaded, nor Ray imported (the run is refused before)."""
-    import generation.syn.stage as stage
+    import isood.stages.syn.stage as stage
 
     def loaded(*args, **kwargs):
         raise AssertionError("the inputs were loaded before the options were checked")
@@ -410,8 +410,8 @@ def test_extract_ray_gpus_refuse_nan_and_inf(value, tiny_images, tiny_clip_spec,
 
 def test_a_checker_failing_on_an_image_is_one_line(syn_inputs, tiny_clip_spec, tmp_path):
     """Guard: generation.outputs.write_image: a user's checker raising on an image names it and the image."""
-    from generation.syn import SynOptions, run_generate_syn
-    from isood.errors import IsoodError
+    from isood.stages.syn import SynOptions, run_generate_syn
+    from isood.core.errors import IsoodError
 
     def broken(image, item):
         raise KeyError("nsfw_score")
@@ -432,7 +432,7 @@ def test_generate_syn_terminal_shows_only_isood_lines(syn_inputs, tmp_path):
     warning, "Loading pipeline components" and "Loading weights" bars)."""
     import torch
 
-    from isood.tiny_models import build_tiny_sdxl
+    from isood.dev.tiny_models import build_tiny_sdxl
 
     torch.set_num_threads(1)
     pipe_dir = tmp_path / "tiny_sdxl"
@@ -449,7 +449,7 @@ def test_generate_syn_terminal_shows_only_isood_lines(syn_inputs, tmp_path):
 
 # ======================================================================================= levels
 def test_import_levels_beyond_the_bound_is_refused_before_reading(release, cli, tmp_path):
-    """Guard: isood.grid.check_levels (import isood-lists --levels 1000 wrote a million lists)."""
+    """Guard: isood.science.grid.check_levels (import isood-lists --levels 1000 wrote a million lists)."""
     for bad in ("1000", "33"):
         line = cli.one_line_error(cli.invoke(["import", "isood-lists", release, "--out", tmp_path / "m", "--levels",
                                               bad, "--allow-missing"]))
@@ -464,8 +464,8 @@ def test_build_splits_levels_beyond_the_bound_is_refused(cli, tmp_path):
 
 
 def test_generate_syn_levels_beyond_the_bound_is_refused(syn_inputs, nothing_loads, tiny_clip_spec, tmp_path):
-    from generation.syn import SynOptions, run_generate_syn
-    from isood.errors import BadInputError
+    from isood.stages.syn import SynOptions, run_generate_syn
+    from isood.core.errors import BadInputError
 
     root = syn_inputs["root"]
     with pytest.raises(BadInputError, match=r"--levels must be an integer in \[1, 32\], got 33"):
@@ -493,8 +493,8 @@ def planted(tmp_path_factory):
     """Clustered ID features (30 clusters) and test features from 40 clusters: a quarter of the test images are
     far from every ID image, where the nearest rows are near-ties an IVF search misses; and a noise world no
     IVF plan reaches a high recall on."""
-    from isood.laid import LAID
-    from isood.simulate import random_orthogonal
+    from isood.science.laid import LAID
+    from isood.science.simulate import random_orthogonal
 
     base = tmp_path_factory.mktemp("planted")
     rng = np.random.default_rng(0)
@@ -514,7 +514,7 @@ def _build(planted: dict, out: Path, *extra, id_key: str = "id", test_key: str =
 
 
 def test_ann_report_matches_a_real_exact_build(planted, cli, tmp_path):
-    """Guard: isood.ann.agreement.exact_agreement via isood.stages.splits.ann_summary. The reported share of
+    """Guard: isood.features.ann.agreement.exact_agreement via isood.stages.splits.ann_summary. The reported share of
     images whose cell (and level) equals an exact build's holds, within its reported interval, the share counted
     against a real exact build of the same data; the grid's edges moved (the agreement at this build's own
     edges, all that was reported before, misses that)."""
@@ -540,7 +540,7 @@ def test_ann_report_matches_a_real_exact_build(planted, cli, tmp_path):
 
 
 def test_unreachable_ann_recall_says_what_it_needs_reached_and_what_to_pass(planted, cli, tmp_path):
-    """Guard: isood.ann.tune.RecallOutOfReach (was "0.999 out of reach ... reaches 0.9993", and named the first
+    """Guard: isood.features.ann.tune.RecallOutOfReach (was "0.999 out of reach ... reaches 0.9993", and named the first
     axis only): the one line gives the recall the tuning sample needs, what each axis reached there (below it),
     and a target that runs on both axes."""
     line = cli.one_line_error(cli.invoke(_build(planted, tmp_path / "s", "--ann-recall", "0.99",
@@ -583,8 +583,8 @@ def splits_with_features(tmp_path_factory, tiny_clip_spec, tiny_images, image_da
     """build-splits from image folders (features extracted into features-id/ and features-test/), with a card."""
     import torch
 
-    from isood.laid import LAID
-    from isood.simulate import random_orthogonal
+    from isood.science.laid import LAID
+    from isood.science.simulate import random_orthogonal
     from manifests import add_card
 
     torch.set_num_threads(1)

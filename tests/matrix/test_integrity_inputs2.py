@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 import manifests
-from isood.errors import BadInputError
+from isood.core.errors import BadInputError
 
 W = "n01440764"
 
@@ -28,7 +28,7 @@ def _png(path: Path, value: int = 90) -> None:
 
 def _splits(root: Path, test_root: Path, n: int = 2) -> Path:
     """A 1 x 1 splits manifest of ``n`` images under ``test_root`` (the stage's writer, with its card)."""
-    from isood.grid import cell_table, edges_table
+    from isood.science.grid import cell_table, edges_table
     from isood.stages.splits import write_splits
 
     for i in range(n):
@@ -75,7 +75,7 @@ def test_evaluate_out_inside_the_test_root_a_manifest_names_is_refused_before_wo
 def tiny_sdxl(tmp_path_factory):
     import torch
 
-    from isood.tiny_models import build_tiny_sdxl
+    from isood.dev.tiny_models import build_tiny_sdxl
 
     torch.set_num_threads(1)
     folder = tmp_path_factory.mktemp("tiny_sdxl")
@@ -84,7 +84,7 @@ def tiny_sdxl(tmp_path_factory):
 
 
 def _syn(syn_inputs_factory, tiny_clip_spec, tiny_sdxl, tmp_path, out, **kw):
-    from generation.syn import SynOptions, run_generate_syn
+    from isood.stages.syn import SynOptions, run_generate_syn
 
     inputs = syn_inputs_factory(tmp_path / "inputs") if not (tmp_path / "inputs").exists() else \
         {"labels": tmp_path / "inputs" / "labels.txt", "laid": tmp_path / "inputs" / "laid.safetensors",
@@ -99,7 +99,7 @@ def _syn(syn_inputs_factory, tiny_clip_spec, tiny_sdxl, tmp_path, out, **kw):
 def test_generate_syn_empty_part_writes_and_merges(syn_inputs_factory, tiny_clip_spec, tiny_sdxl, tmp_path):
     """One pipeline batch over two tasks: task 1 generates nothing; its part is written and the merge equals the
     single run (content hash)."""
-    from generation.syn import KIND, merge_parts
+    from isood.stages.syn import KIND, merge_parts
     from manifests.parts import read_parts
 
     single = _syn(syn_inputs_factory, tiny_clip_spec, tiny_sdxl, tmp_path, tmp_path / "single").manifest
@@ -127,7 +127,7 @@ def test_extract_empty_part_writes_and_merges(cli, tiny_images, tiny_clip_spec, 
 
 def test_every_stage_that_takes_num_shards_has_an_empty_part_row():
     from isood.cli.options import COMMANDS
-    from isood.optspec import JobArrayFields
+    from isood.core.optspec import JobArrayFields
 
     sharded = {" ".join(w) for w, cls in COMMANDS if issubclass(cls, JobArrayFields)}
     rows = {"generate-syn": test_generate_syn_empty_part_writes_and_merges,
@@ -194,8 +194,8 @@ def test_images_per_prompt_is_bounded_before_any_work(tmp_path):
 
 
 def test_a_plan_too_large_for_memory_is_refused_before_any_work(tmp_path):
-    from generation.syn import SynOptions
-    from generation.syn.options import MAX_PLANNED_IMAGES, check_options
+    from isood.stages.syn import SynOptions
+    from isood.stages.syn.options import MAX_PLANNED_IMAGES, check_options
 
     with pytest.raises(BadInputError, match="--per-cell"):
         check_options(SynOptions(out=str(tmp_path / "o"), per_cell=MAX_PLANNED_IMAGES // 64 + 1,
@@ -218,8 +218,8 @@ def test_evaluate_refuses_a_missing_file_or_module_before_torch_loads(extra, fla
 
 
 def test_pipeline_local_dir_missing_is_refused_first_without_the_hub(cli, tmp_path):
-    from generation.syn import SynOptions
-    from generation.syn.options import check_options
+    from isood.stages.syn import SynOptions
+    from isood.stages.syn.options import check_options
 
     t = time.perf_counter()
     with pytest.raises(BadInputError) as e:
@@ -242,7 +242,7 @@ def test_a_weights_only_refusal_says_what_it_is(tmp_path):
     import timm
     import torch
 
-    from isood.evaluation.classifiers import adapter_from_option
+    from isood.classifiers.named import adapter_from_option
 
     model = timm.create_model("test_resnet", pretrained=False, num_classes=3)
     torch.save({"state_dict": model.state_dict(), "extra": BadInputError("a pickled object")}, tmp_path / "c.pth")

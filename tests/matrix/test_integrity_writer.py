@@ -2,7 +2,7 @@
 
 | row   | case                                                                    | guard                                              |
 |-------|-------------------------------------------------------------------------|----------------------------------------------------|
-| demo  | `demo --out X`: X/class-filter of another kind replaced first; X a manifest | ``isood.demo.check_demo_out`` (every sub-output checked before the first) |
+| demo  | `demo --out X`: X/class-filter of another kind replaced first; X a manifest | ``isood.dev.demo.check_demo_out`` (every sub-output checked before the first) |
 | out   | `--out` equal to (or holding, or inside) an input                         | ``manifests.output.check_output`` (inputs)         |
 | meta  | hand-edited ``dataset_version`` / ``changelog`` accepted, then a rewrite crashed after deleting | ``manifests.meta.validate_meta`` (read, verify, writer) |
 | crash | a rewrite that fails half way leaves a mix of old and new files           | ``manifests.writing`` (staging sibling, swap last) |
@@ -30,7 +30,7 @@ import pandas as pd
 import pytest
 
 import manifests
-from isood.errors import BadInputError, ManifestError
+from isood.core.errors import BadInputError, ManifestError
 
 LIST_A = "n02084071/a.JPEG\nn04399382/b.JPEG\n"
 LIST_B = "n02084071/c.JPEG\nn04399382/d.JPEG\nn01440764/e.JPEG\n"
@@ -69,7 +69,7 @@ def test_a_hand_edited_version_or_changelog_is_refused_and_nothing_is_replaced(c
 
 # ------------------------------------------------------------------------------------------------ verify checks every field
 def _splits(root: Path):
-    from isood.grid import cell_name, cell_table, edges_table
+    from isood.science.grid import cell_name, cell_table, edges_table
     from isood.stages.splits import write_splits
 
     rows = [{"path": f"n02084071/x{c}{s}_{i}.JPEG", "wnid": "n02084071", "d_sem": 0.2 + s, "d_cov": 0.2 + c,
@@ -172,7 +172,7 @@ def test_demo_checks_every_output_before_the_first(cli, tmp_path):
 
 
 def test_an_out_that_is_or_holds_an_input_is_refused(cli, tmp_path):
-    from wordnet_tools.jobs import run_audit
+    from isood.stages.wordnet.jobs import run_audit
 
     s = tmp_path / "s"
     _splits(s)
@@ -200,9 +200,9 @@ def _flip(path: Path, offset: int = -5) -> None:
 @pytest.fixture(scope="module")
 def feature_world(tmp_path_factory, tiny_clip_spec, image_dataset_factory):
     """A features manifest (real extract), a LAID file, a splits manifest built on them (real build-splits)."""
-    from isood.featurestore import extract_features
-    from isood.laid import LAID
-    from isood.simulate import random_orthogonal
+    from isood.features.featurestore import extract_features
+    from isood.science.laid import LAID
+    from isood.science.simulate import random_orthogonal
     from isood.stages.splits import BuildConfig, build_splits
 
     root = tmp_path_factory.mktemp("tampered")
@@ -242,7 +242,7 @@ def test_every_stage_refuses_a_tampered_input(cli, feature_world, tmp_path, tiny
 
 
 def test_splits_clean_refuses_an_edited_audit(cli, feature_world, tmp_path):
-    from wordnet_tools.jobs import run_audit
+    from isood.stages.wordnet.jobs import run_audit
 
     run_audit(feature_world / "splits", "1k", out=tmp_path / "audit")
     classes = tmp_path / "audit" / "data" / "classes.parquet"
@@ -278,7 +278,7 @@ def test_roots_are_stored_absolute_whatever_the_working_directory(cli, feature_w
 # ------------------------------------------------------------------------------------------------ paths outside the root
 @pytest.mark.parametrize("bad", ["../outside/x.JPEG", "/abs/x.JPEG", "n0/../../x.JPEG"])
 def test_the_python_api_cannot_store_paths_outside_the_root(tmp_path, bad):
-    from isood.grid import cell_table, edges_table
+    from isood.science.grid import cell_table, edges_table
     from isood.stages.splits import write_splits
 
     images = pd.DataFrame({"path": ["n02084071/ok.JPEG", bad], "wnid": ["n02084071"] * 2, "d_sem": [0.1, 0.2],
@@ -319,7 +319,7 @@ def test_verify_and_every_reader_refuse_a_manifest_with_such_paths(cli, tmp_path
 
 # ------------------------------------------------------------------------------------------------ determinism
 def test_one_seed_gives_one_content_hash(tmp_path):
-    from isood.demo import run_planted
+    from isood.dev.demo import run_planted
 
     a = run_planted(tmp_path / "a", seed=3, progress=False).result.manifest
     b = run_planted(tmp_path / "b", seed=3, progress=False).result.manifest
@@ -332,7 +332,7 @@ def test_one_seed_gives_one_content_hash(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ full disk
 def test_a_full_disk_while_streaming_names_the_file(cli, tmp_path):
-    """guard: ``isood.files.naming`` around the streamed writes (``manifests.stream``: pyarrow and file
+    """guard: ``isood.core.files.naming`` around the streamed writes (``manifests.stream``: pyarrow and file
     writes raise without a file name) and ``manifests.output.public_path`` in the message"""
     import subprocess
 

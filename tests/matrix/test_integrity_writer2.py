@@ -37,7 +37,7 @@ import pandas as pd
 import pytest
 
 import manifests
-from isood.errors import BadInputError, ManifestError
+from isood.core.errors import BadInputError, ManifestError
 
 LIST_A = "n02084071/a.JPEG\nn04399382/b.JPEG\nn01440764/e.JPEG\n"
 LIST_B = "".join(f"n02084071/x{i}.JPEG\n" for i in range(7))
@@ -348,8 +348,8 @@ def test_a_deeply_nested_manifest_json_is_one_line(cli, tmp_path):
 
 
 def test_the_unreadable_images_list_has_a_private_unpredictable_name(tmp_path):
-    from isood.evaluation.capture import Unreadable
-    from isood.evaluation.scoring import _unreadable_list
+    from isood.classifiers.capture import Unreadable
+    from isood.classifiers.scoring import _unreadable_list
 
     found = [Unreadable(f"/data/x{i}.png", "OSError") for i in range(5)]
     a, b = _unreadable_list(found, None), _unreadable_list(found, None)

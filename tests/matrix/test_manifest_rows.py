@@ -41,7 +41,7 @@ OOD_WNIDS = ["n02084071", "n04399382"]  # dog (a hypernym of 1K classes), teddy 
 
 def _planted_images() -> pd.DataFrame:
     """path, wnid, shifts, levels and cells of 24 planted test images on a 2 x 2 grid."""
-    from isood.grid import cell_name
+    from isood.science.grid import cell_name
 
     rows = []
     for c in range(2):
@@ -55,7 +55,7 @@ def _planted_images() -> pd.DataFrame:
 
 
 def _write_splits(root: Path) -> None:
-    from isood.grid import cell_table, edges_table
+    from isood.science.grid import cell_table, edges_table
     from isood.stages.splits import write_splits
 
     images = _planted_images()
@@ -65,10 +65,10 @@ def _write_splits(root: Path) -> None:
 
 
 def _write_syn(root: Path) -> None:
-    from generation.syn import write_syn_manifest
-    from generation.syn.steps import rejected_rows
-    from isood.grid import edges_table
-    from isood.files import sha256_bytes
+    from isood.stages.syn import write_syn_manifest
+    from isood.stages.syn.steps import rejected_rows
+    from isood.science.grid import edges_table
+    from isood.core.files import sha256_bytes
 
     images = _planted_images().head(10)
     n = len(images)
@@ -92,11 +92,11 @@ def _write_syn(root: Path) -> None:
 def world(tmp_path_factory, tiny_images, tiny_clip_spec):
     """One good manifest of every kind a command reads, each written by its real writer, plus the small inputs
     the commands need to get as far as reading it."""
-    from isood.featurestore import extract_features
-    from isood.laid import LAID
-    from isood.simulate import random_orthogonal
+    from isood.features.featurestore import extract_features
+    from isood.science.laid import LAID
+    from isood.science.simulate import random_orthogonal
     from isood.stages.extract import ExtractOptions, run_extract
-    from wordnet_tools.jobs import run_audit, run_filter
+    from isood.stages.wordnet.jobs import run_audit, run_filter
 
     root = tmp_path_factory.mktemp("manifest-rows")
     _write_splits(root / "splits")

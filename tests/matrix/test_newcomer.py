@@ -2,16 +2,16 @@
 
 * A model named by its Hugging Face Hub name when the Hub cannot be reached (``HF_HUB_OFFLINE`` unset): one line
   naming ``HF_HUB_OFFLINE=1`` and what to pass instead (a ``local-dir:``, ``isood dev tiny-models``), in about a
-  second instead of huggingface_hub's retries (guard: ``isood.hub_access`` in ``isood.clip.load_clip``,
-  ``generation.sdxl.load_pipeline`` / ``expected_fingerprint``, ``isood.evaluation.classifiers``). The runs are
+  second instead of huggingface_hub's retries (guard: ``isood.core.hub_access`` in ``isood.features.clip.load_clip``,
+  ``generation.sdxl.load_pipeline`` / ``expected_fingerprint``, ``isood.classifiers.named``). The runs are
   subprocesses with the environment a user has (``HF_HUB_OFFLINE`` unset, the Hub at a closed local port, an
   empty cache); their time is bounded by a timeout, not asserted (the measured times are in the docs'
   troubleshooting page).
 * With ``HF_HUB_OFFLINE=1`` the line says so.
 * ``isood dev tiny-models DIR`` refuses a non-empty DIR it did not write, in one line, changing nothing (guard:
-  ``isood.tiny_models.write_tiny_models``).
+  ``isood.dev.tiny_models.write_tiny_models``).
 * A bound is said as a person types it: ``--seed`` must be in [0, 2147483647], not [0, 2.14748e+09], in the
-  one-line refusal and in ``--help`` (guard: ``isood.optspec.format_bound``).
+  one-line refusal and in ``--help`` (guard: ``isood.core.optspec.format_bound``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from isood.hub_access import HubAccess, _probe
+from isood.core.hub_access import HubAccess, _probe
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Each subprocess imports torch and the model libraries (~10 s here); a run that waited for huggingface_hub's
@@ -58,12 +58,12 @@ def _assert_offline_line(line: str, flag: str) -> None:
 
 
 def test_extract_with_a_hub_clip_and_no_network_is_one_line_naming_hf_hub_offline(tmp_path, tiny_images):
-    """Guard: isood.clip.load_clip -> isood.hub_access (probe, offline mode, the line)."""
+    """Guard: isood.features.clip.load_clip -> isood.core.hub_access (probe, offline mode, the line)."""
     r = subprocess.run([sys.executable, "-c", "import sys; from isood.cli import main; sys.exit(main())", "extract",
                         "--images", str(tiny_images), "--clip", "ViT-B-32:openai", "--device", "cpu",
                         "--out", str(tmp_path / "feat")], env=_offline_env(tmp_path), capture_output=True,
                        text=True, timeout=TIMEOUT, cwd=tmp_path)
-    from isood.progress import is_progress_line
+    from isood.core.progress import is_progress_line
 
     lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not is_progress_line(ln)]
     assert r.returncode == 2 and len(lines) == 1, r.stderr
@@ -74,8 +74,8 @@ def test_extract_with_a_hub_clip_and_no_network_is_one_line_naming_hf_hub_offlin
 
 _LOADERS = """
 import json, sys
-from isood.errors import MissingWeightsError
-from isood.evaluation.classifiers import adapter_from_option
+from isood.core.errors import MissingWeightsError
+from isood.classifiers.named import adapter_from_option
 from generation.sdxl import GeneratorSettings, expected_fingerprint, load_pipeline
 
 calls = {"model": lambda: adapter_from_option("resnet50"),
@@ -93,7 +93,7 @@ print(json.dumps(out))
 
 
 def test_hub_classifier_and_pipeline_with_no_network_are_one_line_naming_hf_hub_offline(tmp_path):
-    """Guards: isood.evaluation.classifiers (timm name), generation.sdxl.expected_fingerprint and load_pipeline."""
+    """Guards: isood.classifiers.named (timm name), generation.sdxl.expected_fingerprint and load_pipeline."""
     r = subprocess.run([sys.executable, "-c", _LOADERS], env=_offline_env(tmp_path), capture_output=True, text=True,
                        timeout=TIMEOUT, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -106,8 +106,8 @@ def test_hub_classifier_and_pipeline_with_no_network_are_one_line_naming_hf_hub_
 
 def test_with_hf_hub_offline_set_the_line_says_so():
     """Guard: HubAccess.missing (the offline case): conftest sets HF_HUB_OFFLINE=1, as `make test` does."""
-    from isood.clip import load_clip
-    from isood.errors import MissingWeightsError
+    from isood.features.clip import load_clip
+    from isood.core.errors import MissingWeightsError
 
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
     with pytest.raises(MissingWeightsError) as e:
@@ -161,7 +161,7 @@ def test_the_three_lines_of_hub_access():
 
 # ------------------------------------------------------------------------------------------------ tiny-models DIR
 def test_tiny_models_refuses_a_foreign_non_empty_dir_in_one_line_and_changes_nothing(tmp_path, cli):
-    """Guard: isood.tiny_models.write_tiny_models (a DIR holding anything it did not write is refused before
+    """Guard: isood.dev.tiny_models.write_tiny_models (a DIR holding anything it did not write is refused before
     any work; nothing is created beside it)."""
     out = tmp_path / "mine"
     out.mkdir()
@@ -173,7 +173,7 @@ def test_tiny_models_refuses_a_foreign_non_empty_dir_in_one_line_and_changes_not
 
 
 def test_a_seed_bound_is_said_in_full_in_the_refusal_and_in_help(tmp_path, cli):
-    """Guard: isood.optspec.format_bound (the refusal said "in [0, 2.14748e+09]", which names no integer to pass)."""
+    """Guard: isood.core.optspec.format_bound (the refusal said "in [0, 2.14748e+09]", which names no integer to pass)."""
     line = cli.one_line_error(cli.invoke(["dev", "tiny-models", tmp_path / "t", "--seed", "2147483648"]))
     assert "--seed must be an integer in [0, 2147483647], got 2147483648" in line
     assert not (tmp_path / "t").exists()

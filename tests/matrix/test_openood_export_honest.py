@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from isood.grid import cell_table, edges_table
+from isood.science.grid import cell_table, edges_table
 
 INFO = "openood_data_info.json"
 LEDGER = ".~isood-export.json"

@@ -126,7 +126,7 @@ def runs(tmp_path_factory) -> list[Path]:
     import pandas as pd
 
     from isood.evaluation import evaluate_scores
-    from isood.evaluation.write import write_evaluation
+    from isood.stages.evaluate.write import write_evaluation
 
     base = tmp_path_factory.mktemp("runs")
     rng = np.random.default_rng(0)

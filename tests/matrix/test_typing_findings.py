@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from isood.errors import BadInputError, ManifestError
+from isood.core.errors import BadInputError, ManifestError
 
 
 @pytest.mark.parametrize("missing, named", [("id", "--id"), ("test", "--test"), ("out", "--out")])
@@ -38,7 +38,7 @@ def test_build_splits_without_a_required_path(tmp_path, missing, named):
 
 
 def test_der_metric_without_thresholds():
-    from isood.evaluation.metrics import METRICS, CellInputs
+    from isood.science.metrics import METRICS, CellInputs
 
     rng = np.random.default_rng(0)
     inputs = CellInputs(rng.normal(1, 1, 50), rng.normal(0, 1, 40), id_correct=np.ones(50, bool))
@@ -46,7 +46,7 @@ def test_der_metric_without_thresholds():
         with pytest.raises(BadInputError, match="DER needs the thresholds"):
             METRICS[name].function(inputs)
     # with thresholds it is the DER of ``der_at_threshold`` (the guard changes nothing else)
-    from isood.evaluation.metrics import der_at_threshold
+    from isood.science.metrics import der_at_threshold
 
     with_t = inputs._replace(der_thresholds={0.95: 0.5, 0.99: 0.1})
     assert METRICS["der95"].function(with_t) == der_at_threshold(
@@ -54,7 +54,7 @@ def test_der_metric_without_thresholds():
 
 
 def test_leak_mask_on_a_set_without_images():
-    from isood.evaluation.assemble import EvalSet, leak_free_set
+    from isood.stages.evaluate.assemble import EvalSet, leak_free_set
 
     flat = EvalSet("ood_list", np.full(3, -1, np.int64), paths=["a.png", "b.png", "c.png"])
     with pytest.raises(BadInputError, match="ood_list is not a grid dataset"):
@@ -82,8 +82,8 @@ def test_write_on_a_file_staged_by_path(tmp_path):
 
 
 def test_input_detector_scored_without_its_input_scores():
-    from isood.evaluation.detectors import ODIN, ForwardOutputs
-    from isood.evaluation.scoring import DetectorScores, score_dataset
+    from isood.science.detectors import ODIN, ForwardOutputs
+    from isood.classifiers.scoring import DetectorScores, score_dataset
 
     outputs = ForwardOutputs.from_arrays(logits=np.eye(3, dtype=np.float32))
     with pytest.raises(BadInputError) as e:
@@ -97,9 +97,9 @@ def test_input_detector_scored_without_its_input_scores():
 
 
 def test_outputs_without_logits_are_a_one_line_error():
-    from isood.errors import IsoodError
-    from isood.evaluation.detectors import ForwardOutputs, parse_detectors
-    from isood.evaluation.scoring import DetectorScores, fit_detectors, score_dataset
+    from isood.core.errors import IsoodError
+    from isood.science.detectors import ForwardOutputs, parse_detectors
+    from isood.classifiers.scoring import DetectorScores, fit_detectors, score_dataset
 
     outputs = ForwardOutputs.from_arrays(features=np.ones((4, 2), np.float32), labels=np.zeros(4, np.int64))
     knn = parse_detectors("knn")

@@ -1,4 +1,4 @@
-"""`isood show`: the mosaic of a grid manifest (``isood.evaluation.mosaic``, ``isood.stages.show``)."""
+"""`isood show`: the mosaic of a grid manifest (``isood.report.mosaic``, ``isood.stages.show``)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 import manifests
 from isood.cli import app
-from isood.errors import BadInputError
-from isood.evaluation.mosaic import grid_mosaic, sample_cells, grid_of
-from isood.evaluation.plots import NA_COLOR
-from isood.grid import cell_name, cell_table, edges_table
+from isood.core.errors import BadInputError
+from isood.report.mosaic import grid_mosaic, sample_cells, grid_of
+from isood.report.plots import NA_COLOR
+from isood.science.grid import cell_name, cell_table, edges_table
 from isood.stages.show import show
 from isood.stages.splits import write_splits
 

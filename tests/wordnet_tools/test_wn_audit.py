@@ -1,6 +1,6 @@
 import pytest
 
-from isood.errors import BadInputError
+from isood.core.errors import BadInputError
 from wordnet_tools.audit import audit_classes, leaks, parse_class_list
 from wordnet_tools.class_filter import filter_classes, summarise
 from wordnet_tools.errors import ClassListError

@@ -1,6 +1,6 @@
 import pytest
 
-from isood.errors import BadInputError
+from isood.core.errors import BadInputError
 from wordnet_tools.errors import UnknownWnidError
 from wordnet_tools.loader import wnid_of
 

@@ -14,13 +14,13 @@ from typer.testing import CliRunner
 
 import manifests
 from isood.cli import app
-from isood.grid import cell_name, cell_table, edges_table
+from isood.science.grid import cell_name, cell_table, edges_table
 from isood.stages.interop import import_isood_lists
 from isood.stages.splits import write_splits
 from manifests.store import parquet_bytes
 from wordnet_tools.audit import IMAGE_COLUMNS, ImageAuditor, audit_classes, audit_images, count_wnids
 from wordnet_tools.class_filter import DEFAULT_EXCLUDE
-from wordnet_tools.jobs import audit_manifest, open_audited_table, write_audit
+from isood.stages.wordnet.jobs import audit_manifest, open_audited_table, write_audit
 from wordnet_tools.rules import AUDIT_RULES, LEAK_RULES, cell_rule_table, leak_mask, level_rule_table, parse_rules, \
     rule_codes
 

@@ -1,10 +1,10 @@
-"""wordnet_tools.jobs returns data (manifests, frames); it agrees with the pure rules it runs."""
+"""isood.stages.wordnet.jobs returns data (manifests, frames); it agrees with the pure rules it runs."""
 
 import manifests
 from isood.kinds import AuditView, ClassFilterView
 from wordnet_tools.audit import audit_classes, parse_class_list
 from wordnet_tools.class_filter import filter_classes, summarise
-from wordnet_tools.jobs import AuditResult, rule_counts, run_audit, run_filter
+from isood.stages.wordnet.jobs import AuditResult, rule_counts, run_audit, run_filter
 
 # dressage (clean), Chihuahua (ID), dog (hypernym of ID breeds), benthos (an organism), no such synset
 CANDIDATES = ["n00288000", "n02085620", "n02084071", "n00005787", "n09999999"]

@@ -1,7 +1,7 @@
 import nltk
 import pytest
 
-from isood.errors import BadInputError, IsoodError
+from isood.core.errors import BadInputError, IsoodError
 from wordnet_tools import loader
 from wordnet_tools.errors import UnknownWnidError, WordNetNotFound
 from wordnet_tools.loader import LEXNAMES, find_wordnet_source, load_wordnet, synset_from_wnid, wnid_of
@@ -87,7 +87,7 @@ def test_raw_dict_folder_is_staged_with_lexnames(monkeypatch, tmp_path, wordnet)
                  "data.adv", "index.adv", "noun.exc", "verb.exc", "adj.exc", "adv.exc"):
         with wordnet.abspath(name).open() as src:
             (raw / name).write_bytes(src.read())
-    monkeypatch.setenv("HOME", str(tmp_path))  # both variables expand ~ (isood.defaults)
+    monkeypatch.setenv("HOME", str(tmp_path))  # both variables expand ~ (isood.core.defaults)
     monkeypatch.setenv("ISOOD_WORDNET_DIR", "~/dict")
     monkeypatch.setenv("ISOOD_CACHE_DIR", "~/cache")
     assert find_wordnet_source() == loader.WordNetSource("env", str(raw.resolve()))

@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 import manifests
 from isood.cli import app
-from isood.errors import BadInputError
+from isood.core.errors import BadInputError
 from wordnet_tools.class_filter import filter_classes
 from wordnet_tools.rules import PRESETS, resolve_exclude
 

@@ -1,4 +1,4 @@
-"""L4 stage: interop with other OOD tools: IS-OOD release lists, ImageNet-OOD lists, OpenOOD imglists (in and out).
+"""The stage of interop with other OOD tools: IS-OOD release lists, ImageNet-OOD lists, OpenOOD imglists (in and out).
 
 Imports (each: parse the list files -> build the tables (pure) -> write a manifest with its dataset card):
 

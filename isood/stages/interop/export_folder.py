@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Mapping, Sequence
 
-from isood.errors import BadInputError
-from isood.files import TMP_PREFIX, atomic_write_bytes
+from isood.core.errors import BadInputError
+from isood.core.files import TMP_PREFIX, atomic_write_bytes
 from isood.stages.interop.id_lists import id_list_paths
 from isood.stages.interop.openood_info import ID_SPLITS
 from manifests.paths import is_inside
@@ -44,7 +44,7 @@ LEDGER_FORMAT = "isood export ledger 2"
 #: A benchmark name (``--name``): one folder name, starting with a letter or digit.
 NAME_RE = r"[A-Za-z0-9][\w.-]*"
 _STAGED = re.compile(r"^\.~.+\.[0-9a-f]{12}\.tmp$")  # manifests.stream.StagedFile's temporary names
-#: ``isood.files.atomic_write_bytes``'s temporaries of the folder's own files (a killed export's)
+#: ``isood.core.files.atomic_write_bytes``'s temporaries of the folder's own files (a killed export's)
 _OWN_TMP = re.compile(r"^\.~(\.~isood-export\.json|openood_data_info\.json|openood_ood_dataset\.yml)\.\w+\.tmp$")
 
 

@@ -2,7 +2,7 @@
 read each source -> label every image (pure) -> the two list files of each split.
 
 A source is either
-- an image folder with one wnid sub-folder per class (``isood.images.list_images``; ImageNet's ``train/``, or a
+- an image folder with one wnid sub-folder per class (``isood.features.images.list_images``; ImageNet's ``train/``, or a
   ``val/`` sorted into class folders): the paths are written relative to the ID image root, by default the
   folder's parent (``--id-root``), so ``/data/in1k/train`` and ``/data/in1k/val`` give ``train/n01440764/...`` and
   ``val/n01440764/...``, both under one root; or
@@ -10,7 +10,7 @@ A source is either
   kept exactly as listed (relative to the root the user links).
 
 Labels (OpenOOD's ID lists need one per line, a class index in ``[0, num_classes)``): a list's own label, else
-the class index of the path's wnid in the class list of ``isood.evaluation.classes.class_list`` (``--classes``
+the class index of the path's wnid in the class list of ``isood.classifiers.classes.class_list`` (``--classes``
 FILE, else the sorted wnids of the ID training images, the ImageNet-1K order for ``--num-classes 1000``). A
 line with neither is an error naming the file and line, but for a list with neither on any line (the release's
 own flat ``test_imagenet.txt``): it is written for the release as it is, and OpenOOD's list of that split is not
@@ -33,10 +33,10 @@ from typing import Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from isood.defaults import OOD_LABEL
-from isood.errors import BadInputError
-from isood.evaluation.classes import class_list, labels_for, read_class_file
-from isood.images import list_images
+from isood.core.defaults import OOD_LABEL
+from isood.core.errors import BadInputError
+from isood.classifiers.classes import class_list, labels_for, read_class_file
+from isood.features.images import list_images
 from isood.stages.interop.imports import parse_list
 from isood.stages.interop.openood_info import ID_NAME, ID_SPLITS
 from wordnet_tools.wnids import wnid_from_path

@@ -10,12 +10,12 @@ from typing import Iterable, NamedTuple, Sequence
 import numpy as np
 import pandas as pd
 
-from isood.defaults import OOD_LABEL
-from isood.errors import BadInputError
+from isood.core.defaults import OOD_LABEL
+from isood.core.errors import BadInputError
 from isood.kinds import IMAGE_LIST
-from isood.textio import decode_text, read_lines
+from isood.core.textio import decode_text, read_lines
 from manifests import Manifest, input_record, read, write_with_card, writing
-from isood.inputs import entry_problem
+from isood.core.inputs import entry_problem
 from manifests.paths import check_relative
 from wordnet_tools.wnids import wnid_from_path
 
@@ -53,7 +53,7 @@ def _parse_line(text: str, *, labels: str, where: str, verbatim: bool = False) -
         raise ListFormatError(f"{where}: expected {_EXPECTED[labels]} per line, got {text[:120]!r}")
     if not -2**63 <= label < 2**63:
         raise ListFormatError(f"{where}: label {tokens[1]!r} is out of range (64-bit integers)")
-    problem = entry_problem(tokens[0])  # the input-path policy (isood.inputs)
+    problem = entry_problem(tokens[0])  # the input-path policy (isood.core.inputs)
     if problem is not None:
         raise ListFormatError(f"{where}: image path {tokens[0]!r} {problem}; use paths relative to the dataset "
                               "root, without control characters")
@@ -63,7 +63,7 @@ def _parse_line(text: str, *, labels: str, where: str, verbatim: bool = False) -
 def parse_lines(lines: Iterable[bytes | str], *, labels: str = "optional", name: str = "list",
                 verbatim: bool = False) -> list[ListEntry]:
     """Entries of the lines of a list file (pure); blank lines and `#` comments are skipped; a line given as
-    bytes is decoded by ``isood.textio.decode_text`` (UTF-8).
+    bytes is decoded by ``isood.core.textio.decode_text`` (UTF-8).
 
     labels: "none" (one path per line, ImageNet-OOD), "optional" (`path` or `path label`, IS-OOD lists),
     "required" (`path label`, OpenOOD imglists). A missing label is OOD_LABEL. Paths must be relative, without
@@ -83,7 +83,7 @@ def parse_lines(lines: Iterable[bytes | str], *, labels: str = "optional", name:
 
 def parse_list(path: str | os.PathLike, *, labels: str = "optional", name: str | None = None,
                verbatim: bool = False) -> list[ListEntry]:
-    """`parse_lines` of a list file read by ``isood.textio`` (UTF-8, a byte-order mark dropped; errors name
+    """`parse_lines` of a list file read by ``isood.core.textio`` (UTF-8, a byte-order mark dropped; errors name
     `name`, default the path)."""
     name = name or str(path)
     return parse_lines(read_lines(path, name=name, error=ListFormatError), labels=labels, name=name,

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from isood.defaults import OOD_LABEL
+from isood.core.defaults import OOD_LABEL
 from manifests.stream import StagedFile
 from wordnet_tools.wnids import wnid_from_path
 
@@ -43,7 +43,7 @@ class OddLines(Exception):
 
 def read_lines(path: str | os.PathLike) -> pa.Array:
     """The lines of a text file as one string array (UTF-8 checked, a leading byte-order mark skipped by pyarrow's
-    reader as by ``isood.textio``; `\\n`, `\\r\\n` or `\\r` ends a line; empty lines dropped). Raises ``OddLines``
+    reader as by ``isood.core.textio``; `\\n`, `\\r\\n` or `\\r` ends a line; empty lines dropped). Raises ``OddLines``
     where pyarrow's reader cannot take the file (empty, not UTF-8)."""
     try:
         table = pacsv.read_csv(

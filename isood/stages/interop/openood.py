@@ -15,10 +15,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from isood.defaults import NA_THRESHOLD, OOD_LABEL
-from isood.errors import BadInputError
-from isood.files import TMP_PREFIX
-from isood.grid import cell_name, parse_cell_name
+from isood.core.defaults import NA_THRESHOLD, OOD_LABEL
+from isood.core.errors import BadInputError
+from isood.core.files import TMP_PREFIX
+from isood.science.grid import cell_name, parse_cell_name
 from isood.kinds import IMAGE_LIST, SPLITS, SYN_IS, GridView, SplitsView
 from isood.stages.interop.export_folder import BENCHMARK_DIR, RELEASE_DIR, remove_empty_parents
 from isood.stages.interop.lines import has_bytes, has_odd_bytes, string_bytes, write_lines

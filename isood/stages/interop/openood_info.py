@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from isood.errors import BadInputError
+from isood.core.errors import BadInputError
 
 __all__ = [
     "INFO_FORMAT", "OLD_FORMAT", "ID_NAME", "ID_SPLITS", "GROUPS", "LIST_GROUPS", "NEAR_AXES", "RELEASE_LEVELS",

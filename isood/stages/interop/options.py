@@ -1,11 +1,11 @@
-"""L4: the options of the imports (`isood import isood-lists / imagenet-ood / openood-imglist`), one description
-each (``isood.optspec``)."""
+"""The options of the imports (`isood import isood-lists / imagenet-ood / openood-imglist`), one description
+each (``isood.core.optspec``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from isood.optspec import REQUIRED, levels_option, na_threshold_option, option, out_option, verify_option
+from isood.core.optspec import REQUIRED, levels_option, na_threshold_option, option, out_option, verify_option
 
 __all__ = ["ImportListsOptions", "ImportListOptions", "ExportOpenoodOptions", "NA_RULES"]
 

@@ -27,12 +27,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from isood.defaults import N_LEVELS, NA_THRESHOLD
-from isood.errors import BadInputError, IsoodWarning
-from isood.grid import cell_name, cell_table, check_levels, edges_table, is_na
+from isood.core.defaults import N_LEVELS, NA_THRESHOLD
+from isood.core.errors import BadInputError, IsoodWarning
+from isood.science.grid import cell_name, cell_table, check_levels, edges_table, is_na
 from isood.kinds import SPLITS
-from isood.files import sha256_bytes, sha256_file
-from isood.inputs import walk_files
+from isood.core.files import sha256_bytes, sha256_file
+from isood.core.inputs import walk_files
 from isood.stages.interop.imports import ListFormatError, parse_list
 from isood.stages.interop.lines import (
     OddLines,
@@ -85,7 +85,7 @@ def cell_of_list(rel: str, *, n_levels: int = N_LEVELS) -> tuple[str, int, int] 
 
 def find_cell_lists(directory: str | os.PathLike, *, n_levels: int = N_LEVELS) -> tuple[list[CellList], list[str]]:
     """The cell lists of a release folder (sorted by subset, cov, sem) and the other files found there, walked by
-    the input-path policy (``isood.inputs.walk_files``: hidden folders are no subsets, a symlinked subset folder
+    the input-path policy (``isood.core.inputs.walk_files``: hidden folders are no subsets, a symlinked subset folder
     inside the folder is followed and said in one warning line, a link leading outside it is refused)."""
     root = Path(directory)
     if not root.is_dir():
@@ -251,7 +251,7 @@ class DuplicatePaths:
 def release_cells(counts: Mapping[tuple[str, int, int], int], subsets: Sequence[str], *, n_levels: int = N_LEVELS,
                   na_threshold: int = NA_THRESHOLD, na_rule: str = "pooled",
                   missing: Mapping[str, Sequence[tuple[int, int]]] | None = None) -> pd.DataFrame:
-    """The `cells` table from the rows per (subset, cov, sem) (pure): every cell of the grid (``isood.grid.
+    """The `cells` table from the rows per (subset, cov, sem) (pure): every cell of the grid (``isood.science.grid.
     cell_table`` order), its count `n`, `na` (n < na_threshold), `missing` (a subset has no list for it) and
     `missing_in` (those subsets, comma-separated). Pooled: one row per cell, n summed over the subsets;
     per-subset: one row per subset and cell, with `source` and `subset`."""

@@ -1,15 +1,15 @@
-"""L4 stage `isood build-splits`: ID + test features -> LAID -> (D_sem, D_cov) per test image -> n x n grid ->
+"""The stage `isood build-splits`: ID + test features -> LAID -> (D_sem, D_cov) per test image -> n x n grid ->
 ``splits`` manifest.
 
 Steps (IS-OOD): features of the ID set (e.g. ImageNet-1K train) and of the test images come from one CLIP
 model (``--id`` / ``--test`` are image sources, extracted on the fly into ``OUT/features-id`` /
 ``OUT/features-test``, or precomputed feature sets); LAID is loaded (``--laid``) or trained on text triplets of
-labels x open_clip's 80 ImageNet templates encoded by the same CLIP (``isood.laid_training``); each test image
-gets D_sem = min_ID d(x_sem, id_sem) and D_cov likewise (``isood.shift``); both are binned into ``levels``
-equal-width levels (``isood.grid``), giving cells ``cov_{c}_sem_{s}``. The search is exact unless
+labels x open_clip's 80 ImageNet templates encoded by the same CLIP (``isood.features.laid_training``); each test image
+gets D_sem = min_ID d(x_sem, id_sem) and D_cov likewise (``isood.features.shift``); both are binned into ``levels``
+equal-width levels (``isood.science.grid``), giving cells ``cov_{c}_sem_{s}``. The search is exact unless
 ``--ann-recall R`` asks for an approximate one tuned to recall@1 R; what it achieved (held-out recall@1, the
 share of images whose level and cell equal an exact build's with a 95% interval, the edge shift, parameters) goes
-into the summary as ``ann`` (:func:`ann_summary`, ``SplitsView.ann``, ``isood.ann.agreement``).
+into the summary as ``ann`` (:func:`ann_summary`, ``SplitsView.ann``, ``isood.features.ann.agreement``).
 
 The stage is small named steps: load (config, inputs, feature sets) -> pure steps (:func:`clean_features`,
 :func:`filter_test_rows`, :func:`measure_shift`, :func:`bin_shifts`) -> write (:func:`write_splits`). The test

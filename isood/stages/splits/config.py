@@ -1,9 +1,9 @@
-"""The options of `isood build-splits`, one description each (``isood.optspec``): defaults < TOML file
+"""The options of `isood build-splits`, one description each (``isood.core.optspec``): defaults < TOML file
 (``--config build.toml``) < command line.
 
 Keys of the TOML file are the long option names, with - or _ (optionally under a ``[build-splits]`` table);
 relative paths in it (and ``local-dir:PATH`` CLIPs, and a ``labels`` file that exists there) are relative to the
-TOML file (``isood.optspec.from_config``).
+TOML file (``isood.core.optspec.from_config``).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import os
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
-from isood.ann import BACKENDS
-from isood.defaults import DEFAULT_SHARD_SIZE, LAID_TRIPLETS, QUANTILE_CLIP
-from isood.errors import BadInputError
-from isood.grid import check_levels
-from isood.optspec import (batch_size_option, check, device_option, from_config, levels_option, merge_values,
+from isood.features.ann import BACKENDS
+from isood.core.defaults import DEFAULT_SHARD_SIZE, LAID_TRIPLETS, QUANTILE_CLIP
+from isood.core.errors import BadInputError
+from isood.science.grid import check_levels
+from isood.core.optspec import (batch_size_option, check, device_option, from_config, levels_option, merge_values,
                            na_threshold_option, option, recorded, seed_option, verify_option, workers_option)
 
 __all__ = ["BuildConfig", "load_build_config", "validate", "parse_quantile", "read_toml", "splits_config",
@@ -52,7 +52,7 @@ class BuildConfig:
     clip_quantile: Any = option(QUANTILE_CLIP, kind="str", objects=True, metavar="LO,HI",
                                 help="Quantiles bounding the level range: LO,HI or LO (then HI = 1 - LO).")
     triplets: int = option(LAID_TRIPLETS, least=1, help="LAID training triplets.")
-    laid_steps: int | None = option(None, least=1, help="LAID optimisation steps (default: isood.laid's).")
+    laid_steps: int | None = option(None, least=1, help="LAID optimisation steps (default: isood.science.laid's).")
     seed: int = seed_option("Seed of triplet sampling and LAID training.")
     backend: str = option("auto", choices=BACKENDS, metavar="BACKEND",
                           help="Nearest-neighbour backend: auto (exact; approximate IVF with --ann-recall), torch, "
@@ -99,7 +99,7 @@ def parse_quantile(value: Any) -> tuple[float, float]:
 
 
 def read_toml(config_file: str | os.PathLike) -> dict[str, Any]:
-    """The options of a build-splits TOML file (``isood.optspec.from_config``: keys with _, paths resolved
+    """The options of a build-splits TOML file (``isood.core.optspec.from_config``: keys with _, paths resolved
     against its folder, unknown keys refused)."""
     return from_config(BuildConfig, config_file, "build-splits")
 
@@ -124,7 +124,7 @@ def _check_ann(cfg: BuildConfig) -> None:
 
 
 def validate(cfg: BuildConfig) -> BuildConfig:
-    """The checked options (one-line errors naming the flag, ``isood.optspec.check``), the quantiles
+    """The checked options (one-line errors naming the flag, ``isood.core.optspec.check``), the quantiles
     normalised, paths as strings; ``--id``, ``--test`` and ``--out`` required (command line or ``--config``)."""
     cfg = check(cfg)
     cfg = replace(cfg, clip_quantile=parse_quantile(cfg.clip_quantile))
@@ -151,7 +151,7 @@ def splits_config(cfg: BuildConfig, *, clip_identity: str | None, id_root: str |
                   test_root: str | None) -> dict[str, Any]:
     """The config a splits manifest records: every option (but ``progress`` and ``verify``) plus what the views
     read (``clip_identity``, ``id_root``, ``test_root``). Paths, the ``--labels`` file and the ``--clip`` spec
-    (``local-dir:PATH``) are absolute (``isood.optspec.recorded``: explicit roots, so a manifest read from another
+    (``local-dir:PATH``) are absolute (``isood.core.optspec.recorded``: explicit roots, so a manifest read from another
     working directory still names the same folders and model)."""
     config = recorded(cfg, skip=("progress", "verify"))  # paths and the --clip spec absolute
     if config.get("cache_dir"):

@@ -11,14 +11,14 @@ import numpy as np
 import pandas as pd
 
 import manifests
-from isood.clip import ClipEncoder
-from isood.errors import BadInputError
-from isood.images import list_images
-from isood.featurestore.loading import READ_ROWS
+from isood.features.clip import ClipEncoder
+from isood.core.errors import BadInputError
+from isood.features.images import list_images
+from isood.features.featurestore.loading import READ_ROWS
 from isood.kinds import LAID_FILE, SPLITS, SplitsView
-from isood.batch_engine import BatchEngine
-from isood.progress import progress_bar
-from isood.shift import ShiftSearch, ShiftStream
+from isood.core.engine import BatchEngine
+from isood.core.progress import progress_bar
+from isood.features.shift import ShiftSearch, ShiftStream
 from isood.stages.splits.config import BuildConfig, splits_config, validate
 from isood.stages.splits.load import (FeatureSet, Inputs, check_feature_sets, check_sources, extract_set,
                                       extracted_files, input_paths, load_encoder, load_inputs, load_precomputed,

@@ -10,17 +10,17 @@ from typing import Callable, Iterable, Mapping
 import pandas as pd
 
 import manifests
-from isood.clip import ClipEncoder, load_clip, parse_clip_spec
-from isood.errors import BadInputError
-from isood.featurestore import extract_features, is_feature_dir
-from isood.featurestore.loading import FeatureReader, open_features
-from isood.images import ImageSource, list_images
+from isood.features.clip import ClipEncoder, load_clip, parse_clip_spec
+from isood.core.errors import BadInputError
+from isood.features.featurestore import extract_features, is_feature_dir
+from isood.features.featurestore.loading import FeatureReader, open_features
+from isood.features.images import ImageSource, list_images
 from isood.kinds import CLASS_FILTER, FEATURES, ClassFilterView, FeaturesView
-from isood.labels import Labels, load_labels
-from isood.laid import LAID
-from isood.laid_training import train_laid_from_labels
-from isood.batch_engine import BatchEngine
-from isood.files import TMP_PREFIX
+from isood.features.labels import Labels, load_labels
+from isood.science.laid import LAID
+from isood.features.laid_training import train_laid_from_labels
+from isood.core.engine import BatchEngine
+from isood.core.files import TMP_PREFIX
 from isood.stages.splits.config import BuildConfig
 
 __all__ = ["FeatureSet", "Inputs", "check_sources", "input_paths", "load_inputs", "load_precomputed",
@@ -176,7 +176,7 @@ def load_encoder(cfg: BuildConfig, inputs: Inputs) -> ClipEncoder | None:
 
 def extract_set(name: str, source: str, encoder: ClipEncoder, sub: Path, cfg: BuildConfig, *, note: Warn,
                 argv: list[str] | None, engine: BatchEngine | None, images: ImageSource | None = None) -> FeatureSet:
-    """Extract an image source into ``sub`` (resumable; ``isood.featurestore``) and open it for reading;
+    """Extract an image source into ``sub`` (resumable; ``isood.features.featurestore``) and open it for reading;
     ``images``: the source already listed (``list_images``), else listed here."""
     images = images if images is not None else list_images(source)
     result = extract_features(images, encoder, sub, batch_size=cfg.batch_size, workers=cfg.workers,

@@ -10,13 +10,13 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from isood.defaults import N_LEVELS, QUANTILE_CLIP
-from isood.errors import BadInputError
-from isood.ann import AnnReport, exact_agreement
-from isood.grid import assign_levels, axis_edges, cell_names, cell_table, edges_table
-from isood.laid import LAID
-from isood.devices import explicit_device
-from isood.shift import ShiftSearch, ShiftStream, prepare_features, shift_search
+from isood.core.defaults import N_LEVELS, QUANTILE_CLIP
+from isood.core.errors import BadInputError
+from isood.features.ann import AnnReport, exact_agreement
+from isood.science.grid import assign_levels, axis_edges, cell_names, cell_table, edges_table
+from isood.science.laid import LAID
+from isood.core.devices import explicit_device
+from isood.features.shift import ShiftSearch, ShiftStream, prepare_features, shift_search
 
 __all__ = ["DROPPED_COLUMNS", "Grid", "empty_dropped", "dropped_rows", "rejected_rows", "drop_rows", "clean_features",
            "filter_test_rows", "measure_shift", "shift_stream", "bin_shifts", "ann_summary", "LEVEL_AGREEMENT_TARGET"]
@@ -58,7 +58,7 @@ def drop_rows(index: pd.DataFrame, dropped: np.ndarray, set_name: str) -> tuple[
 
 def clean_features(features: np.ndarray, index: pd.DataFrame, set_name: str, *,
                    warn: Warn | None = None) -> tuple[np.ndarray, pd.DataFrame, pd.DataFrame | None]:
-    """Drop rows with NaN/inf (or all zero) and L2-normalise the rest (``isood.shift.prepare_features``).
+    """Drop rows with NaN/inf (or all zero) and L2-normalise the rest (``isood.features.shift.prepare_features``).
 
     Returns (clean features, their index, ``dropped`` rows or None); each problem is reported to ``warn``.
     """
@@ -91,7 +91,7 @@ def measure_shift(x_test: np.ndarray, x_id: np.ndarray, laid: LAID, *, backend: 
                   ann_levels: float | None = None, n_levels: int = N_LEVELS,
                   clip: Sequence[float] = QUANTILE_CLIP) -> ShiftSearch:
     """(D_sem, D_cov, ann reports) of every test row against the ID rows through ``laid`` (``device``
-    'auto'/'' = default; ``ann_recall``: approximate search tuned to that recall@1, see ``isood.ann``), the
+    'auto'/'' = default; ``ann_recall``: approximate search tuned to that recall@1, see ``isood.features.ann``), the
     test rows held in memory."""
     return shift_search(x_test, x_id, laid, backend=backend, device=explicit_device(device), ann_recall=ann_recall,
                         seed=seed, ann_levels=ann_levels, grid_levels=n_levels,
@@ -120,7 +120,7 @@ class Grid:
 
 
 def _cell_column(cov: np.ndarray, sem: np.ndarray, n_levels: int) -> np.ndarray:
-    """``isood.grid.cell_names(cov, sem)`` as an object array, looked up in the table of the n x n names (no
+    """``isood.science.grid.cell_names(cov, sem)`` as an object array, looked up in the table of the n x n names (no
     string built per image: ``cell_names`` of 12M images holds ~5 GB of temporaries)."""
     levels = np.arange(n_levels * n_levels)
     table = np.array(cell_names(levels // n_levels, levels % n_levels), dtype=object)
@@ -155,7 +155,7 @@ def ann_summary(reports: Mapping[str, AnnReport] | None, edges: pd.DataFrame, *,
     images whose level equals the level an exact build (exact distances, exact edges) would give them, with its
     ``level_agreement_ci`` (``confidence``), the same at this grid's own ``edges`` (``level_agreement_fixed_edges``:
     the distances' effect alone) and the largest move of an edge (``edge_shift``); ``cell_agreement`` (+ ``_ci``,
-    ``_fixed_edges``): both levels (``isood.ann.agreement``; ``clip``: the quantiles of the end edges, ``seed``:
+    ``_fixed_edges``): both levels (``isood.features.ann.agreement``; ``clip``: the quantiles of the end edges, ``seed``:
     the bootstrap's). ``warn`` hears of a held-out recall significantly (2 standard errors) below the target and
     of a level agreement below :data:`LEVEL_AGREEMENT_TARGET`. With no held-out image (too few images to tune
     on: every image was searched exactly) nothing was checked: ``held_out_check`` False and no interval (the

@@ -1,9 +1,9 @@
 """The test side of `isood build-splits`, streamed: the test features are never all in memory.
 
-They are read block by block (``isood.featurestore.FeatureReader``: memory-mapped ``.npy`` files, unmapped
+They are read block by block (``isood.features.featurestore.FeatureReader``: memory-mapped ``.npy`` files, unmapped
 after each read) in passes: the check pass (:func:`check_test_rows`: NaN/inf and zero rows, norms: what the
 clean step decides for the whole set), then the search pass (:meth:`StreamedTest.chunks`: each block cleaned the
-same way and filtered), which ``isood.shift.ShiftStream`` reads once (twice with ``--ann-recall``: a first pass
+same way and filtered), which ``isood.features.shift.ShiftStream`` reads once (twice with ``--ann-recall``: a first pass
 gathers the tuning sample). What stays in memory per test image is its index row (path, wnid), two flags and
 the two distances; per block, one block of features and its LAID halves.
 """
@@ -16,14 +16,14 @@ from typing import Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from isood.featurestore.loading import FeatureReader
-from isood.shift import RowCheck, check_rows, normalise_rows
+from isood.features.featurestore.loading import FeatureReader
+from isood.features.shift import RowCheck, check_rows, normalise_rows
 
 __all__ = ["StreamedTest", "check_test_rows", "streamed_test"]
 
 
 def check_test_rows(reader: FeatureReader, *, on_rows: Callable[[int], None] | None = None) -> RowCheck:
-    """The check pass: :class:`isood.shift.RowCheck` of every row of ``reader``, read a block at a time
+    """The check pass: :class:`isood.features.shift.RowCheck` of every row of ``reader``, read a block at a time
     (``on_rows(n)`` hears of each block of ``n`` rows)."""
 
     def blocks() -> Iterator[np.ndarray]:
@@ -39,7 +39,7 @@ def check_test_rows(reader: FeatureReader, *, on_rows: Callable[[int], None] | N
 class StreamedTest:
     """The test images to measure: ``index`` (path, wnid, ... of each, in order), ``use`` (per row of the
     feature set of ``reader``: measured or not), ``as_given`` (the set's rows are used as stored: clean float32
-    unit rows; otherwise each is divided by its norm, as ``isood.shift.prepare_features`` does)."""
+    unit rows; otherwise each is divided by its norm, as ``isood.features.shift.prepare_features`` does)."""
 
     reader: FeatureReader
     index: pd.DataFrame

@@ -8,7 +8,7 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 
 import manifests
-from isood.evaluation.card_figure import card_mosaic
+from isood.report.card_figure import card_mosaic
 from isood.kinds import SPLITS, SplitsView
 from manifests.card_stream import write_streamed
 
