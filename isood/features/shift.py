@@ -148,11 +148,11 @@ class ShiftStream:
     ``reference`` halves, ``reference_bytes`` of them, are all it keeps of the ID side) and the search options
     of :func:`nearest`; :meth:`measure` reads the test rows (clean float32 unit rows, in order, in chunks of
     any size) and returns a :class:`ShiftSearch`. The rows are transformed and searched in consecutive blocks of
-    ``block_rows`` (default :data:`isood.science.shift.BLOCK_ROWS`) rows, so the result does not depend on how they were chunked, and
-    equals :func:`shift_search` of the same rows held in memory. With ``ann_recall`` / ``ann_levels`` the tuning
-    and held-out queries are rows of :func:`isood.features.ann.sample_rows` (``n_test``, ``ann_sample``, ``seed``),
-    gathered in a first pass over the test rows; each axis's IVF index (or resident 'torch-fused' reference) is
-    built once."""
+    ``block_rows`` (default :data:`isood.science.shift.BLOCK_ROWS`) rows, so the result does not depend on how
+    they were chunked, and equals :func:`shift_search` of the same rows held in memory. With ``ann_recall`` /
+    ``ann_levels`` the tuning and held-out queries are rows of :func:`isood.features.ann.sample_rows` (``n_test``,
+    ``ann_sample``, ``seed``), gathered in a first pass over the test rows; each axis's IVF index (or resident
+    'torch-fused' reference) is built once."""
 
     def __init__(self, id_features: Any, laid: LAID, *, n_test: int, block_rows: int | None = None,
                  backend: str = "auto", memory_mb: float = DEFAULT_MEMORY_MB, query_chunk: int | None = None,

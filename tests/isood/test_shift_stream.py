@@ -1,11 +1,13 @@
-"""isood.features.shift's streamed measurement (ShiftStream), isood.science.shift's blocks (check_rows / normalise_rows,
-laid_halves, rechunk) and isood.features.ann's chunked searches: a set given chunk by chunk gives the bytes of the set
-held in memory, whatever the chunks; distances against a float64 brute force; the ID side kept as its two LAID halves only."""
+"""isood.features.shift's streamed measurement (ShiftStream), isood.science.shift's blocks (check_rows /
+normalise_rows, laid_halves, rechunk) and isood.features.ann's chunked searches: a set given chunk by chunk gives the
+bytes of the set held in memory, whatever the chunks; distances against a float64 brute force; the ID side kept as its
+two LAID halves only."""
 import numpy as np
 import pytest
 
 import isood.features.shift as shift
-from isood.features.ann import QUERY_CHUNK, IvfChunks, SearchOptions, TunedSearch, build_ivf, ivf_search, sample_rows, search_tuned
+from isood.features.ann import (QUERY_CHUNK, IvfChunks, SearchOptions, TunedSearch, build_ivf, ivf_search, sample_rows,
+                                search_tuned)
 from isood.science.laid import LAID
 from isood.features.shift import ShiftStream, shift_search
 from isood.science.shift import BLOCK_ROWS, check_rows, laid_halves, normalise_rows, prepare_features, rechunk

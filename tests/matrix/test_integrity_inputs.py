@@ -363,8 +363,10 @@ def nothing_loads(monkeypatch):
 SYN_ROWS = [  # (extra arguments, substrings of the one line); guard in the id
     pytest.param(["--size", "100000"], ["--size", "100000", "4096"], id="size_huge-pipeline.GeneratorSettings"),
     pytest.param(["--size", "4104"], ["--size", "4104", "4096"], id="size_above_max-pipeline.GeneratorSettings"),
-    pytest.param(["--guidance-scale", "nan"], ["--guidance-scale", "nan"], id="guidance_nan-pipeline.GeneratorSettings"),
-    pytest.param(["--guidance-scale", "inf"], ["--guidance-scale", "inf"], id="guidance_inf-pipeline.GeneratorSettings"),
+    pytest.param(["--guidance-scale", "nan"], ["--guidance-scale", "nan"],
+                 id="guidance_nan-pipeline.GeneratorSettings"),
+    pytest.param(["--guidance-scale", "inf"], ["--guidance-scale", "inf"],
+                 id="guidance_inf-pipeline.GeneratorSettings"),
     pytest.param(["--guidance-scale", "-1"], ["--guidance-scale", "-1"], id="guidance_neg-pipeline.GeneratorSettings"),
     pytest.param(["--safety-checker", "os:getcwd"], ["os:getcwd", "(image, item)"],
                  id="checker_signature-safety.load_image_checker"),
