@@ -96,7 +96,8 @@ def run(device: str = "cuda", smoke: bool = False, *, images_per_prompt: int = 4
     import torch
 
     from generation.prompts import build_prompts, expand_images
-    from generation.sdxl import GeneratorSettings, SDXLGenerator, default_write_threads, generate_images
+    from generation.pipeline import GeneratorSettings
+    from generation.sdxl import SDXLGenerator, default_write_threads, generate_images
     from generation.styles import load_styles
     from isood.dev.tiny_models import build_tiny_sdxl
 

@@ -1,12 +1,14 @@
 """Syn-IS: SDXL style x ImageNet label prompts, binned by their semantic/covariate shift, generated with
 SDXL-Turbo (``isood generate-syn``). The synthesis library: styles (style sets), prompts (ids, binning, sampling,
 the image plan), safety (prompt blocklist, image checkers), outputs (image files, content keys, resume state),
-sdxl (the diffusers generator and its engine worker). The ``generate-syn`` stage that uses it is
-``isood.stages.syn``; labels come from ``isood.features.labels``."""
+pipeline (the SDXL-Turbo settings and loading), fingerprint (what the images are keyed with), sdxl (the diffusers
+generator and its engine worker). The ``generate-syn`` stage that uses it is ``isood.stages.syn``; labels come from
+``isood.features.labels``."""
 
 from generation.prompts import build_prompts, expand_images, image_seed, prompt_id, sample_per_cell
 from generation.safety import DEFAULT_BLOCKLIST, PromptBlocklist, load_image_checker
-from generation.sdxl import GeneratorSettings, GeneratorWorker, SDXLGenerator, generate_images, load_pipeline
+from generation.pipeline import GeneratorSettings, load_pipeline
+from generation.sdxl import GeneratorWorker, SDXLGenerator, generate_images
 from generation.styles import SDXL_STYLES, Style, StyleError, load_styles
 
 __all__ = [

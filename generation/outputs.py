@@ -3,7 +3,7 @@
 Resumability: every file is written through ``isood.core.files.atomic_write_bytes`` (a temporary ``.~<name>.<random>
 .tmp`` renamed into place), so no partial image survives a kill. An image is kept by a rerun when it decodes at
 the planned size and its content key (prompt, negative prompt, seed and the generator fingerprint, which holds the
-content hash of a local pipeline's weights: ``generation.sdxl.pipeline_weights``), recorded in
+content hash of a local pipeline's weights: ``generation.fingerprint.pipeline_weights``), recorded in
 ``<out>/.~syn-state.json``, is unchanged; otherwise it is deleted and regenerated. A rejected image (pipeline or
 image safety checker) is not written; a marker ``.~<name>.rejected`` holding the reason stands in for it, so a
 rerun does not regenerate it either.

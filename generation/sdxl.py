@@ -1,9 +1,7 @@
 """SDXL-Turbo image generation for Syn-IS over diffusers: deterministic, resumable, batched, engine-agnostic.
 
-Defaults follow SDXL-Turbo's model card: ``stabilityai/sdxl-turbo`` through
-``AutoPipelineForText2Image.from_pretrained(name, torch_dtype=float16, variant='fp16')`` on CUDA (float32 on
-CPU), 1 step, guidance_scale 0.0, 512x512. ``local-dir:PATH`` loads a saved or downloaded pipeline folder with
-``local_files_only=True``.
+The pipeline, its settings and loading are :mod:`generation.pipeline`; the fingerprint the images are keyed with
+is :mod:`generation.fingerprint`.
 
 Determinism: each image has its own seed (``generation.prompts.image_seed``) fed through its own CPU
 ``torch.Generator``, so an image's latent does not depend on its batch-mates or the device. Batches are fixed
@@ -18,240 +16,28 @@ called once per plan slice), so :func:`generate_images` runs in this process (``
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import math
 import os
 import time
-import warnings
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from generation.fingerprint import generator_fingerprint, pipeline_weights, plan_fingerprint
 from generation.outputs import GenerationResult, finish_hashes, prepare_outputs, write_image
+from generation.pipeline import GeneratorSettings, load_pipeline, quiet_libraries
 from generation.safety import load_image_checker
-from isood.core.content import folder_fingerprint
-from isood.core.defaults import DEFAULT_PIPELINE
-from isood.core.errors import BadInputError, IsoodError, MissingWeightsError
 from isood.core.engine import BatchEngine, LocalEngine
-from isood.core.devices import explicit_device, resolve_device
-from isood.core.errors import one_line
-from isood.core.hub_access import TINY_HINT, hub_access, hub_guard
+from isood.core.errors import BadInputError, IsoodError
 from isood.core.progress import progress_bar
 
-__all__ = [
-    "DEFAULT_PIPELINE", "LOCAL_PREFIX", "MAX_SIZE", "BATCH_COLUMNS", "GeneratorSettings", "dtype_for",
-    "quiet_libraries", "load_pipeline", "pipeline_weights", "generator_fingerprint", "expected_fingerprint",
-    "fingerprint_of", "plan_fingerprint", "SDXLGenerator", "GeneratorWorker", "IN_FLIGHT", "default_write_threads",
-    "plan_batches", "generate_images",
-]
-
-LOCAL_PREFIX = "local-dir:"
-#: What to pass instead of a Hub name that cannot be loaded.
-PIPELINE_HINT = ("pass --pipeline local-dir:PATH (a folder written by save_pretrained or a downloaded snapshot of "
-                 f"{DEFAULT_PIPELINE}, {TINY_HINT})")
-#: The largest --size: 8x SDXL-Turbo's 512 and 4x SDXL's 1024 (a 4096 x 4096 image already needs ~10 GB of
-#: VAE activations; 100000 would ask for tens of GB before the first step).
-MAX_SIZE = 4096
-
-
-@dataclass(frozen=True)
-class GeneratorSettings:
-    """What determines an image besides its prompt and seed (plus the batch size and device, which do not)."""
-
-    pipeline: str = DEFAULT_PIPELINE
-    steps: int = 1
-    guidance_scale: float = 0.0
-    size: int = 512
-    batch_size: int = 4
-    device: str | None = None  # None: cuda when available, else cpu
-
-    def __post_init__(self) -> None:
-        if self.steps < 1:
-            raise BadInputError(f"--steps must be >= 1, got {self.steps}")
-        if self.size < 8 or self.size > MAX_SIZE or self.size % 8:
-            raise BadInputError(f"--size must be a multiple of 8 from 8 to {MAX_SIZE} (SDXL latents are 1/8 scale; "
-                                f"SDXL-Turbo is made for 512, SDXL for 1024), got {self.size}")
-        if not math.isfinite(self.guidance_scale) or self.guidance_scale < 0:
-            raise BadInputError(f"--guidance-scale must be a finite number >= 0 (SDXL-Turbo: 0), got "
-                                f"{self.guidance_scale}")
-        if self.batch_size < 1:
-            raise BadInputError(f"--batch-size must be >= 1, got {self.batch_size}")
-
-
-def dtype_for(device: str):
-    """The pipeline's torch dtype on ``device``: float16 on CUDA, float32 elsewhere."""
-    import torch
-
-    return torch.float16 if str(device).startswith("cuda") else torch.float32
-
-
-def _local_kwargs(spec: str, cuda: bool) -> tuple[str, dict[str, Any]]:
-    path = Path(spec[len(LOCAL_PREFIX):]).expanduser()
-    if not (path / "model_index.json").is_file():
-        raise MissingWeightsError(f"--pipeline {spec}: {path} has no model_index.json; pass a folder written by "
-                                  "save_pretrained or a downloaded snapshot of stabilityai/sdxl-turbo")
-    weights = [q.name for q in path.rglob("*") if q.suffix in (".safetensors", ".bin")]
-    kwargs: dict[str, Any] = {"local_files_only": True}
-    if any(".fp16." in n for n in weights) and (cuda or all(".fp16." in n for n in weights)):
-        kwargs["variant"] = "fp16"  # a snapshot with only fp16 files: cast up on CPU
-    return str(path), kwargs
-
-
-@contextlib.contextmanager
-def quiet_libraries() -> Iterator[None]:
-    """diffusers' and transformers' log lines below errors, their progress bars ("Loading pipeline
-    components", "Loading weights") and Python warnings are silenced inside, so that only isood's lines and bars
-    reach the terminal (their errors still raise); the libraries' settings are restored on the way out."""
-    from diffusers.utils import logging as diffusers_logging
-
-    libs = [diffusers_logging]
-    try:
-        from transformers.utils import logging as transformers_logging
-
-        libs.append(transformers_logging)
-    except ImportError:  # pragma: no cover - transformers comes with every SDXL pipeline
-        pass
-    saved = [(lib, lib.get_verbosity(), lib.is_progress_bar_enabled()) for lib in libs]
-    for lib in libs:
-        lib.set_verbosity_error()
-        lib.disable_progress_bar()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lib, verbosity, bar in saved:
-            lib.set_verbosity(verbosity)
-            (lib.enable_progress_bar if bar else lib.disable_progress_bar)()
-
-
-def load_pipeline(spec: str = DEFAULT_PIPELINE, device: str | None = None):
-    """A diffusers text-to-image pipeline on ``device`` (fp16 on CUDA). Missing/offline weights ->
-    :class:`MissingWeightsError` in one line naming ``--pipeline local-dir:PATH`` (a Hub name fails in about a
-    second when the Hub is out of reach, naming ``HF_HUB_OFFLINE``: ``isood.core.hub_access``)."""
-    import torch
-    from diffusers import AutoPipelineForText2Image
-
-    device = resolve_device(device)
-    cuda = device.startswith("cuda")
-    access = None
-    if spec.startswith(LOCAL_PREFIX):
-        source, kwargs = _local_kwargs(spec, cuda)
-    else:
-        source, kwargs = spec, ({"variant": "fp16"} if cuda else {})
-        access = hub_access()  # a Hub name: fail in a second when the Hub is out of reach
-    try:
-        # e.g. newer diffusers rename torch_dtype to dtype; older ones only know torch_dtype
-        with quiet_libraries(), (contextlib.nullcontext() if access is None else hub_guard(access)):
-            pipe = AutoPipelineForText2Image.from_pretrained(source, torch_dtype=dtype_for(device), **kwargs)
-    except (MemoryError, torch.OutOfMemoryError):
-        raise
-    except Exception as e:  # hub / cache / offline errors come in many types
-        reason = one_line((str(e).strip().splitlines() or [type(e).__name__])[0])
-        if access is None:
-            raise MissingWeightsError(f"cannot load the pipeline in {source} ({reason}); pass --pipeline "
-                                      "local-dir:PATH to a complete diffusers folder") from None
-        raise MissingWeightsError(access.missing(f"--pipeline {spec}", PIPELINE_HINT, e)) from None
-    pipe = pipe.to(device)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
-
-
-# ------------------------------------------------------------------------------------------- fingerprints
-#: The files of a pipeline folder that shape its images: weights, configs, tokenizer and scheduler files, custom
-#: pipeline code (READMEs, licences in Markdown and sample pictures do not).
-_PIPELINE_SUFFIXES = frozenset({".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".msgpack", ".onnx", ".json", ".txt",
-                                ".model", ".py"})
-
-
-def _pipeline_file(p: Path) -> bool:
-    return p.suffix in _PIPELINE_SUFFIXES
-
-
-def pipeline_weights(spec: str) -> str | None:
-    """The content fingerprint of a ``local-dir:PATH`` pipeline: ``isood.core.content.folder_fingerprint`` of its
-    weights, configs and tokenizer files in every subfolder (hashed once, then read again only when a file's
-    stat changes), so new weights saved into the same folder are another generator. None for a Hub name (keyed
-    by its name)."""
-    if not spec.startswith(LOCAL_PREFIX):
-        return None
-    folder = Path(spec[len(LOCAL_PREFIX):]).expanduser()
-    return folder_fingerprint(folder, _pipeline_file, recursive=True) if folder.is_dir() else None
-
-
-def generator_fingerprint(settings: GeneratorSettings, *, pipeline_class: str, dtype: Any,
-                          weights: str | None = None) -> dict[str, Any]:
-    """The settings that change image content (batch size and device placement do not, by design), and for a
-    local pipeline folder the content of its weights (``weights``, default ``pipeline_weights``): the one
-    builder behind :attr:`SDXLGenerator.fingerprint` and :func:`expected_fingerprint`."""
-    fingerprint = {
-        "pipeline": settings.pipeline,
-        "pipeline_class": pipeline_class,
-        "steps": settings.steps,
-        "guidance_scale": float(settings.guidance_scale),
-        "size": settings.size,
-        "dtype": str(dtype).replace("torch.", "") if dtype is not None else "unknown",
-    }
-    weights = weights if weights is not None else pipeline_weights(settings.pipeline)
-    if weights is not None:
-        fingerprint["weights"] = weights
-    return fingerprint
-
-
-def expected_fingerprint(settings: GeneratorSettings, device: str) -> dict[str, Any]:
-    """The fingerprint a generator loaded from ``settings`` on ``device`` will have, computed from the
-    pipeline's model_index.json without loading weights: the driver keys the images with it before any worker
-    (e.g. a Ray actor) has started; each worker checks its own against it."""
-    from diffusers import DiffusionPipeline
-
-    spec = settings.pipeline
-    local = spec.startswith(LOCAL_PREFIX)
-    source = str(Path(spec[len(LOCAL_PREFIX):]).expanduser()) if local else spec
-    access = None if local else hub_access()
-    try:
-        with contextlib.nullcontext() if access is None else hub_guard(access):
-            config = DiffusionPipeline.load_config(source, local_files_only=local or None)
-    except Exception as e:
-        if access is None:
-            raise MissingWeightsError(f"cannot read the pipeline config of {spec!r} ({one_line(e, 160)}); "
-                                      "pass --pipeline local-dir:PATH to a diffusers folder") from None
-        raise MissingWeightsError(access.missing(f"--pipeline {spec}", PIPELINE_HINT, e)) from None
-    name = config.get("_class_name", "unknown")
-    try:  # AutoPipelineForText2Image loads the text-to-image class of the family
-        from diffusers.pipelines.auto_pipeline import AUTO_TEXT2IMAGE_PIPELINES_MAPPING, _get_task_class
-
-        name = _get_task_class(AUTO_TEXT2IMAGE_PIPELINES_MAPPING, name).__name__
-    except Exception:
-        pass
-    device = explicit_device(device) or resolve_device(device)  # an explicit one may be a cluster's, not ours
-    return generator_fingerprint(settings, pipeline_class=name, dtype=dtype_for(device))
-
-
-def fingerprint_of(generator: Callable, settings: GeneratorSettings) -> dict[str, Any]:
-    """A given generator's fingerprint: its ``fingerprint`` attribute, else (a plain callable) its type name
-    with the size and steps."""
-    fp = getattr(generator, "fingerprint", None)
-    if fp is not None:
-        return dict(fp)
-    return {"generator": type(generator).__name__, "size": settings.size, "steps": settings.steps}
-
-
-def plan_fingerprint(settings: GeneratorSettings, *, generator: Callable | None = None,
-                     engine: BatchEngine | None = None) -> dict[str, Any]:
-    """The fingerprint the images of a run are keyed with: the given ``generator``'s (local engine only), else
-    the :func:`expected_fingerprint` of ``settings`` on the engine's workers' device."""
-    engine = engine or LocalEngine()
-    if generator is not None:
-        if engine.name != "local":
-            raise BadInputError(f"a custom generator runs only with the local engine, not {engine.name!r}")
-        return fingerprint_of(generator, settings)
-    return expected_fingerprint(settings, engine.device_name(settings.device))
+__all__ = ["BATCH_COLUMNS", "SDXLGenerator", "GeneratorWorker", "IN_FLIGHT", "default_write_threads", "plan_batches",
+           "generate_images"]
 
 
 class SDXLGenerator:

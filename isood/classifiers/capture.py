@@ -46,7 +46,7 @@ from isood.core.files import atomic_write_bytes
 from isood.core.progress import track
 
 from isood.science.detectors import CAPTURE_KINDS, ODIN, Detector, ForwardOutputs
-from .models import ModelAdapter
+from .adapter import ModelAdapter
 from .perturbation import odin_scores
 
 __all__ = ["CACHE_VERSION", "OutputCache", "cache_key", "labels_digest", "score_kind", "as_loader", "split_batch",

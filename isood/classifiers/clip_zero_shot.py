@@ -32,7 +32,7 @@ from torch import nn
 from isood.core.errors import BadInputError
 
 from .classes import imagenet_1k
-from .models import ModelAdapter
+from .adapter import ModelAdapter
 
 __all__ = ["PROMPT", "class_prompts", "clip_imagenet_names", "ClipZeroShot", "ClipZeroShotAdapter", "clip_zero_shot", "local_features"]
 

@@ -19,7 +19,8 @@ from isood.core.errors import one_line
 from isood.core.hub_access import hub_access, hub_guard
 
 from isood.classifiers.model_option import model_function
-from isood.classifiers.models import ModelAdapter, TimmAdapter, wrap_model
+from isood.classifiers.adapter import ModelAdapter
+from isood.classifiers.models import TimmAdapter, wrap_model
 
 __all__ = ["load_classifier", "adapter_from_option", "read_state_dict", "checkpoint_head_size", "checkpoint_mismatch"]
 

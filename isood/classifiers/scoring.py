@@ -29,7 +29,7 @@ from isood.core.files import atomic_write_bytes
 
 from .capture import Unreadable, UnreadableImagesError, extract_outputs, scan_unreadable
 from isood.science.detectors import CAPTURE_KINDS, Detector, ForwardOutputs, parse_detectors
-from .models import ModelAdapter
+from .adapter import ModelAdapter
 
 __all__ = ["TRAIN_NAME", "DetectorScores", "resolve_detectors", "check_requirements", "preflight", "fit_detectors",
            "score_dataset", "run_detectors", "score_precomputed"]

@@ -247,7 +247,7 @@ def _marker(folder: Path) -> dict | None:
 
 def _build(work: Path, seed: int) -> None:
     """Everything into ``work`` (a fresh folder); the marker first, so a leftover is recognised as ours."""
-    from generation.sdxl import quiet_libraries
+    from generation.pipeline import quiet_libraries
 
     atomic_write_bytes(work / _MARKER, json.dumps({"written_by": _WRITER, "seed": seed, "complete": False}).encode())
     build_tiny_clip(work / "clip", seed=seed)

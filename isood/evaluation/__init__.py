@@ -28,7 +28,7 @@ _MODULES = {
     "Detector": "science.detectors", "ForwardOutputs": "science.detectors", "get_detector": "stages.evaluate.options",
     "register_detector": "science.detectors", "available_detectors": "science.detectors",
     "parse_detectors": "stages.evaluate.options", "from_pytorch_ood": "classifiers.pytorch_ood",
-    "ModelAdapter": "classifiers.models", "wrap_model": "classifiers.models", "load_classifier": "classifiers.named",
+    "ModelAdapter": "classifiers.adapter", "wrap_model": "classifiers.models", "load_classifier": "classifiers.named",
     "randomized_copy": "classifiers.models", "extract_outputs": "classifiers.capture",
     "run_detectors": "classifiers.scoring", "DetectorScores": "classifiers.scoring",
     "write_evaluation": "stages.evaluate.write", "EvaluateOptions": "stages.evaluate.job",

@@ -80,7 +80,7 @@ class CountingPipe:
 
 @pytest.fixture(scope="session")
 def tiny_pipe(tiny_pipeline_spec):
-    from generation.sdxl import load_pipeline
+    from generation.pipeline import load_pipeline
 
     return load_pipeline(tiny_pipeline_spec, device="cpu")
 
@@ -88,7 +88,8 @@ def tiny_pipe(tiny_pipeline_spec):
 @pytest.fixture(scope="session")
 def make_generator(tiny_pipe, tiny_pipeline_spec):
     """Factory: an SDXLGenerator over the tiny pipeline (64x64, 1 step, batches of 3) whose `.pipe` counts calls."""
-    from generation.sdxl import GeneratorSettings, SDXLGenerator
+    from generation.pipeline import GeneratorSettings
+    from generation.sdxl import SDXLGenerator
 
     def make(**settings):
         s = dict(pipeline=tiny_pipeline_spec, size=64, steps=1, batch_size=3, device="cpu")

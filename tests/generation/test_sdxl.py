@@ -15,16 +15,9 @@ from PIL import Image
 
 from generation.outputs import STATE_FILE, is_valid_image, prune_images
 from generation.prompts import build_prompts, expand_images
-from generation.sdxl import (
-    GeneratorSettings,
-    GeneratorWorker,
-    SDXLGenerator,
-    expected_fingerprint,
-    generate_images,
-    load_pipeline,
-    plan_batches,
-    plan_fingerprint,
-)
+from generation.fingerprint import expected_fingerprint, plan_fingerprint
+from generation.pipeline import GeneratorSettings, load_pipeline
+from generation.sdxl import GeneratorWorker, SDXLGenerator, generate_images, plan_batches
 from generation.styles import load_styles
 from isood.core.errors import BadInputError, MissingWeightsError
 from isood.core.engine import LocalEngine

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 import manifests
-from generation.sdxl import GeneratorSettings, SDXLGenerator, load_pipeline
+from generation.pipeline import GeneratorSettings, load_pipeline
+from generation.sdxl import SDXLGenerator
 from isood.stages.syn import KIND, KIND_PART, SynOptions, merge_parts, run_generate_syn
 from isood.core.errors import IsoodError
 from manifests.parts import read_parts

@@ -9,7 +9,8 @@ import torch
 from isood.features.ann import SearchOptions, block_sizes, default_nlist, resolve_backend
 from isood.core.errors import BadInputError, IsoodError
 from isood.science.laid import LAID
-from isood.features.shift import Nearest, nearest, nearest_cosine_distance, prepare_features, shift_distances
+from isood.features.shift import nearest, nearest_cosine_distance, shift_distances
+from isood.science.shift import Nearest, prepare_features
 from isood.science.simulate import random_orthogonal
 
 

@@ -1,14 +1,16 @@
-"""isood.features.shift's streamed measurement (ShiftStream, check_rows / normalise_rows, laid_halves, rechunk) and
-isood.features.ann's chunked searches: a set given chunk by chunk gives the bytes of the set held in memory, whatever the
-chunks; distances against a float64 brute force; the ID side kept as its two LAID halves only."""
+"""isood.features.shift's streamed measurement (ShiftStream), isood.science.shift's blocks (check_rows /
+normalise_rows, laid_halves, rechunk) and isood.features.ann's chunked searches: a set given chunk by chunk gives the
+bytes of the set held in memory, whatever the chunks; distances against a float64 brute force; the ID side kept as its
+two LAID halves only."""
 import numpy as np
 import pytest
 
 import isood.features.shift as shift
-from isood.features.ann import IvfChunks, SearchOptions, TunedSearch, build_ivf, ivf_search, sample_rows, search_tuned
+from isood.features.ann import (QUERY_CHUNK, IvfChunks, SearchOptions, TunedSearch, build_ivf, ivf_search, sample_rows,
+                                search_tuned)
 from isood.science.laid import LAID
-from isood.features.shift import (ShiftStream, check_rows, laid_halves, normalise_rows, prepare_features, rechunk,
-                         shift_search)
+from isood.features.shift import ShiftStream, shift_search
+from isood.science.shift import BLOCK_ROWS, check_rows, laid_halves, normalise_rows, prepare_features, rechunk
 from isood.science.simulate import random_orthogonal
 
 
@@ -82,6 +84,11 @@ def test_laid_halves_are_the_normalised_halves_of_f_w(world):
     y = test.astype(np.float64) @ laid.W.astype(np.float64)
     for got, half in ((sem, y[:, :12]), (cov, y[:, 12:])):
         np.testing.assert_allclose(got, half / np.linalg.norm(half, axis=1, keepdims=True), atol=1e-6)
+
+
+def test_a_shift_block_is_one_ivf_query_chunk():
+    """The LAID blocks of the rows are the IVF search's query chunks: a set of one block is one chunk."""
+    assert BLOCK_ROWS == QUERY_CHUNK and shift.BLOCK_ROWS == BLOCK_ROWS
 
 
 @pytest.mark.parametrize("sizes", [[9000], [1], [2048, 777], [4096]])

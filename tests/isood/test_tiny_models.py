@@ -1,5 +1,5 @@
 """`isood dev tiny-models DIR`: what it writes loads through the real loaders (``isood.features.clip.load_clip``,
-``generation.sdxl.load_pipeline``, the ``isood evaluate --model/--checkpoint`` loader), its README.txt gives the
+``generation.pipeline.load_pipeline``, the ``isood evaluate --model/--checkpoint`` loader), its README.txt gives the
 flags that use it, a rerun changes nothing, and DIR is written whole or not at all."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _flag(text: str, flag: str) -> str:
 
 
 def test_the_written_files_load_through_the_real_loaders(tiny):
-    from generation.sdxl import load_pipeline
+    from generation.pipeline import load_pipeline
     from isood.features.clip import encode_texts, load_clip
     from isood.classifiers.named import adapter_from_option
     from PIL import Image

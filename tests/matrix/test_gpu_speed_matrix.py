@@ -83,7 +83,7 @@ def tiny_sdxl(tmp_path_factory):
     """The tiny SDXL pipeline (``isood.dev.tiny_models``), saved and loaded as ``local-dir:`` on the CPU."""
     import torch
 
-    from generation.sdxl import load_pipeline
+    from generation.pipeline import load_pipeline
     from isood.dev.tiny_models import build_tiny_sdxl
 
     torch.set_num_threads(1)
@@ -103,7 +103,8 @@ def test_pipelined_writes_are_byte_identical_to_in_line(tiny_sdxl, tmp_path):
     in-line writes; the checker ran on the pool's threads (not the generating one)."""
     import threading
 
-    from generation.sdxl import GeneratorSettings, SDXLGenerator, generate_images
+    from generation.pipeline import GeneratorSettings
+    from generation.sdxl import SDXLGenerator, generate_images
 
     spec, pipe = tiny_sdxl
     gen = SDXLGenerator(pipe, GeneratorSettings(pipeline=spec, size=64, steps=1, batch_size=3, device="cpu"))
@@ -162,7 +163,8 @@ class SlowWrites:
 def test_pipelined_writes_overlap_generation_and_hold_at_most_two_batches(tmp_path):
     """Batch k generates while batch k-1 is written (its writes are not all done when k starts), and never
     before batch k-2 is written whole (at most 2 batches in flight)."""
-    from generation.sdxl import IN_FLIGHT, GeneratorSettings, generate_images
+    from generation.pipeline import GeneratorSettings
+    from generation.sdxl import IN_FLIGHT, generate_images
 
     fake = SlowWrites()
     p = image_plan(n_labels=5, per_prompt=2)
@@ -180,7 +182,8 @@ def test_pipelined_writes_overlap_generation_and_hold_at_most_two_batches(tmp_pa
 def test_pipelined_checker_failure_is_one_line_and_stops_generating(tmp_path):
     """A checker failing on an image written by the pool: the run stops with the one-line error naming the
     checker and the image, after at most one more batch generated; a rerun with a working checker resumes."""
-    from generation.sdxl import GeneratorSettings, generate_images
+    from generation.pipeline import GeneratorSettings
+    from generation.sdxl import generate_images
     from isood.core.errors import IsoodError
 
     fake = SlowWrites()
@@ -217,7 +220,8 @@ def test_prompt_embeddings_once_per_unique_prompt_same_images(tiny_sdxl, guidanc
     """A batch of 5 images of 2 prompts (one with another negative prompt): the text encoders see each unique
     prompt once (and, guided, each unique (prompt, negative) pair's negative once) instead of 5 (10) strings,
     and the images are those of passing the strings, within one grey level (float rounding in another batch)."""
-    from generation.sdxl import GeneratorSettings, SDXLGenerator
+    from generation.pipeline import GeneratorSettings
+    from generation.sdxl import SDXLGenerator
 
     spec, pipe = tiny_sdxl
     settings = GeneratorSettings(pipeline=spec, size=64, steps=1, batch_size=5, device="cpu",

@@ -10,7 +10,7 @@ stage's own function) on tiny data made here and names its guard.
 | job_array                | parts merged, then rerun                       | stages.extract._take_part (stat caches) |
 | evaluate_overwritten     | a test image overwritten in place, same size   | evaluation.job.data_identity            |
 | truncated_cache          | a truncated model-output cache file            | evaluation.capture.OutputCache.get      |
-| new_weights              | new weights saved into the same pipeline folder| generation.sdxl.pipeline_weights        |
+| new_weights              | new weights saved into the same pipeline folder| generation.fingerprint.pipeline_weights |
 | weights_cached           | a weights folder fingerprinted twice, touched  | isood.core.content.folder_fingerprint        |
 | float / int32 images     | TIFF mode F in [0,1], [0,255], other; mode I   | isood.features.images.to_rgb                     |
 | nan_float                | a float TIFF with NaN                          | isood.features.images.to_rgb (ValueError row)    |
@@ -309,7 +309,8 @@ def _tiny_sdxl():
 def test_new_weights_in_the_same_pipeline_folder_regenerate(tmp_path, isood_cache):
     import torch
 
-    from generation.sdxl import GeneratorSettings, generate_images
+    from generation.pipeline import GeneratorSettings
+    from generation.sdxl import generate_images
 
     torch.set_num_threads(1)
     build = _tiny_sdxl()

@@ -361,11 +361,13 @@ def nothing_loads(monkeypatch):
 
 
 SYN_ROWS = [  # (extra arguments, substrings of the one line); guard in the id
-    pytest.param(["--size", "100000"], ["--size", "100000", "4096"], id="size_huge-sdxl.GeneratorSettings"),
-    pytest.param(["--size", "4104"], ["--size", "4104", "4096"], id="size_above_max-sdxl.GeneratorSettings"),
-    pytest.param(["--guidance-scale", "nan"], ["--guidance-scale", "nan"], id="guidance_nan-sdxl.GeneratorSettings"),
-    pytest.param(["--guidance-scale", "inf"], ["--guidance-scale", "inf"], id="guidance_inf-sdxl.GeneratorSettings"),
-    pytest.param(["--guidance-scale", "-1"], ["--guidance-scale", "-1"], id="guidance_neg-sdxl.GeneratorSettings"),
+    pytest.param(["--size", "100000"], ["--size", "100000", "4096"], id="size_huge-pipeline.GeneratorSettings"),
+    pytest.param(["--size", "4104"], ["--size", "4104", "4096"], id="size_above_max-pipeline.GeneratorSettings"),
+    pytest.param(["--guidance-scale", "nan"], ["--guidance-scale", "nan"],
+                 id="guidance_nan-pipeline.GeneratorSettings"),
+    pytest.param(["--guidance-scale", "inf"], ["--guidance-scale", "inf"],
+                 id="guidance_inf-pipeline.GeneratorSettings"),
+    pytest.param(["--guidance-scale", "-1"], ["--guidance-scale", "-1"], id="guidance_neg-pipeline.GeneratorSettings"),
     pytest.param(["--safety-checker", "os:getcwd"], ["os:getcwd", "(image, item)"],
                  id="checker_signature-safety.load_image_checker"),
     pytest.param(["--safety-checker", "json:loads"], ["json:loads", "(image, item)"],
@@ -427,7 +429,7 @@ def test_a_checker_failing_on_an_image_is_one_line(syn_inputs, tiny_clip_spec, t
 
 
 def test_generate_syn_terminal_shows_only_isood_lines(syn_inputs, tmp_path):
-    """Guard: generation.sdxl.quiet_libraries: a real run (a subprocess, so the libraries' loggers write to the
+    """Guard: generation.pipeline.quiet_libraries: a real run (a subprocess, so the libraries' loggers write to the
     real stderr) prints isood's progress lines and nothing of diffusers / transformers (their accelerate
     warning, "Loading pipeline components" and "Loading weights" bars)."""
     import torch

@@ -3,10 +3,10 @@
 * A model named by its Hugging Face Hub name when the Hub cannot be reached (``HF_HUB_OFFLINE`` unset): one line
   naming ``HF_HUB_OFFLINE=1`` and what to pass instead (a ``local-dir:``, ``isood dev tiny-models``), in about a
   second instead of huggingface_hub's retries (guard: ``isood.core.hub_access`` in ``isood.features.clip.load_clip``,
-  ``generation.sdxl.load_pipeline`` / ``expected_fingerprint``, ``isood.classifiers.named``). The runs are
-  subprocesses with the environment a user has (``HF_HUB_OFFLINE`` unset, the Hub at a closed local port, an
-  empty cache); their time is bounded by a timeout, not asserted (the measured times are in the docs'
-  troubleshooting page).
+  ``generation.pipeline.load_pipeline``, ``generation.fingerprint.expected_fingerprint``,
+  ``isood.classifiers.named``). The runs are subprocesses with the environment a user has (``HF_HUB_OFFLINE``
+  unset, the Hub at a closed local port, an empty cache); their time is bounded by a timeout, not asserted (the
+  measured times are in the docs' troubleshooting page).
 * With ``HF_HUB_OFFLINE=1`` the line says so.
 * ``isood dev tiny-models DIR`` refuses a non-empty DIR it did not write, in one line, changing nothing (guard:
   ``isood.dev.tiny_models.write_tiny_models``).
@@ -76,7 +76,8 @@ _LOADERS = """
 import json, sys
 from isood.core.errors import MissingWeightsError
 from isood.classifiers.named import adapter_from_option
-from generation.sdxl import GeneratorSettings, expected_fingerprint, load_pipeline
+from generation.fingerprint import expected_fingerprint
+from generation.pipeline import GeneratorSettings, load_pipeline
 
 calls = {"model": lambda: adapter_from_option("resnet50"),
          "fingerprint": lambda: expected_fingerprint(GeneratorSettings(), "cpu"),
@@ -93,7 +94,8 @@ print(json.dumps(out))
 
 
 def test_hub_classifier_and_pipeline_with_no_network_are_one_line_naming_hf_hub_offline(tmp_path):
-    """Guards: isood.classifiers.named (timm name), generation.sdxl.expected_fingerprint and load_pipeline."""
+    """Guards: isood.classifiers.named (timm name), generation.fingerprint.expected_fingerprint and
+    generation.pipeline.load_pipeline."""
     r = subprocess.run([sys.executable, "-c", _LOADERS], env=_offline_env(tmp_path), capture_output=True, text=True,
                        timeout=TIMEOUT, cwd=tmp_path)
     assert r.returncode == 0, r.stderr

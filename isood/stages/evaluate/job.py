@@ -78,7 +78,8 @@ from isood.classifiers.classes import (class_list, imagenet_1k, label_file, labe
 from isood.classifiers.named import adapter_from_option
 from isood.science.conventions import release_results_files
 from isood.science.detectors import Detector, parse_detectors
-from isood.classifiers.models import ModelAdapter, model_classes, randomized_copy, wrap_model
+from isood.classifiers.adapter import ModelAdapter
+from isood.classifiers.models import model_classes, randomized_copy, wrap_model
 from isood.report.mosaic import grid_mosaics
 from .options import (SPLITS_SET, EvaluateOptions, OodSpec, check_options, check_paths, named_values, ood_sets,
                       plot_metrics, preprocess_presets, resolved)

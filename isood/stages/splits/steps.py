@@ -16,7 +16,8 @@ from isood.features.ann import AnnReport, exact_agreement
 from isood.science.grid import assign_levels, axis_edges, cell_names, cell_table, edges_table
 from isood.science.laid import LAID
 from isood.core.devices import explicit_device
-from isood.features.shift import ShiftSearch, ShiftStream, prepare_features, shift_search
+from isood.features.shift import ShiftSearch, ShiftStream, shift_search
+from isood.science.shift import prepare_features
 
 __all__ = ["DROPPED_COLUMNS", "Grid", "empty_dropped", "dropped_rows", "rejected_rows", "drop_rows", "clean_features",
            "filter_test_rows", "measure_shift", "shift_stream", "bin_shifts", "ann_summary", "LEVEL_AGREEMENT_TARGET"]
@@ -58,7 +59,7 @@ def drop_rows(index: pd.DataFrame, dropped: np.ndarray, set_name: str) -> tuple[
 
 def clean_features(features: np.ndarray, index: pd.DataFrame, set_name: str, *,
                    warn: Warn | None = None) -> tuple[np.ndarray, pd.DataFrame, pd.DataFrame | None]:
-    """Drop rows with NaN/inf (or all zero) and L2-normalise the rest (``isood.features.shift.prepare_features``).
+    """Drop rows with NaN/inf (or all zero) and L2-normalise the rest (``isood.science.shift.prepare_features``).
 
     Returns (clean features, their index, ``dropped`` rows or None); each problem is reported to ``warn``.
     """

@@ -17,13 +17,13 @@ import numpy as np
 import pandas as pd
 
 from isood.features.featurestore.loading import FeatureReader
-from isood.features.shift import RowCheck, check_rows, normalise_rows
+from isood.science.shift import RowCheck, check_rows, normalise_rows
 
 __all__ = ["StreamedTest", "check_test_rows", "streamed_test"]
 
 
 def check_test_rows(reader: FeatureReader, *, on_rows: Callable[[int], None] | None = None) -> RowCheck:
-    """The check pass: :class:`isood.features.shift.RowCheck` of every row of ``reader``, read a block at a time
+    """The check pass: :class:`isood.science.shift.RowCheck` of every row of ``reader``, read a block at a time
     (``on_rows(n)`` hears of each block of ``n`` rows)."""
 
     def blocks() -> Iterator[np.ndarray]:
@@ -39,7 +39,7 @@ def check_test_rows(reader: FeatureReader, *, on_rows: Callable[[int], None] | N
 class StreamedTest:
     """The test images to measure: ``index`` (path, wnid, ... of each, in order), ``use`` (per row of the
     feature set of ``reader``: measured or not), ``as_given`` (the set's rows are used as stored: clean float32
-    unit rows; otherwise each is divided by its norm, as ``isood.features.shift.prepare_features`` does)."""
+    unit rows; otherwise each is divided by its norm, as ``isood.science.shift.prepare_features`` does)."""
 
     reader: FeatureReader
     index: pd.DataFrame

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from generation.sdxl import MAX_SIZE, GeneratorSettings
+from generation.pipeline import MAX_SIZE, GeneratorSettings
 from isood.stages.syn.edges import PROMPT_EDGE_MODES
 from isood.core.defaults import DEFAULT_PIPELINE, LAID_TRIPLETS, NA_THRESHOLD
 from isood.core.errors import BadInputError

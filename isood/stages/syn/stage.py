@@ -14,7 +14,8 @@ import manifests
 from generation.outputs import prune_images
 from generation.prompts import apply_blocklist, build_prompts
 from generation.safety import load_image_checker
-from generation.sdxl import generate_images, plan_fingerprint
+from generation.fingerprint import plan_fingerprint
+from generation.sdxl import generate_images
 from isood.stages.syn.edges import PromptEdges, choose_edges, spread_warnings
 from isood.stages.syn.load import SynInputs, load_inputs, measure_prompts
 from isood.stages.syn.options import (KIND, KIND_PART, KIND_PROMPTS, SynOptions, SynResult, check_options,
