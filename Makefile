@@ -34,7 +34,7 @@ wordnet:
 	  echo "WordNet 3.0 is missing: run 'sudo apt-get install wordnet-base' or '$(PY) -m nltk.downloader wordnet'"; exit 1; \
 	fi
 
-# Headless Chromium + ChromeDriver for the report's browser test (tests/report): Debian's chromium and
+# Headless Chromium + ChromeDriver for the report's browser test (tests/isood/report): Debian's chromium and
 # chromium-driver when root (never a test tool's own browser download); without them that test skips, saying why.
 chromium:
 	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then \
@@ -44,7 +44,7 @@ chromium:
 	  (apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null 2>&1 || \
 	   (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null)); \
 	else \
-	  echo "note: Chromium is missing, so tests/report is skipped: run 'sudo apt-get install chromium chromium-driver'"; \
+	  echo "note: Chromium is missing, so tests/isood/report is skipped: run 'sudo apt-get install chromium chromium-driver'"; \
 	fi
 
 demo: setup

@@ -12,7 +12,7 @@ A ``manifest.json`` that cannot be trusted at all (``manifests.meta``: unsafe pa
 changelog, a future schema, wrong types) is a one-line ``ManifestError`` instead, as for every reader.
 
 Columns are compared with what the manifest itself recorded, not with today's schema of the kind: verify is about
-integrity, and a manifest written by an older writer (tests/manifests/fixtures/v1_splits) keeps verifying.
+integrity, and a manifest written by an older writer (tests/data/v1_splits) keeps verifying.
 
 Modes: ``full`` hashes every file. ``fast`` (what stages use on their inputs by default) hashes every table and
 every file up to ``FAST_HASH_BYTES``; a larger file (a feature shard, an image) is hashed unless its size,

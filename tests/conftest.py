@@ -1,4 +1,4 @@
-"""Shared fixtures: a tiny open_clip model built from open_clip's own classes (``isood.dev.tiny_models``), a tiny
+"""Shared fixtures (and, as plugins, the fixture families of ``tests/testkit``): a tiny open_clip model built from open_clip's own classes (``isood.dev.tiny_models``), a tiny
 image dataset, and the demo's evaluation stage on the planted world.
 
 Everything here works offline. ``tiny_clip_spec`` is a ``local-dir:PATH`` name usable wherever a ``--clip`` name
@@ -14,7 +14,15 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
 import pytest  # noqa: E402
+
+# The fixture families (tests/testkit/*.py) serve tests across the folders that mirror the packages, so they are
+# plugins of this root conftest rather than conftests of one folder.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+pytest_plugins = ["testkit.evaluation", "testkit.generation", "testkit.manifests", "testkit.wordnet"]
 
 # The tiny models and images have one home in the package (`isood dev tiny-models` writes the same ones).
 from isood.dev.tiny_models import TINY_CLIP_CONFIG, build_tiny_clip, write_tiny_images  # noqa: E402,F401
@@ -126,7 +134,7 @@ PLANTED_PLOT_METRICS = ("auroc",)
 def planted_evaluation(tmp_path_factory):
     """``(out, world, splits, ev)``: the planted world (seed 0), its splits manifest from the real `build-splits`
     path with the ideal LAID map (W = the planted mixing matrix), and ``evaluate_planted`` of it in
-    ``out / "evaluation"`` (read it, never write into it: tests/evaluation and tests/report share it)."""
+    ``out / "evaluation"`` (read it, never write into it: tests/evaluation and tests/isood/report share it)."""
     from isood.dev.demo import write_planted_features
     from isood.dev.planted import evaluate_planted
     from isood.science.laid import LAID

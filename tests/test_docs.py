@@ -15,7 +15,7 @@ from isood.cli.options import COMMANDS
 from isood.cli.reference import reference_markdown, walk_commands
 from isood.core.optspec import option_fields
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 PAGES = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
 
 

@@ -27,7 +27,7 @@ METAVARS = {"int": "N", "float": "X", "str": "TEXT", "path": "PATH", "list": "VA
 _TYPES: dict[str, Any] = {"int": Optional[int], "float": Optional[float], "str": Optional[str],
                           "path": Optional[str], "bool": Optional[bool], "list": Optional[List[str]]}
 _CONFIG = "config_file"
-#: Every command built here: (command words, options class); ``tests/test_cli_options.py`` walks them.
+#: Every command built here: (command words, options class); ``tests/isood/cli/test_cli_options.py`` walks them.
 COMMANDS: list[tuple[tuple[str, ...], type]] = []
 
 

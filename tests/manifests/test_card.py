@@ -13,7 +13,7 @@ from isood.stages.interop import import_isood_lists
 from manifests import add_card
 from manifests.card import config_layout, dataset_card
 
-FIXTURE_V1 = Path(__file__).parent / "fixtures" / "v1_splits"
+FIXTURE_V1 = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file()) / "tests" / "data" / "v1_splits"
 MAIN = {"splits": "images", "syn-is": "images", "class-filter": "classes", "audit": "classes", "features": "index"}
 
 
@@ -186,7 +186,7 @@ def test_a_cell_na_in_one_source_has_no_split_of_that_source(tmp_path, worlds, l
 
 
 def test_frozen_v1_fixture_stays_readable(tmp_path, load):
-    """tests/manifests/fixtures/v1_splits was written once by the v1 writer and is never regenerated."""
+    """tests/data/v1_splits was written once by the v1 writer and is never regenerated."""
     from manifests.verify import content_hash, legacy_content_hash
 
     m = manifests.read(FIXTURE_V1)

@@ -1,4 +1,4 @@
-"""Shared by the bad-input matrix (tests/matrix/test_*_matrix.py): run the real CLI in-process and read
+"""Shared by the guard families of tests/matrix/ (commands, integrity, faults, usability): run the real CLI in-process and read
 the error contract off the result (exit status 2, one line on stderr, no traceback)."""
 
 from __future__ import annotations
