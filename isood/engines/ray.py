@@ -32,7 +32,7 @@ from isood.core.devices import explicit_device
 from isood.core.errors import one_line
 from isood.core.progress import progress_bar
 
-__all__ = ["RAY_HINT", "DEFAULT_DECODE_THREADS", "require_ray", "RayOptions", "ray_session", "RayEngine",
+__all__ = ["RAY_HINT", "DEFAULT_DECODE_THREADS", "require_ray", "RayOptions", "ray_connection", "RayEngine",
            "BatchActor", "WorkerFailure", "pack_blocks"]
 
 RAY_HINT = "pip install 'isood[ray]'"
@@ -130,7 +130,7 @@ class RayOptions:
 
 
 @contextlib.contextmanager
-def ray_session(address: str | None = None) -> Iterator[Any]:
+def ray_connection(address: str | None = None) -> Iterator[Any]:
     """Ray for one command: an initialised Ray is used as is; else ``ray.init(address)`` (a local cluster when
     neither ``address`` nor ``$RAY_ADDRESS`` is set), shut down at the end."""
     require_ray()
@@ -303,7 +303,7 @@ class RayEngine:
         if asked != "auto":
             return asked
         if self._cluster_device is None:
-            with ray_session(self.options.address):
+            with ray_connection(self.options.address):
                 self._cluster_device = self.options.resolve(device if device is not None else self.device)[2]
         return self._cluster_device
 
@@ -317,7 +317,7 @@ class RayEngine:
         if not batches:
             return
         rows = [batch_rows(b) for b in batches]
-        with ray_session(self.options.address):
+        with ray_connection(self.options.address):
             import ray.data
 
             workers, gpus, _ = self.options.resolve(self.device)
