@@ -162,7 +162,7 @@ def test_compare_bad_input(extra, names, runs, grid, cli, tmp_path):
 
 @pytest.mark.parametrize("where", ["holds_other_files", "is_a_manifest", "inside_a_run"])
 def test_compare_out_is_refused(where, runs, grid, cli, tmp_path):
-    """Guard: isood.stages.compare._check_out (never overwrite what isood compare did not write)."""
+    """Guard: isood.stages.compare.stage._check_out (never overwrite what isood compare did not write)."""
     out = {"holds_other_files": tmp_path / "busy", "is_a_manifest": grid, "inside_a_run": runs[0] / "lb"}[where]
     if where == "holds_other_files":
         out.mkdir()

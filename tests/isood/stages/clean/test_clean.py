@@ -10,7 +10,7 @@ import pytest
 import manifests
 from isood.core.errors import BadInputError
 from isood.science.grid import cell_name, cell_table, edges_table
-from isood.stages.clean import (clean_splits, count_cells, filter_list, filter_lists, leak_dropped, leaking_rows,
+from isood.stages.clean.stage import (clean_splits, count_cells, filter_list, filter_lists, leak_dropped, leaking_rows,
                                 recount_cells)
 from isood.stages.splits import write_splits
 from isood.stages.wordnet.jobs import write_audit
@@ -204,8 +204,8 @@ def test_clean_of_a_release_in_row_groups_equals_the_row_by_row_reference(tmp_pa
     """Old vs new: the images read in many row groups, the dropped table streamed (the input's rows first), the
     lists filtered in several batches give what the row-by-row reference gives, and the dropped table has the
     bytes the in-memory writer gave it."""
-    import isood.stages.clean as clean_module
-    from isood.stages.clean import DROPPED_SCHEMA
+    import isood.stages.clean.stage as clean_module
+    from isood.stages.clean.stage import DROPPED_SCHEMA
     from isood.stages.interop import import_isood_lists
     from manifests.store import parquet_bytes
 

@@ -33,14 +33,13 @@ import pyarrow.compute as pc
 import manifests
 from isood.core.defaults import DEFAULT_VERIFY
 from isood.core.errors import BadInputError
-from isood.core.optspec import REQUIRED, na_threshold_option, option, out_option, verify_option
 from isood.science.grid import cell_table, is_na
 from isood.kinds import AUDIT, LAID_FILE, SPLITS, AuditView, SplitsView
 from manifests.card_stream import WHOLE_TABLE_ROWS, MainTableStream, finish_stream
 from manifests.stream import ParquetStream, StagedFile
 from wordnet_tools.rules import LEAK_RULES, leak_mask, parse_rules
 
-__all__ = ["CleanOptions", "CleanResult", "load_inputs", "cell_keys", "leaking_rows", "count_cells", "recount_cells",
+__all__ = ["CleanResult", "load_inputs", "cell_keys", "leaking_rows", "count_cells", "recount_cells",
            "leak_dropped", "filter_list", "filter_lists", "clean_splits", "DROPPED_SCHEMA"]
 
 DROPPED_SCHEMA = pa.schema([("set", pa.string()), ("path", pa.string()), ("wnid", pa.string()),
@@ -63,23 +62,6 @@ class CleanResult:
     na_after: int
 
 
-@dataclass(frozen=True, kw_only=True)
-class CleanOptions:
-    """`isood splits clean` (one description per option: ``isood.core.optspec``)."""
-
-    splits: str = option(REQUIRED, kind="path", argument=True, metavar="SPLITS",
-                         help="A splits manifest (isood build-splits or isood import isood-lists).")
-    audit: str = option(REQUIRED, kind="path", metavar="AUDIT",
-                        help="An audit of its classes (isood wordnet audit SPLITS --out AUDIT).")
-    out: str = out_option("Output directory (the leak-free splits manifest).")
-    rules: str = option(",".join(LEAK_RULES), metavar="RULES", commas=True,
-                        help="Audit verdicts to remove, comma-separated (among unknown, id, hypernym, hyponym, "
-                             "excluded_subtree).")
-    verify: str = verify_option()
-    na_threshold: int | None = na_threshold_option(
-        "A cell with fewer images left is N/A. Default: the splits manifest's own threshold (N/A = N/A before or "
-        "below it now); a value here overrides it (N/A = a missing list or below it) and the output records both.",
-        from_manifest=True)
 
 
 def load_inputs(splits: str | os.PathLike, audit: str | os.PathLike, *,

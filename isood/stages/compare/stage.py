@@ -38,11 +38,10 @@ from isood.core.errors import BadInputError, IsoodWarning
 from isood.science.levels import leak_free_name
 from isood.science.metrics import METRICS, lower_is_better, metric_label
 from isood.core.files import TMP_PREFIX, atomic_write_bytes, output_lock
-from isood.core.optspec import REQUIRED, option, verify_option
 from isood.kinds import EVALUATION, EvaluationView
 from manifests.paths import is_inside
 
-__all__ = ["CompareOptions", "LEADERBOARD_CSV", "LEADERBOARD_MD", "MARKER", "Run", "CompareResult", "load_run", "leaderboard",
+__all__ = ["LEADERBOARD_CSV", "LEADERBOARD_MD", "MARKER", "Run", "CompareResult", "load_run", "leaderboard",
            "differing_inputs", "params_text", "leaderboard_markdown", "compare_runs", "SETTINGS", "run_settings",
            "unique_runs", "differing_settings"]
 
@@ -53,21 +52,6 @@ _TABLE1 = ("auroc", "fpr95")
 SETTINGS = ("na_threshold", "table_convention", "decode", "precision", "preprocess")
 
 
-@dataclass(frozen=True, kw_only=True)
-class CompareOptions:
-    """`isood compare` (``compare_runs`` takes the same values)."""
-
-    runs: tuple[str, ...] = option(REQUIRED, kind="list", argument=True, least=1, metavar="RUN...",
-                                   help="Evaluation manifests (isood evaluate --out), one or more.")
-    out: str = option(REQUIRED, kind="path", metavar="DIR",
-                      help="Output folder for leaderboard.csv and leaderboard.md (new, empty, or an earlier isood "
-                           "compare --out).")
-    names: str | None = option(None, commas=True, help="Comma-separated labels of the runs, in order (default: their folder "
-                                          "names).")
-    rank_by: str = option("auroc", metavar="METRIC",
-                          help="Metric ranking the detectors of each dataset (mean over the measured cells; "
-                               "lower-is-better metrics rank ascending).")
-    verify: str = verify_option()
 
 
 @dataclass
