@@ -218,7 +218,7 @@ def _release_point(values_by_cell, levels_by_cell):
 def test_release_bootstrap_intervals_are_on_its_own_scale_and_cover_openoods_fpr():
     from isood.science.cells import CellEvaluation
     from isood.science.bootstrap import bootstrap_replicates
-    from isood.report.html import table1_markdown
+    from isood.report.table1 import table1_markdown
     from isood.stages.evaluate.write import bootstrap_tables
 
     rng = np.random.default_rng(11)
