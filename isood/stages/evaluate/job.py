@@ -12,9 +12,9 @@ writes the result; each step lives in the module named beside it.
    root: ``--ood-root NAME=DIR``, else ``--test-root`` (``--splits``), a splits manifest's ``test_root``, a
    Syn-IS manifest's own folder; an image list records none (``--ood-root`` is required).
 2. Data (``datasets.image_sets`` / ``datasets.precomputed_sets``). ``--id-train`` (optional: without it nothing
-   is fitted and DER is not computed) / ``--id-test`` are image folders with one wnid sub-folder per class, or file lists
-   (``isood.features.images.list_images``; ``--id-test-root``: the folder the list's entries are relative to, e.g. the
-   release's flat ``test_imagenet.txt``), or precomputed-outputs folders (``outputs``; then ``--test-root`` too,
+   is fitted and DER is not computed) / ``--id-test`` are image folders with one wnid sub-folder per class, or
+   file lists (``isood.features.images.list_images``; ``--id-test-root``: the folder the list's entries are
+   relative to, e.g. the release's flat ``test_imagenet.txt``), or precomputed-outputs folders (``outputs``; then ``--test-root`` too,
    and ``--splits`` is the only OOD set). ID test labels: the wnids of its paths, else ``--id-test-labels``
    (``classes.label_file``), else none (OOD metrics only; no accuracy, no correctness metrics). A per-subset
    import is one dataset per subset (``<name>/<subset>``, ``assemble.grid_parts``). The model's class list and
@@ -85,13 +85,15 @@ __all__ = ["EvaluateResult", "Computed", "compute", "run_evaluate"]
 
 @dataclass
 class EvaluateResult:
+    """A written evaluation: its ``manifest`` (read back), the per-cell ``evaluation``, the random-model ``sanity``
+    table (or None), the run's ``seconds`` and the per-set metrics."""
+
     manifest: manifests.Manifest
     evaluation: CellEvaluation
     sanity: pd.DataFrame | None
     seconds: float
     notes: list[str] = field(default_factory=list)
     set_metrics: pd.DataFrame | None = None
-
 
 
 @dataclass
@@ -161,7 +163,6 @@ def compute(opts: EvaluateOptions, detectors: Mapping[str, Detector], *, adapter
         sanity = sanity_table(evaluation.per_cell, random_per_cell)
     return Computed(evaluation, per_set, scores, sets, inputs, audit, leaking, sanity, random_per_cell, model_name,
                      classes, n_model, test_root)
-
 
 
 def run_evaluate(opts: EvaluateOptions, *, adapter=None, argv: list[str] | None = None) -> EvaluateResult:
