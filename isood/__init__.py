@@ -42,7 +42,7 @@ _EXPORTS = {
     "cell_table": "isood.science.grid",
     "make_planted_world": "isood.science.simulate",
     "evaluate_scores": "isood.science.cells",
-    "evaluate": "isood.stages.evaluate.job",
+    "evaluate": "isood.stages.evaluate.api",
     "write_evaluation": "isood.stages.evaluate.write",
     "get_detector": "isood.science.detectors",
     "register_detector": "isood.science.detectors",

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from isood.core.errors import BadInputError
-from isood.stages.evaluate.job import Evaluation, evaluate
+from isood.stages.evaluate.api import Evaluation, evaluate
 
 from .registry import BenchmarkSpec, get_benchmark
 from .resolve import resolve_benchmark

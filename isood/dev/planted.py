@@ -29,7 +29,7 @@ from isood.kinds import SPLITS, GridView
 from isood.core.devices import thread_limit
 from isood.science.simulate import PlantedWorld
 
-from isood.science import metrics as M
+from isood.science import ood_metrics as M
 from isood.stages.evaluate.assemble import ID_TEST, ID_TRAIN, EvalSet, evaluate_sets, scores_table
 from isood.science.cells import CellEvaluation
 from isood.science.detectors import parse_detectors

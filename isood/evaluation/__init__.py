@@ -31,9 +31,9 @@ _MODULES = {
     "ModelAdapter": "classifiers.adapter", "wrap_model": "classifiers.models", "load_classifier": "classifiers.named",
     "randomized_copy": "classifiers.models", "extract_outputs": "classifiers.capture",
     "run_detectors": "classifiers.scoring", "DetectorScores": "classifiers.scoring",
-    "write_evaluation": "stages.evaluate.write", "EvaluateOptions": "stages.evaluate.job",
-    "EvaluateResult": "stages.evaluate.job", "run_evaluate": "stages.evaluate.job", "evaluate": "stages.evaluate.job",
-    "Evaluation": "stages.evaluate.job", "table1": "science.conventions", "release_summary": "science.conventions",
+    "write_evaluation": "stages.evaluate.write", "EvaluateOptions": "stages.evaluate.options",
+    "EvaluateResult": "stages.evaluate.job", "run_evaluate": "stages.evaluate.job", "evaluate": "stages.evaluate.api",
+    "Evaluation": "stages.evaluate.api", "table1": "science.conventions", "release_summary": "science.conventions",
     "release_results_csv": "science.conventions", "evaluate_set": "science.sets", "set_table": "science.sets",
 }
 _EXPORTS = {name: f"isood.{module}" for name, module in _MODULES.items()}

@@ -44,6 +44,7 @@ from isood.core.errors import BadInputError
 from isood.science.grid import cell_name, is_na, parse_cell_name
 
 from . import metrics as M
+from .ood_metrics import check_flags, check_scores, der_threshold
 from .conventions import check_convention, table1
 from .levels import all_level_curves, axis_name, detector_means, metric_columns, one_dataset
 
@@ -166,7 +167,7 @@ def _check_grid(grid: pd.DataFrame, detector: str, dataset: str) -> None:
 
 
 def _opt_flags(x, n: int, name: str) -> np.ndarray | None:
-    return None if x is None else M.check_flags(x, n, name)
+    return None if x is None else check_flags(x, n, name)
 
 
 def metric_set(correctness: bool, der: bool) -> tuple[str, ...]:
@@ -187,7 +188,7 @@ def der_thresholds(train_scores, train_correct, id_correct) -> dict[float, float
         return None
     if train_scores is None or train_correct is None or id_correct is None:
         raise BadInputError("DER needs train_scores, train_correct and id_correct together: pass all three")
-    return {rate: M.der_threshold(train_scores, train_correct, rate) for rate in M.DER_RATES.values()}
+    return {rate: der_threshold(train_scores, train_correct, rate) for rate in M.DER_RATES.values()}
 
 
 # ------------------------------------------------------------------------------------------ per cell
@@ -207,7 +208,7 @@ def evaluate_cells(id_scores, ood_scores, images, *, detector: str = "scores", d
     Returns one row per grid cell: ``KEY_COLUMNS`` and the metric columns (NaN for N/A cells). A measured cell
     without any score raises ``EmptyCellError``.
     """
-    id_s = M.check_scores(id_scores, "id_scores")
+    id_s = check_scores(id_scores, "id_scores")
     ood_s = np.asarray(ood_scores, dtype=np.float64).ravel()
     levels = image_levels(images, ood_s.size)
     in_cell = levels["cov_level"].to_numpy() >= 0

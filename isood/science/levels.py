@@ -20,8 +20,9 @@ import pandas as pd
 
 from isood.core.errors import BadInputError
 
-from .metrics import (METRICS, is_constant, level_correlation, level_sensitivity, lower_is_better,
-                      percentile_interval)
+from .bootstrap import percentile_interval
+from .level_stats import is_constant, level_correlation, level_sensitivity
+from .metrics import METRICS, lower_is_better
 
 __all__ = [
     "AXES", "axis_name", "metric_columns", "metric_choices", "one_dataset", "level_curves", "all_level_curves",

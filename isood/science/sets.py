@@ -20,6 +20,7 @@ from isood.core.defaults import OOD_GROUPS
 from isood.core.errors import BadInputError
 
 from . import metrics as M
+from .ood_metrics import check_flags, check_scores
 from .cells import der_thresholds, metric_set, metric_values
 from .levels import metric_columns
 
@@ -40,10 +41,10 @@ def evaluate_set(id_scores, ood_scores, *, detector: str = "scores", dataset: st
     ``cells.evaluate_cells``)."""
     if group and group not in GROUPS:
         raise BadInputError(f"set {dataset}: unknown group {group!r}; pass one of {', '.join(GROUPS)} (or none)")
-    id_s = M.check_scores(id_scores, "id_scores")
-    ood_s = M.check_scores(ood_scores, f"scores of detector '{detector}' on {dataset}")
-    id_c = None if id_correct is None else M.check_flags(id_correct, id_s.size, "id_correct")
-    ood_c = None if ood_correct is None else M.check_flags(ood_correct, ood_s.size, "ood_correct")
+    id_s = check_scores(id_scores, "id_scores")
+    ood_s = check_scores(ood_scores, f"scores of detector '{detector}' on {dataset}")
+    id_c = None if id_correct is None else check_flags(id_correct, id_s.size, "id_correct")
+    ood_c = None if ood_correct is None else check_flags(ood_correct, ood_s.size, "ood_correct")
     if ood_c is not None and id_c is None:
         raise BadInputError("ood_correct needs id_correct too: pass both (or neither)")
     thresholds = der_thresholds(train_scores, train_correct, id_c)

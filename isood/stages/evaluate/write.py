@@ -36,9 +36,10 @@ from isood.science.cells import CellEvaluation
 from isood.science.conventions import CONVENTION_BOOTSTRAP, release_table1_intervals
 from isood.science.levels import (INTERVAL_COLUMNS, TABLE1_INTERVAL_COLUMNS, cell_intervals, leak_effect, leak_pairs, leak_ranking,
                      table1_intervals)
-from isood.science.metrics import bootstrap_replicates
+from isood.science.bootstrap import bootstrap_replicates
 from isood.report.plots import plot_metric_names, render_plots
-from isood.report.html import render_html, render_markdown, table1_frame, table1_latex, table1_markdown
+from isood.report.html import render_html, render_markdown
+from isood.report.table1 import table1_frame, table1_latex, table1_markdown
 from isood.report.set_tables import sets_latex, sets_markdown
 
 __all__ = ["evaluation_tables", "evaluation_files", "write_evaluation", "bootstrap_tables"]

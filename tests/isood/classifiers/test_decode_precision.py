@@ -12,7 +12,8 @@ import torch
 from scipy.stats import spearmanr
 
 from isood.evaluation import metrics as M
-from isood.stages.evaluate.job import EvaluateOptions, run_evaluate
+from isood.stages.evaluate.job import run_evaluate
+from isood.stages.evaluate.options import EvaluateOptions
 from isood.science.grid import cell_name, cell_table, edges_table
 from isood.stages.splits import write_splits
 

@@ -13,8 +13,9 @@ from sklearn.metrics import roc_auc_score
 from isood.core.errors import BadInputError
 from isood.evaluation import evaluate_scores
 from isood.science.levels import curve_statistics, level_means
-from isood.science.metrics import (bootstrap_replicates, fpr_at_tpr, level_correlation, level_sensitivity,
-                                      percentile_interval)
+from isood.science.bootstrap import bootstrap_replicates, percentile_interval
+from isood.science.level_stats import level_correlation, level_sensitivity
+from isood.science.ood_metrics import fpr_at_tpr
 from isood.stages.evaluate.write import bootstrap_tables, write_evaluation
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -47,14 +48,14 @@ def test_replicates_equal_the_metrics_of_the_resampled_arrays():
     two = bootstrap_replicates(np.vstack([id_s, -id_s]), [np.vstack([g, -g]) for g in groups], n_boot=40, seed=11)
     assert np.array_equal(two["auroc"][0], got["auroc"])
     assert np.allclose(two["auroc"][1], 1.0 - got["auroc"], atol=1e-12)  # negated scores flip the ranking
-    import isood.science.metrics as M
+    import isood.science.bootstrap as B
 
-    small = M._CHUNK_ELEMENTS
+    small = B._CHUNK_ELEMENTS
     try:
-        M._CHUNK_ELEMENTS = 100  # one replicate per chunk
+        B._CHUNK_ELEMENTS = 100  # one replicate per chunk
         assert np.array_equal(bootstrap_replicates(id_s, groups, n_boot=40, seed=11)["fpr95"], got["fpr95"])
     finally:
-        M._CHUNK_ELEMENTS = small
+        B._CHUNK_ELEMENTS = small
     assert not np.array_equal(bootstrap_replicates(id_s, groups, n_boot=40, seed=12)["auroc"], got["auroc"])
 
 

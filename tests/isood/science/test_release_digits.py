@@ -18,7 +18,7 @@ from isood.core.errors import IsoodWarning
 from isood.science.cells import evaluate_cells
 from isood.science.conventions import release_results_csv, release_results_files, table1
 from isood.science.levels import all_level_curves, curve_statistics, summary_table
-from isood.science.metrics import level_correlation
+from isood.science.level_stats import level_correlation
 from isood.science.grid import cell_name
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -219,8 +219,8 @@ def _release_point(values_by_cell, levels_by_cell):
 
 def test_release_bootstrap_intervals_are_on_its_own_scale_and_cover_openoods_fpr():
     from isood.science.cells import CellEvaluation
-    from isood.science.metrics import bootstrap_replicates
-    from isood.report.html import table1_markdown
+    from isood.science.bootstrap import bootstrap_replicates
+    from isood.report.table1 import table1_markdown
     from isood.stages.evaluate.write import bootstrap_tables
 
     rng = np.random.default_rng(11)

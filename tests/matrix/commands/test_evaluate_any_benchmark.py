@@ -286,15 +286,15 @@ def test_image_lists_only_write_per_set_rows_and_no_grid(world, cli, tmp_path):
     ({"bootstrap": -1}, ["--bootstrap must be an integer >= 0, got -1"]),
 ])
 def test_python_api_checks_options_like_the_cli_before_any_work(options, words, world, tmp_path, monkeypatch):
-    """Guard: isood.stages.evaluate.job.evaluate (EvaluateOptions + isood.core.optspec.check): the API's keyword options
+    """Guard: isood.stages.evaluate.api.evaluate (EvaluateOptions + isood.core.optspec.check): the API's keyword options
     are the CLI's fields, refused in one line before a model is built."""
     import isood
-    import isood.stages.evaluate.job as job
+    import isood.stages.evaluate.api as api
 
     def built(*args, **kwargs):
         raise AssertionError("the model was built before the options were checked")
 
-    monkeypatch.setattr(job, "_compute", built)
+    monkeypatch.setattr(api, "compute", built)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(isood.IsoodError) as e:
         isood.evaluate("test_resnet", id_test=world / "train", detectors="msp", **options)

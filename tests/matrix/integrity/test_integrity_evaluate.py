@@ -242,7 +242,7 @@ def test_leak_free_rows_equal_the_evaluation_of_the_cleaned_splits(cli, tmp_path
 
 # ================================================================================ leak rules flagging everything
 def test_rules_flagging_every_image_are_refused_before_scoring(cli, tmp_path, monkeypatch):
-    """Guard: job.leak_masks. A splits manifest holding only ID and hypernym classes: the default rules flag all
+    """Guard: inputs.leak_masks. A splits manifest holding only ID and hypernym classes: the default rules flag all
     its images; refused with one line before anything is scored (it raised KeyError 'cell' after the run)."""
     import isood.stages.evaluate.job as job
 

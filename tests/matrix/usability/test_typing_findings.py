@@ -46,7 +46,7 @@ def test_der_metric_without_thresholds():
         with pytest.raises(BadInputError, match="DER needs the thresholds"):
             METRICS[name].function(inputs)
     # with thresholds it is the DER of ``der_at_threshold`` (the guard changes nothing else)
-    from isood.science.metrics import der_at_threshold
+    from isood.science.ood_metrics import der_at_threshold
 
     with_t = inputs._replace(der_thresholds={0.95: 0.5, 0.99: 0.1})
     assert METRICS["der95"].function(with_t) == der_at_threshold(

@@ -313,10 +313,10 @@ def test_data_dependent_parameters_are_refused_before_any_image_is_decoded(world
     import time
 
     import isood.classifiers.capture as capture
-    import isood.stages.evaluate.job as job
+    import isood.stages.evaluate.model as model_step
 
     counts = {"models": 0, "forward": 0, "decoded": 0}
-    build = job.adapter_from_option
+    build = model_step.adapter_from_option
 
     def counting_build(*a, **kw):
         counts["models"] += 1
@@ -330,7 +330,7 @@ def test_data_dependent_parameters_are_refused_before_any_image_is_decoded(world
         counts["decoded"] += 1
         return get(self, i)
 
-    monkeypatch.setattr(job, "adapter_from_option", counting_build)
+    monkeypatch.setattr(model_step, "adapter_from_option", counting_build)
     monkeypatch.setattr(capture.ImageList, "__getitem__", counting_get)
     t0 = time.perf_counter()
     r = _invoke(_args(world, tmp_path / "ev", "--detectors", f"msp,{spec}"))

@@ -15,7 +15,8 @@ from isood.stages.evaluate.assemble import (ID_TEST, ID_TRAIN, EvalSet, evaluate
 from isood.science.cells import evaluate_cells
 from isood.classifiers.classes import class_list, imagenet_1k, labels_for, outputs_labels, wnids_of
 from isood.science.detectors import parse_detectors
-from isood.stages.evaluate.job import EvaluateOptions, run_config, run_meta
+from isood.stages.evaluate.options import EvaluateOptions
+from isood.stages.evaluate.record import run_config, run_meta
 from isood.classifiers.scoring import DetectorScores
 from isood.science.grid import cell_name
 
