@@ -235,7 +235,7 @@ def _check_cells(root: Path, load, loaded_empty: int = 2) -> tuple[int, int]:
 
 
 def test_build_splits_na_cells_have_empty_configs(outputs, load):
-    """Guards: isood.kinds._grid_cells (CardSpec.config_values) + manifests.card.plan_configs: `load_dataset(DIR,
+    """Guards: isood.kinds.grid_card.grid_cells (CardSpec.config_values) + manifests.card.plan_configs: `load_dataset(DIR,
     "cov_1_sem_1")` of an N/A cell raised "BuilderConfig not found"; the card said N/A cells get no config."""
     root = outputs["build-splits"]
     cells = manifests.read(root).frame("cells").set_index("cell")
