@@ -11,7 +11,8 @@ from isood.cli import app
 from isood.core.errors import ManifestError
 from isood.stages.interop import import_isood_lists
 from manifests import add_card
-from manifests.card import config_layout, dataset_card
+from manifests.card import dataset_card
+from manifests.card_layout import config_layout
 
 FIXTURE_V1 = Path(__file__).parent / "fixtures" / "v1_splits"
 MAIN = {"splits": "images", "syn-is": "images", "class-filter": "classes", "audit": "classes", "features": "index"}
@@ -214,12 +215,14 @@ def test_the_tables_a_kind_declares_its_card_reads_draw_the_card_every_table_dra
     import dataclasses
 
     import manifests.card as card_module
+    import manifests.card_layout as layout_module
 
     m = write_kind(kind, tmp_path / kind)
     tables = {name: m.table(name) for name in m.tables}
     declared = dataset_card(m.meta, tables, root=m.root)
-    assert card_module.card_spec(kind, tables).reads is not None
-    real = card_module.card_spec
-    monkeypatch.setattr(card_module, "card_spec", lambda k, t: dataclasses.replace(real(k, t), reads=None))
+    assert layout_module.card_spec(kind, tables).reads is not None
+    real = layout_module.card_spec
+    for module in (card_module, layout_module):
+        monkeypatch.setattr(module, "card_spec", lambda k, t: dataclasses.replace(real(k, t), reads=None))
     assert dataset_card(m.meta, tables, root=m.root) == declared
     assert declared == (m.root / "README.md").read_text()  # and it is the card the writer wrote
