@@ -384,6 +384,22 @@ def test_verify_full_rehashes_what_fast_trusts_and_a_bad_mode_is_one_line(cli, f
         assert "--verify 'sometimes'" in line and "fast or full" in line, (args, line)
 
 
+def test_a_manifest_without_the_writers_record_owns_its_listed_files_only(cli, tmp_path):
+    """guard: ``manifests.ownership.owned_paths``: beside a manifest.json without the writer's record (the
+    pre-release layout: no record, no version marker) a file named like isood's bookkeeping is the user's, so a
+    rewrite refuses with one line naming it and leaves it as it is."""
+    root = tmp_path / "s"
+    _splits(root)
+    marker = root / json.loads((root / "manifest.json").read_text())["writer"]["own"][0]
+    marker.unlink()
+    _edit(root, lambda m: m.pop("writer"))
+    stray = root / ".~file-stats-0123456789abcdef.parquet"
+    stray.write_bytes(b"someone's data")
+    line = cli.one_line_error(cli.invoke(["card", root]))
+    assert "does not list" in line and stray.name in line, line
+    assert stray.read_bytes() == b"someone's data"
+
+
 def test_a_content_hash_that_covers_the_config_files_is_refused_with_one_line(cli, tmp_path):
     """guard: ``manifests.verify`` accepts one content hash, the one that leaves the derived card and config files
     out: a manifest.json whose ``content_sha256`` also covers its ``data/configs/`` files (the rule of the
