@@ -30,7 +30,8 @@ from manifests.meta import MANIFEST_FILE, load_meta
 from manifests.paths import check_relative, is_inside
 
 __all__ = ["RECORD_KEY", "read_meta", "new_version_id", "version_marker", "version_of", "recorded_own",
-           "walk_files", "owned_paths", "foreign_paths", "escaping_links", "unlink_inside", "folder_identity", "is_current", "version_identity"]
+           "walk_files", "owned_paths", "foreign_paths", "escaping_links", "unlink_inside", "folder_identity",
+           "is_current", "version_identity"]
 
 RECORD_KEY = "writer"
 _VERSION_RE = re.compile(r"^[0-9a-f]{32}$")
