@@ -41,7 +41,8 @@ class EvaluationView(ManifestView):
 
     @property
     def detector_params(self) -> dict[str, dict[str, Any]]:
-        """Each detector's hyper-parameters as the run used them (``Detector.params()``; {} for older runs)."""
+        """Each detector's hyper-parameters as the run used them (``Detector.params()``; {} when the run records
+        none)."""
         params = self.config.get("detector_params") or {}
         return {str(n): dict(p) for n, p in params.items() if isinstance(p, Mapping)}
 
@@ -57,8 +58,8 @@ class EvaluationView(ManifestView):
 
     @property
     def set_metrics(self) -> pd.DataFrame | None:
-        """One row per detector and OOD set, with OpenOOD's ``nearood`` / ``farood`` means (None for evaluations
-        written before per-set rows existed)."""
+        """One row per detector and OOD set, with OpenOOD's ``nearood`` / ``farood`` means (None for an evaluation
+        without the table)."""
         return self.frame("set_metrics") if "set_metrics" in self.tables else None
 
 

@@ -48,14 +48,14 @@ class FeaturesView(ClipProvenance):
 
     @property
     def decode(self) -> str:
-        """The decoding mode of the features (``isood.features.images.DECODE_MODES``; manifests written before modes
-        existed are ``reference``)."""
+        """The decoding mode of the features (``isood.features.images.DECODE_MODES``; ``reference`` when the
+        manifest records none)."""
         return str(self.field("decode") or "reference")
 
     @property
     def image_root(self) -> str | None:
-        """The folder the index paths are relative to (recorded as ``image_root``; manifests written before it
-        was: the image folder, or the folder of the file list)."""
+        """The folder the index paths are relative to (recorded as ``image_root``; when none is
+        recorded: the image folder, or the folder of the file list)."""
         recorded = self.field("image_root")
         if recorded:
             return str(recorded)

@@ -151,7 +151,7 @@ class SynView(GridView):
     @property
     def prompt_edges(self) -> dict | None:
         """How the prompts were binned (``isood.stages.syn.edges``): mode (prompts | splits | calibrated), the
-        quantile clip, the per-axis offset and the edges used; None for a manifest written before modes existed."""
+        quantile clip, the per-axis offset and the edges used; None when the manifest records none."""
         return self.field("prompt_edges")
 
 

@@ -17,7 +17,8 @@ __all__ = ["GRID_CARD", "grid_configs", "grid_cells", "grid_sections"]
 def grid_configs(tables: Mapping[str, Any], meta: Mapping[str, Any]) -> set | None:
     """The cells that get a `datasets` config: the measured (non-N/A) cells of the ``cells`` table, else the
     cells of the main table with at least the N/A threshold of images. With a ``source`` column a cell is
-    measured per source: ``(source, cell)`` pairs (``manifests.card_layout`` gives that cell's config that split only)."""
+    measured per source: ``(source, cell)`` pairs (``manifests.card_layout`` gives that cell's config that split
+    only)."""
     cells = tables.get("cells")
     if cells is not None and {"cell", "na"} <= set(cells.columns):
         usable = cells[~cells["na"].astype(bool)]
