@@ -3,7 +3,7 @@
 ``MainTableStream`` writes a kind's main table piece by piece (``manifests.stream.ParquetStream``) and, in the
 same pass, a staged Parquet file per (``split_by`` value, ``config_by`` value) of its rows, the `datasets`
 configs the kind's ``CardSpec`` may ask for. ``write_streamed`` then plans the configs exactly as
-``manifests.card.config_layout`` does for an in-memory table (``plan_configs``), renames the staged files the
+``manifests.card_layout.config_layout`` does for an in-memory table (``plan_configs``), renames the staged files the
 plan keeps into `data/configs/<config>/<split>.parquet`, deletes the others (e.g. N/A cells), and hands over to
 ``manifests.card.write_with_card``. A main table already written as Parquet (``table_files``) is partitioned in
 a second pass instead (``streamed_layout``). Memory stays bounded by a row group either way. ``add_card`` gives
@@ -22,20 +22,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from isood.core.errors import ManifestError
-from manifests.card import (
-    CARD_FIGURE,
-    CARD_FILE,
-    CONFIGS_DIR,
+from manifests.card import CARD_FIGURE, CARD_FILE, CONFIGS_DIR, dataset_card, write_with_card
+from manifests.card_layout import (
     ConfigLayout,
     Routes,
     add_other_tables,
     allowed_splits,
     card_frames,
     card_spec,
-    dataset_card,
     plan_configs,
     resolve_empty,
-    write_with_card,
 )
 from manifests.output import writing
 from manifests.store import Manifest, read
@@ -97,7 +93,7 @@ class MainTableStream:
 
 def _card_tables(root: Path, kind: str, tables: Mapping[str, pd.DataFrame | pa.Table],
                  table_files: Mapping[str, str], main: str) -> dict[str, pd.DataFrame]:
-    """The other tables the kind's card reads (``manifests.card.card_frames``), as DataFrames."""
+    """The other tables the kind's card reads (``manifests.card_layout.card_frames``), as DataFrames."""
     frames = card_frames(kind, main, tables, root=root, table_files=table_files)
     return {n: f for n, f in frames.items() if n != main}
 

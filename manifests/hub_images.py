@@ -30,8 +30,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from isood.core.files import sha256_bytes, sha256_file
-from manifests.card import (CARD_FILE, CONFIGS_DIR, ConfigLayout, card_frames, card_spec, dataset_card,
-                            empty_parquet_bytes, split_name)
+from manifests.card import CARD_FILE, CONFIGS_DIR, dataset_card
+from manifests.card_layout import ConfigLayout, card_frames, card_spec, empty_parquet_bytes, split_name
 from manifests.card_info import IMAGE_COLUMN
 from manifests.store import MANIFEST_FILE, Manifest
 

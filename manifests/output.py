@@ -49,9 +49,9 @@ from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from isood.core.errors import BadInputError, IsoodError, IsoodWarning, ManifestError, MissingWeightsError
-from isood.core.files import LOCK_FILE, TMP_PREFIX, atomic_write_bytes, file_lock, lock_path
+from isood.core.files import TMP_PREFIX, atomic_write_bytes, file_lock, lock_path
 from manifests.meta import MANIFEST_FILE
-from manifests.ownership import (PARKED, RECORD_KEY, escaping_links, foreign_paths, new_version_id, owned_paths,
+from manifests.ownership import (RECORD_KEY, escaping_links, foreign_paths, new_version_id, owned_paths,
                                  read_meta, version_marker, version_of, walk_files)
 from manifests.paths import is_inside
 from manifests.swap import OLD_SUFFIX, Kept, discard_version, exchange, fsync_dir
@@ -240,7 +240,6 @@ def _commit(work: Path, final: Path, kinds: Sequence[str], option: str) -> Kept:
         raise IsoodError(f"{final}: the stage finished without writing its {'/'.join(kinds)} manifest"
                          f"{f' ({problem})' if problem else ''}; rerun the command")
     (work / STAGING_MARKER).unlink(missing_ok=True)
-    (work / PARKED).unlink(missing_ok=True)
     _record(work, meta)
     fsync_dir(work)
     try:
@@ -281,8 +280,8 @@ def _carried(final: Path, meta: dict) -> set[str]:
     (``write_manifest`` bumps its version), but its version marker (a reader of the previous version must see it
     vanish) and temporaries."""
     version = version_of(meta)
-    skip = {PARKED, LOCK_FILE} | ({version_marker(version)} if version else set())
-    return {rel for rel in owned_paths(final, meta) if rel not in skip and not rel.endswith(".tmp")}
+    skip = {version_marker(version)} if version else set()
+    return {rel for rel in owned_paths(meta) if rel not in skip and not rel.endswith(".tmp")}
 
 
 def _snapshot(work: Path) -> dict[str, int]:

@@ -9,9 +9,8 @@ the marker ``.~isood-<version>.version`` that lives in the folder and goes with 
 in). ``own`` lists the files beside the manifest's ``files`` that the writer left there: resume records and stat
 caches of the stage, the manifest.json and marker of a manifest nested in it, the marker itself. Nothing else
 below an output belongs to isood: a file it finds there that is neither listed nor recorded (a user's
-``.~backup/``, an editor's lock file, a ``webapp/manifest.json``) is the user's. A manifest written by an older
-isood has no record: then only the bookkeeping names isood < 0.3 used (``LEGACY_BOOKKEEPING``) and nested isood
-manifests count as its own.
+``.~backup/``, an editor's lock file, a ``webapp/manifest.json``) is the user's. A manifest.json without the
+record (an edited one) owns its listed files and itself only.
 
 Deletion (``unlink_inside``) never passes a symbolic link: a path whose folders are not real folders inside the
 manifest's own folder is left alone; a link is removed as a link, never its target.
@@ -19,7 +18,6 @@ manifest's own folder is left alone; a link is removed as a link, never its targ
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
@@ -27,35 +25,26 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from isood.core.errors import IsoodError, one_line
-from isood.core.files import LOCK_FILE, TMP_PREFIX
-from manifests.meta import MANIFEST_FILE, SCHEMA_NAME, load_meta, validate_meta
+from isood.core.files import TMP_PREFIX
+from manifests.meta import MANIFEST_FILE, load_meta
 from manifests.paths import check_relative, is_inside
 
-__all__ = ["RECORD_KEY", "PARKED", "read_meta", "new_version_id", "version_marker", "version_of", "recorded_own",
-           "walk_files", "owned_paths", "foreign_paths", "escaping_links", "unlink_inside", "LEGACY_BOOKKEEPING",
-           "folder_identity", "is_current", "version_identity"]
+__all__ = ["RECORD_KEY", "read_meta", "new_version_id", "version_marker", "version_of", "recorded_own",
+           "walk_files", "owned_paths", "foreign_paths", "escaping_links", "unlink_inside", "folder_identity",
+           "is_current", "version_identity"]
 
 RECORD_KEY = "writer"
-PARKED = f"{TMP_PREFIX}manifest.json.prev"  # an in-place writer's set-aside manifest (isood < 0.2)
 _VERSION_RE = re.compile(r"^[0-9a-f]{32}$")
-#: Names of the bookkeeping files isood < 0.3 kept beside its outputs unrecorded (stat caches, resume state,
-#: rejection markers, atomic-write temporaries, the set-aside manifest, a staging marker, an old lock).
-LEGACY_BOOKKEEPING = re.compile(
-    r"^\.~(file-stats-[0-9a-f]+\.parquet|features-\d+\.stats\.parquet|syn-state\.json|.+\.rejected"
-    r"|.+\.[A-Za-z0-9_]{8,12}\.tmp|isood-staging\.json|manifest\.json\.prev|isood\.lock)$")
 
 
 def read_meta(folder: Path) -> tuple[dict | None, str | None]:
     """(manifest.json of ``folder`` validated, None) or (None, why it cannot be read), or (None, None) without one."""
-    for name in (MANIFEST_FILE, PARKED):
-        if (folder / name).is_file():
-            try:
-                if name == MANIFEST_FILE:
-                    return load_meta(folder), None
-                return validate_meta(json.loads((folder / name).read_text(encoding="utf-8")), str(folder)), None
-            except (IsoodError, OSError, ValueError, RecursionError) as e:
-                return None, one_line(e, 160)
-    return None, None
+    if not (folder / MANIFEST_FILE).is_file():
+        return None, None
+    try:
+        return load_meta(folder), None
+    except (IsoodError, OSError, ValueError, RecursionError) as e:
+        return None, one_line(e, 160)
 
 
 def new_version_id() -> str:
@@ -69,7 +58,7 @@ def version_marker(version: str) -> str:
 
 
 def version_of(meta: dict | None) -> str | None:
-    """The version identity a manifest.json records (None for one written by an older isood)."""
+    """The version identity a manifest.json records (None for one without the writer's record)."""
     rec = (meta or {}).get(RECORD_KEY)
     v = rec.get("version") if isinstance(rec, dict) else None
     return v if isinstance(v, str) and _VERSION_RE.match(v) else None
@@ -101,37 +90,19 @@ def walk_files(root: Path) -> Iterator[str]:
             yield n if rel_folder == "." else f"{rel_folder}/{n}"
 
 
-def _is_isood_manifest(path: Path) -> bool:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(data, dict) and isinstance(data.get("schema"), dict) and data["schema"].get("name") == SCHEMA_NAME
-
-
-def owned_paths(root: Path, meta: dict | None, present: Iterator[str] | None = None) -> set[str]:
-    """The paths below ``root`` that its manifest (``meta``; None: no manifest) says isood wrote: its listed
-    files, its manifest.json and the writer's record; for a manifest without a record, the legacy bookkeeping
-    names and nested isood manifests found there."""
+def owned_paths(meta: dict | None) -> set[str]:
+    """The paths below a manifest's folder that its manifest (``meta``; None: no manifest) says isood wrote: its
+    listed files, its manifest.json and the writer's record."""
     if meta is None:
         return set()
     listed = {str(r.get("path")) for r in meta.get("files", []) if isinstance(r, dict)}
-    own = recorded_own(meta)
-    if own is not None:
-        return listed | own | {MANIFEST_FILE}
-    legacy = set()
-    for rel in (present if present is not None else walk_files(root)):
-        name = rel.rsplit("/", 1)[-1]
-        if LEGACY_BOOKKEEPING.match(name) or (name == MANIFEST_FILE and _is_isood_manifest(root / rel)):
-            legacy.add(rel)
-    return listed | legacy | {MANIFEST_FILE}
+    return listed | (recorded_own(meta) or set()) | {MANIFEST_FILE}
 
 
 def foreign_paths(root: Path, meta: dict | None, allow: Iterable[str] = ()) -> list[str]:
-    """Files below ``root`` that isood did not write (``owned_paths``), but ``allow`` and an old in-folder lock."""
-    present = list(walk_files(root))
-    owned = owned_paths(root, meta, iter(present)) | set(allow) | {LOCK_FILE}
-    return sorted(p for p in present if p not in owned and not _temporary(p))
+    """Files below ``root`` that isood did not write (``owned_paths``), but ``allow``."""
+    owned = owned_paths(meta) | set(allow)
+    return sorted(p for p in walk_files(root) if p not in owned and not _temporary(p))
 
 
 def _temporary(rel: str) -> bool:
@@ -189,7 +160,7 @@ def version_identity(root: str | os.PathLike, meta: dict | None,
                      before: tuple[int, int] | None = None) -> tuple:
     """What tells this version of ``root`` from the next: ``("version", id)`` when its marker is there (a swap
     or a rewrite removes it); else ``("folder", (device, inode))`` (``before``: taken before ``meta`` was read),
-    for a manifest written by an older isood or a copy without its marker (an upload, a ``cp`` of the listed
+    for a manifest.json without the writer's record or a copy without its marker (an upload, a ``cp`` of the listed
     files), a weaker test since file systems reuse inode numbers."""
     version = version_of(meta)
     if version is not None and os.path.isfile(os.path.join(root, version_marker(version))):

@@ -53,7 +53,7 @@ class TableSpec:
 
 @dataclass(frozen=True)
 class CardSpec:
-    """How a kind's dataset card (README.md with `datasets` configs) is laid out; see ``manifests.card``.
+    """How a kind's dataset card (README.md with `datasets` configs) is laid out; see ``manifests.card_layout``.
 
     ``main``: the table behind the ``all`` config. ``split``: split name of its rows (``test`` for benchmark
     data, ``train`` for plain tables). ``split_by``: a column whose values are separate splits (e.g. the source

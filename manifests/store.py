@@ -35,7 +35,7 @@ from manifests.output import guard_direct_write
 from manifests.ownership import (RECORD_KEY, folder_identity as _folder_identity, is_current, new_version_id,
                                  version_identity,
                                  unlink_inside, version_marker, version_of, walk_files)
-from manifests.verify import bad_path_values, content_hash, legacy_content_hash, verify as verify_manifest
+from manifests.verify import bad_path_values, content_hash, verify as verify_manifest
 from manifests.paths import check_relative, resolve_inside
 from manifests.schema import KindSpec, check_schema, expect_kind, field_value, kind_spec
 
@@ -88,7 +88,7 @@ class Manifest:
 
     @property
     def version_id(self) -> str | None:
-        """The identity of this one write of the folder (None for a manifest written by an older isood)."""
+        """The identity of this one write of the folder (None for a manifest.json without the writer's record)."""
         return version_of(self.meta)
 
     @property
@@ -391,22 +391,13 @@ def _version(old: Mapping[str, Any] | None, kind: str, chash: str, note: str) ->
     """(dataset version, changelog): unchanged for identical content, minor bump for changed content of the
     same kind, 1.0.0 otherwise."""
     today = _dt.date.today().isoformat()
-    if old and old.get("kind") == kind and _same_content(old, chash):
+    if old and old.get("kind") == kind and old.get("content_sha256") == chash:
         return old["dataset_version"], old.get("changelog", [])
     if old and old.get("kind") == kind:
         version = _bump(old["dataset_version"])
         return version, old.get("changelog", []) + [{"version": version, "date": today,
                                                      "note": note or "content changed"}]
     return "1.0.0", [{"version": "1.0.0", "date": today, "note": note or f"first {kind} manifest"}]
-
-
-def _same_content(old: Mapping[str, Any], chash: str) -> bool:
-    """Whether the previous manifest held the content ``chash`` hashes: its recorded hash, or for a manifest
-    written by isood < 0.2 (whose hash also covered the derived config files) the hash of its files today."""
-    if old.get("content_sha256") == chash:
-        return True
-    files = old.get("files") or []
-    return old.get("content_sha256") == legacy_content_hash(files) and content_hash(files) == chash
 
 
 def _remove_stale(root: Path, old: Mapping[str, Any] | None, records: Mapping[str, dict]) -> None:

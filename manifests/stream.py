@@ -7,7 +7,7 @@
   exactly ``row_group_rows`` rows (the last one shorter) whatever the sizes of the pieces, so identical rows give
   identical bytes; ``manifests.write_manifest(table_files=...)`` registers the file.
 - ``key_counts`` / ``partition_parquet``: rows per distinct key of a Parquet file, and a copy of each row into the
-  files named for its key, read one row group at a time (``manifests.card`` builds the `datasets` configs of a
+  files named for its key, read one row group at a time (``manifests.card_stream`` builds the `datasets` configs of a
   streamed table with them).
 
 This module knows no kind and no column: keys are whatever columns the caller names.

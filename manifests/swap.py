@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from isood.core.files import sha256_file
-from manifests.ownership import PARKED, owned_paths, read_meta, unlink_inside, walk_files
+from manifests.ownership import owned_paths, read_meta, unlink_inside, walk_files
 
 __all__ = ["OLD_SUFFIX", "Kept", "exchange", "fsync_dir", "discard_version"]
 
@@ -84,7 +84,7 @@ def discard_version(folder: Path, final: Path, new: Path | None = None) -> Kept:
     meta, _ = read_meta(folder)
     kept = Kept()
     records = {str(r.get("path")): r for r in (meta or {}).get("files", []) if isinstance(r, dict)}
-    for rel in sorted(owned_paths(folder, meta) | {PARKED}):
+    for rel in sorted(owned_paths(meta)):
         p = folder / rel
         if rel in records and _edited(p, records[rel], new / rel if new is not None else None):
             kept.edited.append(rel)

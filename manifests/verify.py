@@ -12,7 +12,7 @@ A ``manifest.json`` that cannot be trusted at all (``manifests.meta``: unsafe pa
 changelog, a future schema, wrong types) is a one-line ``ManifestError`` instead, as for every reader.
 
 Columns are compared with what the manifest itself recorded, not with today's schema of the kind: verify is about
-integrity, and a manifest written by an older writer (tests/data/v1_splits) keeps verifying.
+integrity; whether the tables hold the kind's columns is the typed read's check (``manifests.read(kind=...)``).
 
 Modes: ``full`` hashes every file. ``fast`` (what stages use on their inputs by default) hashes every table and
 every file up to ``FAST_HASH_BYTES``; a larger file (a feature shard, an image) is hashed unless its size,
@@ -50,8 +50,7 @@ from manifests.ownership import folder_identity, is_current, version_identity, v
 from manifests.paths import resolve_inside
 from manifests.schema import kind_spec
 
-__all__ = ["VerifyReport", "verify", "VERIFY_MODES", "FAST_HASH_BYTES", "content_hash", "legacy_content_hash",
-           "check_verify_mode",
+__all__ = ["VerifyReport", "verify", "VERIFY_MODES", "FAST_HASH_BYTES", "content_hash", "check_verify_mode",
            "bad_path_values", "BAD_PATH_PATTERN"]
 
 #: In ``fast`` mode files up to this size are always hashed; larger ones when their stat changed.
@@ -78,12 +77,6 @@ def _derived(rel: str) -> bool:
     return rel == CARD_FILE or rel.startswith(CONFIGS_DIR + "/")
 
 
-def legacy_content_hash(files) -> str:
-    """The content hash isood < 0.2 recorded (only the card left out): such manifests keep verifying."""
-    rows = sorted(f"{r['path']}\t{r['sha256']}" for r in files if r["path"] != CARD_FILE)
-    return sha256_bytes("\n".join(rows).encode())
-
-
 @dataclass
 class VerifyReport:
     """What ``verify`` found: files ``missing`` / ``extra`` / ``changed``; ``invalid`` tables (a required table
@@ -96,7 +89,7 @@ class VerifyReport:
     changed: list[str]
     invalid: list[str] = field(default_factory=list)
     fields: list[str] = field(default_factory=list)
-    #: The version identity checked (``manifests.ownership``; None for a manifest of an older isood).
+    #: The version identity checked (``manifests.ownership``; None for a manifest.json without the writer's record).
     version: str | None = None
     #: A writer kept swapping new versions in while this was checked: nothing is known to be wrong.
     rewriting: bool = False
@@ -290,7 +283,7 @@ def _verify_once(root: Path, meta: dict, mode: str) -> VerifyReport:
     if kind_spec(meta["kind"]) is None:
         fields.append(f"kind {meta['kind']!r} is unknown to isood; rebuild the manifest with an isood command")
     stored = meta.get("content_sha256")
-    if stored not in (content_hash(meta["files"]), legacy_content_hash(meta["files"])):
+    if stored != content_hash(meta["files"]):
         fields.append("content_sha256 is not the hash of the listed files; rebuild the manifest (or restore its "
                       "manifest.json)")
     invalid = _table_problems(root, meta, set(missing) | set(changed))

@@ -3,7 +3,7 @@ filter (with its presets) and the audit of class lists and manifests (per class,
 Everything is offline (timm's bundled lists, a local WordNet).
 
 ``wnid_from_path`` (``wordnet_tools.wnids``) is isood's one rule for the class an image path names; ``wnid_of``
-maps a synset to its wnid. The commands that use it live with the stages (``isood.stages.wordnet``).
+maps a synset to its wnid. The commands that use it (``isood wordnet filter`` / ``audit``) live with isood's stages.
 Names are re-exported lazily: ``import wordnet_tools.wnids`` does not load nltk.
 """
 

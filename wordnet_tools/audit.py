@@ -15,7 +15,7 @@ and counts the list entries (images) per class and per rule.
 release, an image list): the rules are per class, so each distinct class is checked once and its verdict mapped
 onto the images (Arrow dictionary codes, no per-row Python), giving a per-image ``rule`` column and, for a
 graded manifest, the images and classes per rule in each cell and each level (``wordnet_tools.rules``). The
-same steps take a table too large for memory one row group at a time (``isood.stages.wordnet.jobs.audit_manifest``):
+same steps take a table too large for memory one row group at a time (``isood wordnet audit`` on a manifest):
 ``count_wnids`` per piece (the entries per class, hence the verdicts), then ``ImageAuditor.add`` per piece (its
 rows with their rule, and running per-cell / per-level counts, ``rules.RuleTally``).
 """
@@ -181,7 +181,7 @@ def audit_images(table: pa.Table | pd.DataFrame, id_wnids: Iterable[str], hierar
     class '', rule ``unknown``). Each distinct class is checked once (``audit_classes``) and its rule mapped onto
     the rows. With ``cov_level`` / ``sem_level`` (and ``cell``) columns, also the per-level (and per-cell)
     tables of images and classes per rule. A table too large for memory is audited piece by piece the same way
-    (``count_wnids`` over its pieces, then ``ImageAuditor``: ``isood.stages.wordnet.jobs.run_audit``)."""
+    (``count_wnids`` over its pieces, then ``ImageAuditor``, as ``isood wordnet audit`` does)."""
     t = table if isinstance(table, pa.Table) else pa.Table.from_pandas(table, preserve_index=False)
     check_wnid_column(t.column_names, where)
     classes = audit_classes(count_wnids(t["wnid"]), id_wnids, hierarchy, exclude=exclude,

@@ -11,7 +11,8 @@ from isood.cli import app
 from isood.core.errors import ManifestError
 from isood.stages.interop import import_isood_lists
 from manifests import add_card
-from manifests.card import config_layout, dataset_card
+from manifests.card import dataset_card
+from manifests.card_layout import config_layout
 
 FIXTURE_V1 = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file()) / "tests" / "data" / "v1_splits"
 MAIN = {"splits": "images", "syn-is": "images", "class-filter": "classes", "audit": "classes", "features": "index"}
@@ -185,25 +186,32 @@ def test_a_cell_na_in_one_source_has_no_split_of_that_source(tmp_path, worlds, l
     assert sorted(load(m.root)) == ["a", "b"]
 
 
-def test_frozen_v1_fixture_stays_readable(tmp_path, load):
-    """tests/data/v1_splits was written once by the v1 writer and is never regenerated."""
-    from manifests.verify import content_hash, legacy_content_hash
+def test_the_frozen_pre_release_fixture_is_read_plain_and_refused_by_verify(tmp_path, load):
+    """tests/data/v1_splits was written once by the pre-release writer, whose content hash also
+    covered the per-config files: its tables still read (and load with `datasets`), but ``verify`` refuses it with
+    one line on ``content_sha256`` (the one rule leaves derived files out), as does a verified read."""
+    import hashlib
+
+    from manifests.verify import content_hash
 
     m = manifests.read(FIXTURE_V1)
     assert m.meta["schema"] == {"name": "isood-manifest", "version": "1.0"}
     assert m.kind == "splits" and m.dataset_version == "1.0.0"
-    assert manifests.verify(FIXTURE_V1).ok
     images = m.frame("images")
     assert len(images) == 25 and images["path"].iloc[0] == "n09000000/n09000000_0.JPEG"
     assert m.frame("cells").set_index("cell").loc["cov_2_sem_5", "n"] == 12
     cell = load(FIXTURE_V1, "cov_2_sem_5")["test"]
     assert cell.num_rows == 12 and set(cell["sem_level"]) == {5}
-    assert (FIXTURE_V1 / "lists/cov_2_sem_5.txt").read_text().count("\n") == 12
     meta = json.loads((FIXTURE_V1 / "manifest.json").read_text())
-    # v1 hashed its per-config files too (isood >= 0.2 leaves derived files out); verify accepts both rules
-    assert meta["content_sha256"] == legacy_content_hash(meta["files"])
+    with_configs = sorted(f"{r['path']}\t{r['sha256']}" for r in meta["files"] if r["path"] != "README.md")
+    assert meta["content_sha256"] == hashlib.sha256("\n".join(with_configs).encode()).hexdigest()
     assert meta["content_sha256"] != content_hash(meta["files"])
-    assert manifests.verify(FIXTURE_V1).ok
+    report = manifests.verify(FIXTURE_V1)
+    assert not report.ok and not (report.missing or report.extra or report.changed or report.invalid)
+    assert [ln for ln in report.lines() if "content_sha256" in ln] and len(report.fields) == 1
+    with pytest.raises(ManifestError) as info:
+        manifests.read(FIXTURE_V1, verify="fast")
+    assert "content_sha256" in str(info.value) and "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize("kind", ["splits", "syn-is", "class-filter", "audit"])
@@ -214,12 +222,14 @@ def test_the_tables_a_kind_declares_its_card_reads_draw_the_card_every_table_dra
     import dataclasses
 
     import manifests.card as card_module
+    import manifests.card_layout as layout_module
 
     m = write_kind(kind, tmp_path / kind)
     tables = {name: m.table(name) for name in m.tables}
     declared = dataset_card(m.meta, tables, root=m.root)
-    assert card_module.card_spec(kind, tables).reads is not None
-    real = card_module.card_spec
-    monkeypatch.setattr(card_module, "card_spec", lambda k, t: dataclasses.replace(real(k, t), reads=None))
+    assert layout_module.card_spec(kind, tables).reads is not None
+    real = layout_module.card_spec
+    for module in (card_module, layout_module):
+        monkeypatch.setattr(module, "card_spec", lambda k, t: dataclasses.replace(real(k, t), reads=None))
     assert dataset_card(m.meta, tables, root=m.root) == declared
     assert declared == (m.root / "README.md").read_text()  # and it is the card the writer wrote

@@ -1,4 +1,4 @@
-"""The dataset card is laid out from the kind's CardSpec alone (manifests.card knows no kind)."""
+"""The dataset card is laid out from the kind's CardSpec alone (manifests.card_layout knows no kind)."""
 
 from pathlib import Path
 
@@ -8,7 +8,8 @@ import yaml
 
 import manifests
 from isood.core.errors import ManifestError
-from manifests.card import CONFIGS_DIR, config_layout, split_name, write_with_card
+from manifests.card import CONFIGS_DIR, write_with_card
+from manifests.card_layout import config_layout, split_name
 from manifests.schema import INT, STRING, CardSpec, KindSpec, TableSpec, register_kind
 
 seen_meta = {}
@@ -108,7 +109,7 @@ def test_side_tables_in_table_files_get_configs_and_only_the_read_ones_are_loade
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    import manifests.card as card_module
+    import manifests.card_layout as layout_module
     from manifests.card_stream import MainTableStream, write_streamed
 
     rows, small, big = _rows(), pd.DataFrame({"k": [1, 2, 3]}), pd.DataFrame({"path": [f"p{i}" for i in range(50)]})
@@ -117,8 +118,8 @@ def test_side_tables_in_table_files_get_configs_and_only_the_read_ones_are_loade
     for name, df in (("small", small), ("big", big)):
         pq.write_table(pa.Table.from_pandas(df, preserve_index=False), root / f"data/{name}.parquet")
     read = []
-    real = card_module.pq.read_table
-    monkeypatch.setattr(card_module.pq, "read_table", lambda p, *a, **k: read.append(Path(p).name) or real(p, *a, **k))
+    real = layout_module.pq.read_table
+    monkeypatch.setattr(layout_module.pq, "read_table", lambda p, *a, **k: read.append(Path(p).name) or real(p, *a, **k))
     seen_tables.clear()
     side = {"small": "data/small.parquet", "big": "data/big.parquet"}
     if main == "streamed":

@@ -101,10 +101,11 @@ class Ledger:
             return cls(path)
         if not isinstance(data, dict):
             raise cls._refuse(path, data)
-        if data.get("format") == LEDGER_FORMAT:
-            files, links = data.get("files", {}), data.get("links", {})
-        else:  # the format of earlier versions: export -> files
-            files, links = data, {}
+        if data.get("format") != LEDGER_FORMAT:
+            raise BadInputError(f"{path} is not a ledger an isood export writes (format {data.get('format')!r}, not "
+                                f"{LEDGER_FORMAT!r}): the ledger was altered, so nothing in this folder is removed; "
+                                "pass a new --out")
+        files, links = data.get("files", {}), data.get("links", {})
         if not isinstance(files, dict) or not isinstance(links, dict):
             raise cls._refuse(path, data)
         ledger = cls(path)

@@ -25,7 +25,8 @@ from isood.stages.interop.id_lists import IdLists, id_list_paths, load_id_lists
 from isood.stages.interop.openood import (EXPORT_KINDS, Exported, LineFiles, export_grid, export_lines, export_list,
                                           held_out)
 from isood.stages.interop.openood_info import (ID_NAME, RELEASE_GRIDS, GroupRule, benchmark_record, dataset_config,
-                                               folder_classes, merge_info, missing_for_openood, missing_for_release, upgrade_info)
+                                               folder_classes, folder_info, merge_info, missing_for_openood,
+                                               missing_for_release)
 from manifests import Manifest, read
 from manifests.paths import is_inside
 
@@ -197,13 +198,13 @@ def export_openood(manifest_dir: str | os.PathLike | None, out: str | os.PathLik
             _check_default_name(old, name or "", m)
         gives_val = bool(held) or (m is not None and m.kind not in GRID_KINDS and rule.group == "val")
         if gives_val:
-            others = [k for k, v in upgrade_info(old)["benchmarks"].items() if v.get("val") and k != name]
+            others = [k for k, v in folder_info(old)["benchmarks"].items() if v.get("val") and k != name]
             if others:
                 raise BadInputError(f"an OOD val split comes from {others[0]!r} already (OpenOOD takes one): "
                                     f"re-export {others[0]!r} without it, or leave --val-cells / --group val out")
         id_lists = load_id_lists({s: v for s, v in ids.items() if v is not None},
                                  num_classes=num_classes if num_classes is not None else folder_classes(
-                                     upgrade_info(old)),
+                                     folder_info(old)),
                                  id_root=id_root, classes=classes)
         return _export(m, out, name=name, data_root=data_root, data_dir=data, image_root=root,
                        num_classes=num_classes, rule=rule, held=held, old=old, ledger=ledger, id_lists=id_lists)
@@ -212,7 +213,7 @@ def export_openood(manifest_dir: str | os.PathLike | None, out: str | os.PathLik
 def _check_default_name(old: dict | None, name: str, m: Manifest) -> None:
     """Refuse to replace, under a default name, the export of another manifest (two folders both named `splits`):
     only an explicit --name replaces another manifest's export."""
-    rec = upgrade_info(old)["benchmarks"].get(name)
+    rec = folder_info(old)["benchmarks"].get(name)
     path = (rec or {}).get("manifest", {}).get("path")
     if path and os.path.realpath(path) != os.path.realpath(m.root):
         raise BadInputError(f"--out already holds the export {name!r} of another manifest ({path}): pass --name "
@@ -233,7 +234,7 @@ def _planned_links(ledger: Ledger, old: dict | None, name: str | None, data_dir:
         links[name] = {rel: image_root}
     if id_lists.tables and id_lists.root is not None:
         have = ledger.links.get("@id", {}).get(ID_NAME)
-        kept = [s for s in upgrade_info(old).get("id", {}) if s not in id_lists.tables]
+        kept = [s for s in folder_info(old).get("id", {}) if s not in id_lists.tables]
         if have is not None and have != id_lists.root and kept:
             raise BadInputError(f"the ID lists of {'/'.join(kept)} in this folder are relative to {have} (linked as "
                                 f"OUT/{ID_NAME}): pass --id-root {have}, or export every ID split again")

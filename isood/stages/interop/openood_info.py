@@ -31,14 +31,13 @@ from typing import Any, Iterable, Mapping, Sequence
 from isood.core.errors import BadInputError
 
 __all__ = [
-    "INFO_FORMAT", "OLD_FORMAT", "ID_NAME", "ID_SPLITS", "GROUPS", "LIST_GROUPS", "NEAR_AXES", "RELEASE_LEVELS",
-    "RELEASE_GRIDS", "GroupRule", "assign_groups", "benchmark_record", "upgrade_info", "merge_info",
+    "INFO_FORMAT", "ID_NAME", "ID_SPLITS", "GROUPS", "LIST_GROUPS", "NEAR_AXES", "RELEASE_LEVELS",
+    "RELEASE_GRIDS", "GroupRule", "assign_groups", "benchmark_record", "folder_info", "merge_info",
     "empty_groups", "folder_classes", "data_info_entry", "dataset_config", "release_loader_files", "missing_for_release", "missing_for_openood",
     "dataset_name",
 ]
 
 INFO_FORMAT = "isood openood export 2"
-OLD_FORMAT = "isood openood export 1"  # the first export format: one benchmark per folder
 #: The ID set's folder name: ``imglist/imagenet1k/`` (the release) and ``benchmark_imglist/imagenet1k/`` (OpenOOD);
 #: its images lie under ``<data root>/imagenet1k/`` for both.
 ID_NAME = "imagenet1k"
@@ -113,22 +112,14 @@ def benchmark_record(datasets: Sequence[dict], *, kind: str, manifest: Mapping[s
             "datasets": list(datasets), "val": dict(val) if val else None, "release_lists": release_lists}
 
 
-def upgrade_info(old: Mapping[str, Any] | None) -> dict:
-    """A folder's JSON in this format: empty for none, as is for this format, a one-benchmark record for the
-    first export format (its datasets keep their names and groups)."""
+def folder_info(old: Mapping[str, Any] | None) -> dict:
+    """A folder's JSON (``openood_data_info.json``): empty for none, as is when it is this format's
+    (``INFO_FORMAT``), else a one-line refusal."""
     if not old:
         return {"benchmarks": {}}
-    if old.get("format") == INFO_FORMAT:
-        return dict(old)
-    if old.get("format") != OLD_FORMAT or "name" not in old:
+    if old.get("format") != INFO_FORMAT:
         raise BadInputError("the folder's openood_data_info.json is not an isood export's; pass a new --out")
-    near = set(old.get("ood", {}).get("near", {}).get("datasets", []))
-    far = set(old.get("ood", {}).get("far", {}).get("datasets", []))
-    datasets = [{**d, "group": "na" if d.get("na") else ("near" if d["dataset"] in near and d["dataset"] not in far
-                                                         else "far")} for d in old.get("datasets", [])]
-    record = {"kind": old.get("manifest", {}).get("kind"), "manifest": old.get("manifest", {}), "n_levels": None,
-              "rule": {}, "datasets": datasets, "val": None, "release_lists": 0}
-    return {"num_classes": old.get("num_classes"), "benchmarks": {str(old["name"]): record}}
+    return dict(old)
 
 
 def _check_unique(benchmarks: Mapping[str, dict], new: str) -> None:
@@ -144,18 +135,14 @@ def _check_unique(benchmarks: Mapping[str, dict], new: str) -> None:
 
 
 def folder_classes(info: Mapping[str, Any] | None) -> int | None:
-    """The number of ID classes a folder's exports fixed (``upgrade_info``'s JSON; None for none): a number
-    written by earlier versions into a folder without ID lists was a default, not a class count."""
-    if not info:
-        return None
-    have = info.get("num_classes")
-    return None if have is None or (info.get("num_classes_from") is None and not info.get("id")) else int(have)
+    """The number of ID classes a folder's exports fixed (``folder_info``'s JSON; None for none)."""
+    have = (info or {}).get("num_classes")
+    return None if have is None else int(have)
 
 
 def _classes(info: Mapping[str, Any], num_classes: int | None, source: str | None) -> tuple[int | None, str | None]:
     """The folder's number of ID classes after one export and where it came from: ``num_classes`` (from
-    ``source``: '--num-classes' or 'ID lists') when given, else the folder's. A folder's number of earlier
-    versions that has no ID lists was a default, not a class count: it yields to the new one."""
+    ``source``: '--num-classes' or 'ID lists') when given, else the folder's."""
     have, have_from = folder_classes(info), info.get("num_classes_from")
     if num_classes is None:
         return have, have_from if have is not None else None
@@ -170,11 +157,11 @@ def _classes(info: Mapping[str, Any], num_classes: int | None, source: str | Non
 def merge_info(old: Mapping[str, Any] | None, name: str, record: Mapping[str, Any] | None, *,
                num_classes: int | None, num_classes_from: str | None = "--num-classes",
                id_lists: Mapping[str, dict] | None = None, data_root: str = "./data/") -> dict:
-    """The folder's JSON after one export (pure): ``old`` (``upgrade_info``) with benchmark ``name``'s record
+    """The folder's JSON after one export (pure): ``old`` (``folder_info``) with benchmark ``name``'s record
     replaced by ``record`` (None: leave the benchmarks as they are), the ID lists of ``id_lists`` replacing those
     splits; ``data_info`` rebuilt from every record. One-line errors: another number of ID classes than the
     folder's (``_classes``), a second OOD val split, two benchmarks with one dataset name."""
-    info = upgrade_info(old)
+    info = folder_info(old)
     n, n_from = _classes(info, num_classes, num_classes_from)
     benchmarks = {k: v for k, v in info.get("benchmarks", {}).items() if k != name}
     if record is not None:

@@ -25,7 +25,7 @@ import pytest  # noqa: E402
 import yaml  # noqa: E402
 
 import manifests  # noqa: E402
-from manifests.card import split_name  # noqa: E402
+from manifests.card_layout import split_name  # noqa: E402
 
 NA_THRESHOLD = 8  # the tiny test images fall in cov_0_sem_0 (9, measured), cov_1_sem_1 (7, N/A) and 2 empty cells
 # (subset, (cov, sem)) -> entries of a planted IS-OOD release (train/ and val/ side by side, as the release has them)
@@ -176,7 +176,7 @@ def test_every_manifest_kind_loads_as_its_main_table(outputs, load, row, kind, m
 
 
 def test_a_manifest_without_rows_fails_with_one_line_or_streams_none(world, cli, tiny_clip_spec, tiny_images, load):
-    """Guard: manifests.card.resolve_empty. A job-array task that got no feature shard writes a part whose main
+    """Guard: manifests.card_layout.resolve_empty. A job-array task that got no feature shard writes a part whose main
     table has no rows: `datasets` cannot build a split without rows, so loading it says so in one line (its own:
     a 0-row table written as one empty row group failed with an opaque DatasetGenerationError); streamed, it
     has the table's columns and no rows."""
@@ -235,7 +235,7 @@ def _check_cells(root: Path, load, loaded_empty: int = 2) -> tuple[int, int]:
 
 
 def test_build_splits_na_cells_have_empty_configs(outputs, load):
-    """Guards: isood.kinds._grid_cells (CardSpec.config_values) + manifests.card.plan_configs: `load_dataset(DIR,
+    """Guards: isood.kinds.grid_card.grid_cells (CardSpec.config_values) + manifests.card_layout.plan_configs: `load_dataset(DIR,
     "cov_1_sem_1")` of an N/A cell raised "BuilderConfig not found"; the card said N/A cells get no config."""
     root = outputs["build-splits"]
     cells = manifests.read(root).frame("cells").set_index("cell")
@@ -264,7 +264,7 @@ def test_streamed_import_na_and_empty_cells_have_empty_configs(world, load, tmp_
 
 
 def test_per_subset_import_splits_na_cells_by_source(outputs, load):
-    """Guard: manifests.card.plan_configs with split_by: a cell measured in one subset keeps a config of that
+    """Guard: manifests.card_layout.plan_configs with split_by: a cell measured in one subset keeps a config of that
     split only (loadable as it is); a cell N/A in every subset gets an empty split per subset."""
     root = outputs["import-per-subset"]
     configs = _configs(root)

@@ -384,15 +384,40 @@ def test_verify_full_rehashes_what_fast_trusts_and_a_bad_mode_is_one_line(cli, f
         assert "--verify 'sometimes'" in line and "fast or full" in line, (args, line)
 
 
-def test_card_keeps_the_version_of_a_manifest_written_by_an_older_isood(cli, tmp_path):
-    """guard: ``manifests.store._same_content`` (a manifest of isood < 0.2 recorded a content hash that also
-    covered its config files: ``isood card`` must not read that as changed content)"""
-    from manifests.verify import legacy_content_hash
+def test_a_manifest_without_the_writers_record_owns_its_listed_files_only(cli, tmp_path):
+    """guard: ``manifests.ownership.owned_paths``: beside a manifest.json without the writer's record (the
+    pre-release layout: no record, no version marker) a file named like isood's bookkeeping is the user's, so a
+    rewrite refuses with one line naming it and leaves it as it is."""
+    root = tmp_path / "s"
+    _splits(root)
+    marker = root / json.loads((root / "manifest.json").read_text())["writer"]["own"][0]
+    marker.unlink()
+    _edit(root, lambda m: m.pop("writer"))
+    stray = root / ".~file-stats-0123456789abcdef.parquet"
+    stray.write_bytes(b"someone's data")
+    line = cli.one_line_error(cli.invoke(["card", root]))
+    assert "does not list" in line and stray.name in line, line
+    assert stray.read_bytes() == b"someone's data"
+
+
+def test_a_content_hash_that_covers_the_config_files_is_refused_with_one_line(cli, tmp_path):
+    """guard: ``manifests.verify`` accepts one content hash, the one that leaves the derived card and config files
+    out: a manifest.json whose ``content_sha256`` also covers its ``data/configs/`` files (the rule of the
+    pre-release writer) is refused by ``isood verify`` and by ``isood card``, and left as it is."""
+    import hashlib
 
     root = tmp_path / "s"
     _splits(root)
-    _edit(root, lambda m: m.update(content_sha256=legacy_content_hash(m["files"])))  # as isood < 0.2 wrote it
-    assert cli.invoke(["verify", root]).exit_code == 0
-    assert cli.invoke(["card", root]).exit_code == 0
-    m = manifests.read(root)
-    assert m.dataset_version == "1.0.0" and len(m.meta["changelog"]) == 1
+
+    def with_configs(m):  # the pre-release rule: every listed file but the card
+        rows = sorted(f"{r['path']}\t{r['sha256']}" for r in m["files"] if r["path"] != "README.md")
+        assert any(r.startswith("data/configs/") for r in rows)  # so the two rules differ
+        m.update(content_sha256=hashlib.sha256("\n".join(rows).encode()).hexdigest())
+
+    _edit(root, with_configs)
+    before = (root / "manifest.json").read_bytes()
+    result = cli.invoke(["verify", root])
+    assert result.exit_code == 1 and "content_sha256 is not the hash of the listed files" in result.output
+    line = cli.one_line_error(cli.invoke(["card", root]))
+    assert "fails verification" in line and "content_sha256" in line
+    assert (root / "manifest.json").read_bytes() == before

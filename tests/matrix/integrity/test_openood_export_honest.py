@@ -169,12 +169,25 @@ def test_an_altered_ledger_is_refused(entry, grid, cli, tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me\n")
     ledger = json.loads((out / LEDGER).read_text())
-    files = ledger["files"] if "files" in ledger else ledger
-    files["splits"].append(entry.replace("{abs}", str(victim)))
+    ledger["files"]["splits"].append(entry.replace("{abs}", str(victim)))
     (out / LEDGER).write_text(json.dumps(ledger))
     line = cli.one_line_error(cli.invoke(["export", "openood", m, "--out", out]))
     assert "ledger was altered" in line and "--out" in line, line
     assert victim.read_text() == "keep me\n"
+
+
+def test_a_ledger_without_this_format_is_refused_and_nothing_is_removed(grid, cli, tmp_path):
+    """Guard: export_folder.Ledger.read reads one ledger format: a ledger that maps each export to its files
+    without naming the format (the pre-release layout) is refused with one line, and the files it lists stay."""
+    m, _ = grid
+    out = tmp_path / "o"
+    assert cli.invoke(["export", "openood", m, "--out", out]).exit_code == 0
+    ledger = json.loads((out / LEDGER).read_text())
+    (out / LEDGER).write_text(json.dumps(ledger["files"]))
+    before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    line = cli.one_line_error(cli.invoke(["export", "openood", m, "--out", out, "--name", "again"]))
+    assert "is not a ledger an isood export writes" in line and "--out" in line, line
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
 
 
 def test_a_second_splits_folder_does_not_replace_the_first(grid, cli, tmp_path):

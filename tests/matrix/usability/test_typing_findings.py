@@ -63,7 +63,8 @@ def test_leak_mask_on_a_set_without_images():
 
 @pytest.mark.parametrize("main", [None, "rows"])
 def test_streamed_layout_whose_main_table_is_not_given(tmp_path, main):
-    from manifests.card import ConfigLayout, write_with_card
+    from manifests.card import write_with_card
+    from manifests.card_layout import ConfigLayout
 
     with pytest.raises(ManifestError, match="is not in table_files"):
         write_with_card(tmp_path / "m", kind="card-test", tables={"other": pd.DataFrame({"x": [1]})}, config={},

@@ -6,7 +6,7 @@ import pytest
 from isood.core.errors import BadInputError
 from isood.stages.interop import (GroupRule, assign_groups, data_info_entry, dataset_config, merge_info,
                                   missing_for_openood, missing_for_release, release_loader_files)
-from isood.stages.interop.openood_info import OLD_FORMAT, benchmark_record, folder_classes, upgrade_info
+from isood.stages.interop.openood_info import INFO_FORMAT, benchmark_record, folder_classes, folder_info
 
 
 def _cells(name, cells, *, na=(), data_dir="d/"):
@@ -112,17 +112,15 @@ def test_two_benchmarks_cannot_register_one_dataset_name():
         merge_info(first, "a", clash, num_classes=1)
 
 
-def test_an_export_of_the_older_format_is_kept_as_one_benchmark():
-    old = {"format": OLD_FORMAT, "name": "isood", "num_classes": 1000, "manifest": {"kind": "splits"},
-           "ood": {"near": {"datasets": ["cov_0_sem_1"]}, "far": {"datasets": ["cov_0_sem_6"]}},
-           "datasets": [{"dataset": "cov_0_sem_1", "na": False, "data_dir": "i/", "imglist_path": "x"},
-                        {"dataset": "cov_0_sem_6", "na": False, "data_dir": "i/", "imglist_path": "y"},
-                        {"dataset": "cov_0_sem_7", "na": True, "data_dir": "i/", "imglist_path": "z"}]}
-    info = merge_info(old, "other", None, num_classes=1000)
-    assert info["data_info"]["ood"]["near"]["datasets"] == ["cov_0_sem_1"]
-    assert info["data_info"]["ood"]["far"]["datasets"] == ["cov_0_sem_6"]
-    with pytest.raises(BadInputError, match="not an isood export"):
-        upgrade_info({"format": "something else"})
+def test_a_folder_info_of_another_format_is_refused_with_one_line():
+    """One format is read: a JSON without it (e.g. the pre-release one-benchmark layout) is refused, naming --out."""
+    first = merge_info(None, "a", _record("a", [(0, 0)]), num_classes=1)
+    assert first["format"] == INFO_FORMAT and folder_info(first) == first and folder_info(None) == {"benchmarks": {}}
+    one_benchmark = {"format": "isood openood export 1", "name": "isood", "num_classes": 1000, "datasets": []}
+    for old in (one_benchmark, {**first, "format": None}, {"benchmarks": {}}):
+        with pytest.raises(BadInputError, match="not an isood export's; pass a new --out") as info:
+            merge_info(old, "other", None, num_classes=1000)
+        assert "\n" not in str(info.value)
 
 
 def test_what_each_loader_still_lacks():
@@ -143,20 +141,19 @@ def test_what_each_loader_still_lacks():
     assert missing_for_openood(ready) == []
 
 
-def test_num_classes_follows_the_id_classes_and_a_default_yields():
-    """The folder's num_classes: unknown (None) until ID lists or --num-classes give it; a number an earlier version
-    wrote by default into a folder of OOD exports only yields to the ID classes; a class count the folder's ID
-    lists fixed does not."""
+def test_num_classes_follows_the_id_classes():
+    """The folder's num_classes: unknown (None) until ID lists or --num-classes give it; then fixed: another
+    number of ID classes is refused."""
     grid = _record("a", [(0, 0), (0, 6)])
-    assert merge_info(None, "a", grid, num_classes=None, num_classes_from=None)["num_classes"] is None
-    legacy = {**merge_info(None, "a", grid, num_classes=1000), "num_classes_from": None}  # a default 1000, no ID
-    assert folder_classes(legacy) is None
+    unknown = merge_info(None, "a", grid, num_classes=None, num_classes_from=None)
+    assert unknown["num_classes"] is None and folder_classes(unknown) is None
     ids = {"train": {"data_dir": "imagenet1k/", "imglist_path": "t"}}
-    four = merge_info(legacy, "", None, num_classes=4, num_classes_from="ID lists", id_lists=ids)
+    four = merge_info(unknown, "", None, num_classes=4, num_classes_from="ID lists", id_lists=ids)
     assert (four["num_classes"], four["num_classes_from"], folder_classes(four)) == (4, "ID lists", 4)
     assert merge_info(four, "b", _record("b", [(1, 1)]), num_classes=None, num_classes_from=None)["num_classes"] == 4
     with pytest.raises(BadInputError, match="the 10 ID classes of these ID lists differs from the 4"):
         merge_info(four, "", None, num_classes=10, num_classes_from="ID lists", id_lists=ids)
-    old_with_ids = {**four, "num_classes": 1000, "num_classes_from": None}  # an earlier version's, with ID lists
-    with pytest.raises(BadInputError, match="--num-classes 4 differs from the 1000"):
-        merge_info(old_with_ids, "", None, num_classes=4)
+    with pytest.raises(BadInputError, match="--num-classes 10 differs from the 4"):
+        merge_info(four, "", None, num_classes=10)
+    given = merge_info(unknown, "", None, num_classes=1000)  # --num-classes on a folder of OOD exports only
+    assert (given["num_classes"], given["num_classes_from"], folder_classes(given)) == (1000, "--num-classes", 1000)
