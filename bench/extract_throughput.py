@@ -109,7 +109,7 @@ def main(argv=None) -> int:
 
     from isood.features import featurestore as F
     from isood.engines.ray import RayEngine, RayOptions
-    from isood.features.images import list_images
+    from isood.features.listing import list_images
     from isood.core.devices import default_workers
 
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")

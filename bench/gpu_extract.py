@@ -84,7 +84,7 @@ def one_core(files, pp) -> dict:
     import torch
     from PIL import Image
 
-    from isood.features.images import decode_image
+    from isood.features.decoding import decode_image
 
     torch.set_num_threads(1)
     t = time.perf_counter()
@@ -131,7 +131,7 @@ def evaluate_rate(files, device: str, *, decode: str, precision: str, workers: i
     """(d) images/s of run_detectors (msp, energy, maxlogit) on ResNet-50 with random weights, no cache."""
     import torchvision
 
-    from isood.classifiers.capture import ImageList, default_transform
+    from isood.classifiers.image_list import ImageList, default_transform
     from isood.classifiers.models import wrap_model
     from isood.classifiers.scoring import run_detectors
 

@@ -33,7 +33,8 @@ import numpy as np
 
 from isood.core.content import file_sha256, folder_fingerprint
 from isood.core.errors import BadInputError, IsoodError, MissingWeightsError
-from isood.features.images import REFERENCE_DECODE, PreparedImages, image_decoder, prepared_batches
+from isood.features.decoding import REFERENCE_DECODE
+from isood.features.batch_decode import PreparedImages, image_decoder, prepared_batches
 from isood.core.devices import torch_device
 from isood.core.errors import one_line
 from isood.core.files import atomic_write_bytes
@@ -284,7 +285,7 @@ class ClipEncodeWorker:
 
     ``ClipEncodeWorker(clip, device, decode_workers, decode)``: ``clip`` a ``--clip`` name (loaded here, on
     ``device``) or an already loaded ``ClipEncoder`` (used as is); ``decode`` the decoding mode
-    (``isood.features.images.DECODE_MODES``, see ``isood.features.images.image_decoder``); ``decode_workers`` the image-decoding
+    (``isood.features.decoding.DECODE_MODES``, see ``isood.features.batch_decode.image_decoder``); ``decode_workers`` the image-decoding
     processes of ``stream`` (the local engine; 0: decode in this process) and the decoding threads of a call
     (a Ray actor). A call takes a batch ``{'path': files, 'name': relative paths (for error messages), 'i': row
     ids (echoed)}`` (and optionally ``'refused'``: per file '' or why the listing refused it; such a file is not
@@ -323,7 +324,7 @@ class ClipEncodeWorker:
 
     def stream(self, batches: Sequence[Mapping[str, Any]]) -> Iterator[dict[str, np.ndarray]]:
         """The result of each batch, in order (what ``isood.core.engine.LocalEngine`` runs): the CPU part of
-        decoding done by ``decode_workers`` processes, ahead of the model (``isood.features.images.prepared_batches``),
+        decoding done by ``decode_workers`` processes, ahead of the model (``isood.features.batch_decode.prepared_batches``),
         each batch encoded in one forward pass here; the same numbers as calling the worker on each batch."""
         files = []
         for batch in batches:

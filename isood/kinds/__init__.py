@@ -203,7 +203,7 @@ class FeaturesView(ClipProvenance):
 
     @property
     def decode(self) -> str:
-        """The decoding mode of the features (``isood.features.images.DECODE_MODES``; manifests written before modes
+        """The decoding mode of the features (``isood.features.decoding.DECODE_MODES``; manifests written before modes
         existed are ``reference``)."""
         return str(self.field("decode") or "reference")
 

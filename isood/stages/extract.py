@@ -30,7 +30,8 @@ from isood.features.featurestore import ( SHARD_NAME, SHARD_ROWS_NAME, SHARD_STA
     extract_shards, read_shard_rows, remove_stale_shards, shard_count, shard_files,
     write_features_manifest,
 )
-from isood.features.images import DECODE_MODES, FAST_DECODE, REFERENCE_DECODE, list_images
+from isood.features.decoding import DECODE_MODES, FAST_DECODE, REFERENCE_DECODE
+from isood.features.listing import list_images
 from isood.kinds import FEATURES, FEATURES_PART
 from isood.core.engine import BatchEngine
 from isood.core.files import link_or_copy
@@ -50,9 +51,9 @@ class ExtractOptions(EngineFields, JobArrayFields):
     """What ``isood extract`` is asked, one description per option (``isood.core.optspec``): the images (dataset root
     or file list), the CLIP (``--clip`` name, or a loaded ``ClipEncoder`` from Python), the output directory,
     sizes, decoding ``workers`` (processes) per model worker, device, the job-array task (``num_shards``,
-    ``shard_index``), the decoding mode (``decode``: one of ``isood.features.images.DECODE_MODES``) and ``follow_symlinks``
+    ``shard_index``), the decoding mode (``decode``: one of ``isood.features.decoding.DECODE_MODES``) and ``follow_symlinks``
     (also read files whose links lead outside the image root; by default they are rejected, see
-    ``isood.features.images``). The engine fields name the engine the command builds (the stage takes it built)."""
+    ``isood.features.listing``). The engine fields name the engine the command builds (the stage takes it built)."""
 
     images: str = option(REQUIRED, kind="path", help="Images: a dataset root with wnid subfolders, or a file list "
                                                      "(one path per line).")

@@ -168,7 +168,7 @@ def tiny_224_encoder(tmp_path_factory):
 def test_fast_and_gpu_decode_workers_keep_cosine_to_the_reference_and_flag_bad_images(model, mode, request,
                                                                                        tmp_path):
     """``--decode fast`` / ``--decode gpu`` (here on the CPU: the same batched decode_jpeg + tensor steps)."""
-    from isood.features.images import REFERENCE_DECODE
+    from isood.features.decoding import REFERENCE_DECODE
 
     encoder = request.getfixturevalue(model)
     files = []
@@ -205,7 +205,7 @@ def test_stream_in_processes_gives_the_calls_features_whatever_the_workers(mode,
     every batch's features and errors byte-identical to a call on the batch, whatever the number."""
     import os
 
-    from isood.features.images import ImageDecoder
+    from isood.features.batch_decode import ImageDecoder
 
     rels = sorted(p.relative_to(tiny_images).as_posix() for p in tiny_images.rglob("*")
                   if p.is_file() and p.suffix != ".txt")

@@ -206,7 +206,7 @@ def test_shard_key_names_the_decode_mode_and_the_content():
     import hashlib
 
     from isood.core.errors import BadInputError
-    from isood.features.images import FAST_DECODE, REFERENCE_DECODE
+    from isood.features.decoding import FAST_DECODE, REFERENCE_DECODE
 
     paths, hashes = ["a.png", "b.png"], ["1" * 64, "2" * 64]
     size_key = hashlib.sha256(b"m\0" + b"a.png\t3\nb.png\t4\n").hexdigest()  # the path + size key of version 1
@@ -223,7 +223,7 @@ def test_shard_key_names_the_decode_mode_and_the_content():
 
 
 def test_fast_and_reference_shards_never_mix(tiny_encoder, tiny_images, tmp_path):
-    from isood.features.images import FAST_DECODE
+    from isood.features.decoding import FAST_DECODE
 
     kw = dict(shard_size=6, workers=0, progress=False)
     out = tmp_path / "f"
@@ -259,7 +259,7 @@ class NamedEngine(LocalEngine):
 
 def test_other_engines_build_the_same_worker_with_the_decode_mode(tiny_clip_spec, tiny_images, tmp_path):
     from isood.features.clip import ClipEncodeWorker
-    from isood.features.images import FAST_DECODE
+    from isood.features.decoding import FAST_DECODE
 
     kw = dict(shard_size=6, workers=0, progress=False, decode=FAST_DECODE)
     engine = NamedEngine()

@@ -73,7 +73,7 @@ def built(world, cli):
 
 @pytest.mark.parametrize("row", ["cut.jpg", "empty.png", "notes.jpg", "far.png"])
 def test_bad_test_image_is_a_dropped_row(row, world, built):
-    """Guards: isood.features.images.decode_image (truncated, 0 bytes, not an image), isood.features.images.outside_root (link)."""
+    """Guards: isood.features.decoding.decode_image (truncated, 0 bytes, not an image), isood.features.listing.outside_root (link)."""
     path = f"n01443537/{row}"
     dropped = built.frame("dropped").set_index("path")
     assert dropped.loc[path, "set"] == "test" and dropped.loc[path, "reason"].startswith(world["bad"][path])
@@ -82,7 +82,7 @@ def test_bad_test_image_is_a_dropped_row(row, world, built):
 
 
 def test_16bit_image_has_the_shifts_of_its_8bit_twin_and_no_wnid(built):
-    """Guard: isood.features.images.to_rgb (16-bit values scaled, not clipped at 255)."""
+    """Guard: isood.features.decoding.to_rgb (16-bit values scaled, not clipped at 255)."""
     images = built.images.set_index("path")
     a, b = images.loc["misc photos/twin 8.png"], images.loc["misc photos/twin 16.png"]
     assert a["wnid"] == b["wnid"] == ""

@@ -9,10 +9,10 @@ decode_jpeg + tensor steps on CPU tensors, the code path a GPU runs with nvJPEG.
 | gpu: JPEG bomb header        | header 12000 x 12000                                   | tensor_decodes (MAX_IMAGE_PIXELS) -> check_pixels |
 | gpu: corrupt scan            | complete JPEG, a second SOF in its scan data           | ImageDecoder.finish (decoder fails -> reference) |
 | gpu: CMYK JPEG               | converted, not rejected                                | device_decodes (4 components) -> to_rgb          |
-| workers                      | --workers 0 / 1 / 2 (processes)                        | isood.features.images.prepared_batches (chunks in order) |
+| workers                      | --workers 0 / 1 / 2 (processes)                        | isood.features.batch_decode.prepared_batches (chunks in order) |
 | extract options              | --decode turbo, --fast-decode with --decode gpu        | check_decode_mode, cli.extract                  |
 | evaluate options             | --decode fast, --precision fp64, fp16 on the CPU       | options.check_options, capture.check_precision  |
-| evaluate gpu: unreadable     | a JPEG with a corrupt scan, --workers 1                | capture.ImageList.finish -> UnreadableImagesError |
+| evaluate gpu: unreadable     | a JPEG with a corrupt scan, --workers 1                | image_list.ImageList.finish -> UnreadableImagesError |
 """
 
 from __future__ import annotations
@@ -199,16 +199,16 @@ def test_fast_decode_evaluate_matches_the_reference_inputs(world, cli, tmp_path)
     import timm
     import torch
 
-    from isood.classifiers.capture import ImageList
+    from isood.classifiers.image_list import ImageList
 
     model = timm.create_model("test_resnet", pretrained=False, num_classes=2)
     transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))
     files = sorted((world / "val").rglob("*.jpg"))
     ref = ImageList(files, [0] * len(files), transform, decode="reference")
     fast = ImageList(files, [0] * len(files), transform, decode="fast")
-    assert fast.fast.jpeg_tensor  # the transform's steps are known: not silently the reference path
+    assert fast.decoder is not None and fast.decoder.jpeg_tensor  # the transform's steps: not the reference path
     a = torch.stack([ref[i][0] for i in range(len(files))]).flatten(1).double()
-    b = torch.stack([fast[i][0] for i in range(len(files))]).flatten(1).double()
+    b = fast.finish(fast.collate([fast[i] for i in range(len(files))]), "cpu")["image"].flatten(1).double()
     assert float(torch.nn.functional.cosine_similarity(a, b).min()) >= 0.999
     r = cli.invoke(_evaluate(world, tmp_path / "ev", "--decode", "fast"))
     assert r.exit_code == 0, r.output

@@ -13,7 +13,8 @@ import pandas as pd
 from isood.features.clip import ClipEncoder, ClipEncodeWorker, load_clip, parse_clip_spec
 from isood.core.content import content_hashes
 from isood.core.errors import BadInputError, IsoodError
-from isood.features.images import REFERENCE_DECODE, ImageSource, check_decode_mode, list_images
+from isood.features.decoding import REFERENCE_DECODE, check_decode_mode
+from isood.features.listing import ImageSource, list_images
 from isood.kinds import FEATURES
 from isood.core.optspec import absolute_spec
 from isood.core.engine import BatchEngine, LocalEngine
@@ -161,7 +162,7 @@ def _encode(source: ImageSource, model: _Model, out: Path, todo: Sequence[int], 
 
 def _run_config(source: ImageSource, model: _Model, engine: BatchEngine, *, embed_dim: int | None,
                shard_size: int, batch_size: int, workers: int, decode: str) -> dict:
-    """The manifest config of an extraction. ``decode``: the decoding mode (``isood.features.images.DECODE_MODES``).
+    """The manifest config of an extraction. ``decode``: the decoding mode (``isood.features.decoding.DECODE_MODES``).
     ``workers``: the decoding processes of the in-process engine, or the workers another engine names in its
     config (Ray: the actors asked for); other engines add their own entry (``ray``)."""
     engine_config = engine.as_config() if engine.name != "local" else {}
@@ -186,7 +187,7 @@ def extract_shards(source: ImageSource, clip: str | ClipEncoder, out: str | os.P
     decoding mode, same member files with the same content: ``shards.shard_key``) are kept, the others
     (re)computed on ``engine`` (default: this process). ``workers``: the image-decoding processes of the local
     engine's model worker, the decoding threads of another engine's (default ``isood.core.devices.default_workers()``);
-    the features do not depend on it. ``decode``: ``isood.features.images.REFERENCE_DECODE`` (default), ``FAST_DECODE``
+    the features do not depend on it. ``decode``: ``isood.features.decoding.REFERENCE_DECODE`` (default), ``FAST_DECODE``
     or ``GPU_DECODE``. ``out`` is a stage's work folder (``manifests.writing``): the caller writes the manifest."""
     check_sizes(batch_size=batch_size, shard_size=shard_size, workers=workers)
     check_decode_mode(decode)
@@ -249,18 +250,18 @@ def extract_features(images: str | os.PathLike | ImageSource, clip: str | ClipEn
                      on_shard: Callable[[int], None] | None = None, decode: str = REFERENCE_DECODE,
                      follow_symlinks: bool = False, card: bool = True) -> ExtractResult:
     """Extract L2-normalised CLIP image features of ``images`` (dataset root or file list, or one already listed
-    by ``isood.features.images.list_images``) into the ``features`` manifest ``out``.
+    by ``isood.features.listing.list_images``) into the ``features`` manifest ``out``.
 
     Resumable: complete shards (same model, decoding mode, member files and their content) are kept; others are
     (re)computed. A rerun reads only files whose stat (size, mtime, ctime, inode) changed since they were hashed
     (``isood.core.content``); one touched but with the same bytes is kept. ``decode``: ``reference`` (default: PIL +
-    the model's own preprocess), ``fast`` or ``gpu`` (``isood.features.images.image_decoder``; modes never mix in a
+    the model's own preprocess), ``fast`` or ``gpu`` (``isood.features.batch_decode.image_decoder``; modes never mix in a
     feature set). ``engine``: where the model runs (default ``LocalEngine()``: this process, ``workers`` decoding
     processes;
     ``isood.engines.ray.RayEngine``: Ray actors, each holding one model). Every engine writes the same shards
     and manifest. ``on_shard(k)`` is called after shard k is written (tests use it to interrupt a run).
     ``follow_symlinks``: also read files whose links lead outside the image root (default: rejected,
-    ``isood.features.images``). ``card``: write the dataset card (``write_features_manifest``).
+    ``isood.features.listing``). ``card``: write the dataset card (``write_features_manifest``).
     """
     check_sizes(batch_size=batch_size, shard_size=shard_size, workers=workers)
     source = (images if isinstance(images, ImageSource)

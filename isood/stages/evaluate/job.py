@@ -12,7 +12,7 @@ in memory and returns pandas frames (the Python API, ``isood.evaluate``).
    Syn-IS manifest's own folder; an image list records none (``--ood-root`` is required).
 2. Data (``image_sets`` / ``precomputed_sets``). ``--id-train`` (optional: without it nothing is fitted and
    DER is not computed) / ``--id-test`` are image folders with one wnid sub-folder per class, or file lists
-   (``isood.features.images.list_images``; ``--id-test-root``: the folder the list's entries are relative to, e.g. the
+   (``isood.features.listing.list_images``; ``--id-test-root``: the folder the list's entries are relative to, e.g. the
    release's flat ``test_imagenet.txt``), or precomputed-outputs folders (``outputs``; then ``--test-root`` too,
    and ``--splits`` is the only OOD set). ID test labels: the wnids of its paths, else ``--id-test-labels``
    (``classes.label_file``), else none (OOD metrics only; no accuracy, no correctness metrics). A per-subset
@@ -64,14 +64,16 @@ from isood.core.content import content_listing
 from isood.core.defaults import DEFAULT_DETECTORS, DEFAULT_VERIFY, OOD_LABEL, cache_dir
 from isood.core.devices import resolve_device
 from isood.core.errors import BadInputError, IsoodError, ManifestError
-from isood.features.images import ImageSource, list_images
+from isood.features.listing import ImageSource, list_images
 from isood.kinds import AUDIT, EVALUATION, GRID_KINDS, IMAGE_LIST, SPLITS, SYN_IS, AuditView
 from isood.core.optspec import recorded
 from wordnet_tools.rules import leak_mask, parse_rules
 
 from .assemble import (ID_TEST, ID_TRAIN, EvalSet, check_files, evaluate_with_leaks, grid_parts,
                        na_text, na_thresholds, precomputed_rows, sanity_table, scores_table, set_metrics)
-from isood.classifiers.capture import ImageList, check_precision, default_transform, labels_digest, probe_input
+from isood.classifiers.image_list import ImageList, default_transform, probe_input
+from isood.classifiers.capture import check_precision
+from isood.classifiers.output_cache import labels_digest
 from isood.science.cells import CellEvaluation
 from isood.classifiers.classes import (class_list, imagenet_1k, label_file, labels_for, labels_from_file, outputs_labels,
                       read_class_file, wnids_of)

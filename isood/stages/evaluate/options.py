@@ -27,7 +27,7 @@ from isood.core.defaults import ALL_PLOT_METRICS as ALL_METRICS
 from isood.core.defaults import DEFAULT_BOOTSTRAP, DEFAULT_DETECTORS, DEFAULT_PLOT_METRICS, OOD_GROUPS
 from isood.core.devices import DEFAULT_PRECISION, PRECISIONS
 from isood.core.errors import BadInputError
-from isood.features.images import EVALUATE_DECODE_MODES, REFERENCE_DECODE
+from isood.features.decoding import EVALUATE_DECODE_MODES, REFERENCE_DECODE
 from isood.core.optspec import (batch_size_option, check, device_option, na_threshold_option, option, seed_option,
                            verify_option, workers_option)
 from wordnet_tools.rules import LEAK_RULES, parse_rules

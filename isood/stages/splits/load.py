@@ -14,7 +14,7 @@ from isood.features.clip import ClipEncoder, load_clip, parse_clip_spec
 from isood.core.errors import BadInputError
 from isood.features.featurestore import extract_features, is_feature_dir
 from isood.features.featurestore.loading import FeatureReader, open_features
-from isood.features.images import ImageSource, list_images
+from isood.features.listing import ImageSource, list_images
 from isood.kinds import CLASS_FILTER, FEATURES, ClassFilterView, FeaturesView
 from isood.features.labels import Labels, load_labels
 from isood.science.laid import LAID
