@@ -62,7 +62,7 @@ LAID_TRIPLETS = 10_000
 #: large files hashed when their size / mtime / inode changed since they last verified) or ``full`` (every hash).
 DEFAULT_VERIFY = "fast"
 VERIFY_MODES = ("fast", "full")
-#: The help of every command's ``--verify`` (``isood.core.optspec.verify_option``).
+#: The help of every command's ``--verify`` (``isood.core.shared_options.verify_option``).
 VERIFY_HELP = ("How the manifests this command reads are checked first: fast (sizes; every table and small file "
                "hashed; larger files when their size, mtime or inode changed since they last verified) or full "
                "(every hash).")

@@ -282,25 +282,26 @@ MIN_CHUNK = 8
 
 
 def prepared_batches(decoder: ImageDecoder, batches: Sequence[tuple[Sequence[str], Sequence[str]]],
-                     workers: int) -> Iterator[list[PreparedImages]]:
+                     processes: int) -> Iterator[list[PreparedImages]]:
     """``decoder.prepare`` of each batch ``(paths, names)``, in order, as a list of chunks (together: the batch's
-    positions in order), prepared by ``workers`` processes of a torch ``DataLoader`` (0: in this process, when
-    each batch is asked for). Each batch is cut into about ``workers`` chunks of at least ``MIN_CHUNK`` images,
+    positions in order), prepared by ``processes`` processes of a torch ``DataLoader`` (0: in this process, when
+    each batch is asked for; ``isood.core.workers.WorkerSpec.decode_processes``). Each batch is cut into about
+    ``processes`` chunks of at least ``MIN_CHUNK`` images,
     every chunk prepared by one process; the processes run ahead of the caller (two chunks each), so the CPU part
-    of the next batches overlaps the model's work on this one. The numbers do not depend on ``workers``."""
+    of the next batches overlaps the model's work on this one. The numbers do not depend on ``processes``."""
     from torch.utils.data import DataLoader, Dataset
 
-    workers = max(0, int(workers))
+    processes = max(0, int(processes))
     chunks, counts = [], []
     for paths, names in batches:
         paths, names = [str(p) for p in paths], [str(n) for n in names]
-        size = max(MIN_CHUNK, math.ceil(len(paths) / workers)) if workers else max(1, len(paths))
+        size = max(MIN_CHUNK, math.ceil(len(paths) / processes)) if processes else max(1, len(paths))
         starts = range(0, len(paths), size) if paths else [0]
         chunks += [(paths[s:s + size], names[s:s + size]) for s in starts]
         counts.append(len(starts))
     # a map-style dataset (__len__ / __getitem__) is what DataLoader takes; _Chunks is one without torch at import
     loader = DataLoader(cast("Dataset[PreparedImages]", _Chunks(decoder, chunks)), batch_size=None, shuffle=False,
-                        num_workers=workers, collate_fn=_as_is)
+                        num_workers=processes, collate_fn=_as_is)
     it = iter(loader)
     try:
         for count in counts:

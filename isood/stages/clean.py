@@ -33,7 +33,8 @@ import pyarrow.compute as pc
 import manifests
 from isood.core.defaults import DEFAULT_VERIFY
 from isood.core.errors import BadInputError
-from isood.core.optspec import REQUIRED, na_threshold_option, option, out_option, verify_option
+from isood.core.optspec import REQUIRED, option
+from isood.core.shared_options import na_threshold_option, out_option, verify_option
 from isood.science.grid import cell_table, is_na
 from isood.kinds import AUDIT, LAID_FILE, SPLITS, AuditView, SplitsView
 from manifests.card_stream import WHOLE_TABLE_ROWS, MainTableStream, finish_stream

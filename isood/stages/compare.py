@@ -38,7 +38,8 @@ from isood.core.errors import BadInputError, IsoodWarning
 from isood.science.levels import leak_free_name
 from isood.science.metrics import METRICS, lower_is_better, metric_label
 from isood.core.files import TMP_PREFIX, atomic_write_bytes, output_lock
-from isood.core.optspec import REQUIRED, option, verify_option
+from isood.core.optspec import REQUIRED, option
+from isood.core.shared_options import verify_option
 from isood.kinds import EVALUATION, EvaluationView
 from manifests.paths import is_inside
 

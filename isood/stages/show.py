@@ -24,7 +24,8 @@ from isood.core.defaults import MOSAIC_SIZE as DEFAULT_SIZE
 from isood.core.errors import BadInputError, ManifestError
 from isood.core.files import TMP_PREFIX, atomic_write_bytes, output_lock
 from isood.kinds import SPLITS, SYN_IS
-from isood.core.optspec import REQUIRED, option, seed_option, verify_option
+from isood.core.optspec import REQUIRED, option
+from isood.core.shared_options import seed_option, verify_option
 from manifests.paths import is_inside
 
 __all__ = ["ShowOptions", "ShowResult", "show"]

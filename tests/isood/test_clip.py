@@ -13,6 +13,7 @@ from PIL import Image
 from isood.features.clip import (ClipEncodeWorker, ClipSpec, encode_image_batch, encode_texts, load_clip, parse_clip_spec,
                         text_cache_key)
 from isood.core.errors import IsoodError, MissingWeightsError
+from isood.core.workers import WorkerSpec
 
 
 def _direct(encoder, files):
@@ -224,7 +225,7 @@ def test_stream_in_processes_gives_the_calls_features_whatever_the_workers(mode,
     for workers in (0, 1, 2):
         for p in tmp_path.glob("pid-*"):
             p.unlink()
-        got = list(ClipEncodeWorker(tiny_encoder, "cpu", workers, mode).stream(batches))
+        got = list(ClipEncodeWorker(tiny_encoder, "cpu", WorkerSpec(workers), mode).stream(batches))
         pids = {int(p.name[4:]) for p in tmp_path.glob("pid-*")}
         assert (pids == {os.getpid()}) if workers == 0 else (len(pids) == workers and os.getpid() not in pids)
         assert len(got) == len(want)

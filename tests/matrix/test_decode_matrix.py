@@ -10,7 +10,7 @@ decode_jpeg + tensor steps on CPU tensors, the code path a GPU runs with nvJPEG.
 | gpu: corrupt scan            | complete JPEG, a second SOF in its scan data           | ImageDecoder.finish (decoder fails -> reference) |
 | gpu: CMYK JPEG               | converted, not rejected                                | device_decodes (4 components) -> to_rgb          |
 | workers                      | --workers 0 / 1 / 2 (processes)                        | isood.features.batch_decode.prepared_batches (chunks in order) |
-| extract options              | --decode turbo, --fast-decode with --decode gpu        | check_decode_mode, cli.extract                  |
+| extract options              | --decode turbo                                         | check_decode_mode, cli.extract                  |
 | evaluate options             | --decode fast, --precision fp64, fp16 on the CPU       | options.check_options, capture.check_precision  |
 | evaluate gpu: unreadable     | a JPEG with a corrupt scan, --workers 1                | image_list.ImageList.finish -> UnreadableImagesError |
 """
@@ -109,13 +109,13 @@ def test_decoding_processes_do_not_change_a_byte(mode, cli, tiny_clip_spec, tiny
         assert r.exit_code == 0, r.output
         shards[workers] = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
                            for p in sorted(out.glob("features-*")) if not p.name.startswith(".~")}
-        assert manifests.read(out, kind="features").config["workers"] == workers
+        recorded = manifests.read(out, kind="features").config["workers"]
+        assert recorded == {"decode_processes": workers, "ray_actors": None}
     assert len(shards[0]) == 6 and shards[0] == shards[1] == shards[2]
 
 
 @pytest.mark.parametrize("extra, words", [
     (["--decode", "turbo"], ["--decode 'turbo'", "reference, fast or gpu"]),
-    (["--fast-decode", "--decode", "gpu"], ["--fast-decode", "contradicts --decode gpu"]),
 ])
 def test_bad_extract_decode_option_is_one_line(extra, words, cli, tiny_clip_spec, tmp_path):
     root = _dataset(tmp_path / "images")

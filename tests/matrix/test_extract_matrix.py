@@ -12,7 +12,7 @@ one line on stderr naming the option or value, no traceback, no ``manifest.json`
 | zero_bytes           | a 0-byte .png                                    | isood.features.decoding.decode_image                  |
 | not_an_image         | text saved as .jpg in a class folder             | isood.features.decoding.decode_image                  |
 | png_bomb             | 1-bit PNG, 17000 x 10000 px (1x-2x PIL's limit)  | isood.features.decoding.check_pixels (in _decode)     |
-| jpeg_bomb_fast       | JPEG header 12000 x 12000, --fast-decode         | isood.features.decoding.check_pixels (in _decode)     |
+| jpeg_bomb_fast       | JPEG header 12000 x 12000, --decode fast         | isood.features.decoding.check_pixels (in _decode)     |
 | outside_file_link    | symlink to a file outside the root               | isood.features.listing.outside_root (_refusals)      |
 | outside_folder_link  | symlinked class folder outside the root          | isood.features.listing._folder_paths + outside_root  |
 | broken_link          | a dangling symlink                               | isood.features.listing._folder_paths (links listed)  |
@@ -95,7 +95,7 @@ BAD_FILES = [  # (row id, make the bad file in the class folder, expected error 
     pytest.param(lambda d, kit: _zero(d), "UnidentifiedImageError", (), id="zero_bytes"),
     pytest.param(lambda d, kit: _text(d), "UnidentifiedImageError", (), id="not_an_image"),
     pytest.param(_png_bomb, "DecompressionBombError: 17000x10000", (), id="png_bomb"),
-    pytest.param(_jpeg_bomb, "DecompressionBombError: 12000x12000", ("--fast-decode",), id="jpeg_bomb_fast"),
+    pytest.param(_jpeg_bomb, "DecompressionBombError: 12000x12000", ("--decode", "fast"), id="jpeg_bomb_fast"),
 ]
 
 

@@ -66,7 +66,7 @@ from isood.core.devices import resolve_device
 from isood.core.errors import BadInputError, IsoodError, ManifestError
 from isood.features.listing import ImageSource, list_images
 from isood.kinds import AUDIT, EVALUATION, GRID_KINDS, IMAGE_LIST, SPLITS, SYN_IS, AuditView
-from isood.core.optspec import recorded
+from isood.core.optconfig import recorded
 from wordnet_tools.rules import leak_mask, parse_rules
 
 from .assemble import (ID_TEST, ID_TRAIN, EvalSet, check_files, evaluate_with_leaks, grid_parts,
@@ -446,7 +446,7 @@ def score_with_model(adapter: ModelAdapter, detectors: Mapping[str, Detector], s
     scores = run_detectors(
         adapter, detectors, {k: v for k, v in data.items() if k != ID_TRAIN}, id_train=data.get(ID_TRAIN),
         score_train=opts.der and ID_TRAIN in data, batch_size=opts.batch_size, device=resolve_device(opts.device),
-        num_workers=opts.workers, progress=opts.progress,
+        num_workers=opts.workers.decode_processes, progress=opts.progress,
         cache_dir=output_cache_dir(opts),
         data_ids={k: f"{s.data_id}|{s.transform or fallback!r}|labels={labels_digest(s.labels)}"
                   for k, s in sets.items()}, precision=opts.precision)

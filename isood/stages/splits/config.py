@@ -3,7 +3,7 @@
 
 Keys of the TOML file are the long option names, with - or _ (optionally under a ``[build-splits]`` table);
 relative paths in it (and ``local-dir:PATH`` CLIPs, and a ``labels`` file that exists there) are relative to the
-TOML file (``isood.core.optspec.from_config``).
+TOML file (``isood.core.optconfig.from_config``).
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
 from isood.features.ann import BACKENDS
-from isood.core.defaults import DEFAULT_SHARD_SIZE, LAID_TRIPLETS, QUANTILE_CLIP
+from isood.core.defaults import LAID_TRIPLETS, QUANTILE_CLIP
 from isood.core.errors import BadInputError
 from isood.science.grid import check_levels
-from isood.core.optspec import (batch_size_option, check, device_option, from_config, levels_option, merge_values,
-                           na_threshold_option, option, recorded, seed_option, verify_option, workers_option)
+from isood.core.optconfig import from_config, merge_values, recorded
+from isood.core.optspec import check, option
+from isood.core.shared_options import (batch_size_option, decode_processes_option, device_option, levels_option,
+                                       na_threshold_option, seed_option, shard_size_option, verify_option)
 
 __all__ = ["BuildConfig", "load_build_config", "validate", "parse_quantile", "read_toml", "splits_config",
            "PATH_KEYS"]
@@ -67,8 +69,8 @@ class BuildConfig:
                                            "an edge is within reach of; the held-out level agreement and its "
                                            "lower bound go into the manifest. Default: exact.")
     batch_size: int = batch_size_option("Images per batch when extracting.")
-    workers: int | None = workers_option(None, "when extracting")
-    shard_size: int = option(DEFAULT_SHARD_SIZE, least=1, help="Images per feature shard when extracting.")
+    decode_processes: int | None = decode_processes_option("when extracting")
+    shard_size: int = shard_size_option("Images per feature shard when extracting.")
     device: str | None = device_option()
     cache_dir: str | None = option(None, metavar="DIR", path=True,
                                    help="Text-feature cache (default $ISOOD_CACHE_DIR/text-features).")
@@ -99,7 +101,7 @@ def parse_quantile(value: Any) -> tuple[float, float]:
 
 
 def read_toml(config_file: str | os.PathLike) -> dict[str, Any]:
-    """The options of a build-splits TOML file (``isood.core.optspec.from_config``: keys with _, paths resolved
+    """The options of a build-splits TOML file (``isood.core.optconfig.from_config``: keys with _, paths resolved
     against its folder, unknown keys refused)."""
     return from_config(BuildConfig, config_file, "build-splits")
 
@@ -151,7 +153,7 @@ def splits_config(cfg: BuildConfig, *, clip_identity: str | None, id_root: str |
                   test_root: str | None) -> dict[str, Any]:
     """The config a splits manifest records: every option (but ``progress`` and ``verify``) plus what the views
     read (``clip_identity``, ``id_root``, ``test_root``). Paths, the ``--labels`` file and the ``--clip`` spec
-    (``local-dir:PATH``) are absolute (``isood.core.optspec.recorded``: explicit roots, so a manifest read from another
+    (``local-dir:PATH``) are absolute (``isood.core.optconfig.recorded``: explicit roots, so a manifest read from another
     working directory still names the same folders and model)."""
     config = recorded(cfg, skip=("progress", "verify"))  # paths and the --clip spec absolute
     if config.get("cache_dir"):

@@ -179,7 +179,7 @@ def extract_set(name: str, source: str, encoder: ClipEncoder, sub: Path, cfg: Bu
     """Extract an image source into ``sub`` (resumable; ``isood.features.featurestore``) and open it for reading;
     ``images``: the source already listed (``list_images``), else listed here."""
     images = images if images is not None else list_images(source)
-    result = extract_features(images, encoder, sub, batch_size=cfg.batch_size, workers=cfg.workers,
+    result = extract_features(images, encoder, sub, batch_size=cfg.batch_size, decode_processes=cfg.decode_processes,
                               shard_size=cfg.shard_size, progress=cfg.progress, argv=argv, engine=engine,
                               card=False)  # nested: the splits manifest hashes its files, and a card is not content
     reader = open_features(sub)
