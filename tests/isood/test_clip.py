@@ -113,7 +113,7 @@ def test_worker_encodes_a_batch_as_one_forward_pass_and_flags_bad_images(tiny_en
                                                                          tiny_image_info, threads):
     corrupt = tiny_image_info["corrupt"]
     rels = sorted(p.relative_to(tiny_images).as_posix() for p in (tiny_images / corrupt).parent.iterdir())
-    worker = ClipEncodeWorker(tiny_encoder, "cpu", threads)
+    worker = ClipEncodeWorker(tiny_encoder, "cpu", WorkerSpec(threads))
     out = worker({"i": np.arange(10, 10 + len(rels)), "path": [str(tiny_images / r) for r in rels], "name": rels})
     bad = rels.index(corrupt)
     assert out["i"].tolist() == list(range(10, 10 + len(rels)))
@@ -187,8 +187,8 @@ def test_fast_and_gpu_decode_workers_keep_cosine_to_the_reference_and_flag_bad_i
     files.append(tmp_path / "broken.JPEG")
     files[-1].write_bytes(files[2].read_bytes()[:5000])  # truncated
     batch = {"i": np.arange(len(files)), "path": [str(f) for f in files], "name": [f.name for f in files]}
-    ref = ClipEncodeWorker(encoder, "cpu", 1, REFERENCE_DECODE)(batch)
-    fast = ClipEncodeWorker(encoder, "cpu", 2, mode)(batch)
+    ref = ClipEncodeWorker(encoder, "cpu", WorkerSpec(1), REFERENCE_DECODE)(batch)
+    fast = ClipEncodeWorker(encoder, "cpu", WorkerSpec(2), mode)(batch)
     assert ref["ok"].tolist() == fast["ok"].tolist() == [True] * (len(files) - 1) + [False]
     assert fast["error"][-1] == ref["error"][-1] != "" and not fast["feature"][-1].any()
     assert fast["sha256"].tolist() == ref["sha256"].tolist()
@@ -213,7 +213,7 @@ def test_stream_in_processes_gives_the_calls_features_whatever_the_workers(mode,
     files = [tiny_images / r for r in rels]
     batches = [{"i": np.arange(s, min(s + 7, len(rels))), "path": [str(f) for f in files[s:s + 7]],
                 "name": rels[s:s + 7]} for s in range(0, len(rels), 7)]
-    want = [ClipEncodeWorker(tiny_encoder, "cpu", 0, mode)(b) for b in batches]
+    want = [ClipEncodeWorker(tiny_encoder, "cpu", WorkerSpec(0), mode)(b) for b in batches]
     assert sum(int((~w["ok"]).sum()) for w in want) == 1  # the corrupt file
     prepare = ImageDecoder.prepare
 
@@ -239,4 +239,4 @@ def test_worker_refuses_an_unknown_decode_mode(tiny_encoder):
     from isood.core.errors import BadInputError
 
     with pytest.raises(BadInputError, match="warp"):
-        ClipEncodeWorker(tiny_encoder, "cpu", 1, "warp")
+        ClipEncodeWorker(tiny_encoder, "cpu", WorkerSpec(1), "warp")
