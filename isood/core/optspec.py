@@ -6,8 +6,8 @@ bounds or choices, a deprecated alias. From that one description:
 
 * ``check(opts)`` validates every field (one rule per type: an integer in [least, most], a finite number, one of
   the choices, ...): one line naming the flag and what to pass, the same wherever the option appears;
-  ``check_field(cls, name, value)`` checks one value against a field's description (for an object built from
-  the options outside a command, e.g. ``isood.engines.ray.RayOptions``);
+  ``check_field(cls, name, value)`` / ``check_described`` check one value against a field's description (for a
+  value the Python API takes outside a command, e.g. ``isood.engines.ray.RayOptions``);
 * ``isood.cli`` builds the typer command (``cli_params``), with the default and the bounds in ``--help`` and
   required options marked (``help_text``), and a deprecated alias that still works but prints one warning line;
 * ``isood.core.optconfig`` reads ``--config FILE.toml`` and records the options in a manifest, as the
@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from isood.core.errors import BadInputError
 
-__all__ = ["OptionSpec", "option", "spec_of", "option_fields", "check", "check_value", "check_field",
+__all__ = ["OptionSpec", "option", "spec_of", "option_fields", "check", "check_value", "check_field", "check_described",
            "format_bound", "one_of", "help_text", "REQUIRED"]
 
 #: The default of an option that has none (the command refuses to run without it).
@@ -227,6 +227,16 @@ def check(opts: Any) -> Any:
         if checked is not value:
             changes[f.name] = checked
     return dataclasses.replace(opts, **changes) if changes else opts
+
+
+def check_described(name: str, described: Any, value: Any, kind: str = "int") -> Any:
+    """``value`` checked against ``described``, an ``option(...)`` field of ``kind`` named ``name`` (a shared
+    option such as ``isood.core.shared_options.seed_option(...)``), as ``check`` checks it: the one bound, for a
+    value the Python API takes outside an options dataclass."""
+    spec = spec_of(described)
+    if spec is None:
+        raise TypeError("check_described takes a field made by option(...)")
+    return check_value(spec.flag_name(name), spec, kind, value)
 
 
 def check_field(cls: type, name: str, value: Any) -> Any:

@@ -9,10 +9,10 @@ from typing import Any
 
 from isood.core.defaults import (DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE, DEFAULT_VERIFY, ENGINES, LEVELS_NOTE, MAX_LEVELS, N_LEVELS,
                                  NA_THRESHOLD, SEED_MAX, VERIFY_HELP, VERIFY_MODES)
-from isood.core.optspec import REQUIRED, option
+from isood.core.optspec import REQUIRED, check_described, option
 from isood.core.workers import MAX_DECODE_PROCESSES
 
-__all__ = ["verify_option", "seed_option", "out_option", "levels_option", "na_threshold_option", "batch_size_option",
+__all__ = ["verify_option", "seed_option", "check_seed", "out_option", "levels_option", "na_threshold_option", "batch_size_option",
            "shard_size_option", "decode_processes_option", "device_option", "EngineFields", "JobArrayFields"]
 
 
@@ -21,9 +21,15 @@ def verify_option() -> Any:
     return option(DEFAULT_VERIFY, help=VERIFY_HELP, choices=VERIFY_MODES, metavar="MODE")
 
 
-def seed_option(help: str) -> Any:
+def seed_option(help: str = "Seed.") -> Any:
     """``--seed``: one bound for every command (``isood.core.defaults.SEED_MAX``)."""
-    return option(0, help=help, least=0, most=SEED_MAX)
+    return option(0, help=help, least=0, most=SEED_MAX,
+                  why="2**31 - 1: faiss and numpy's legacy generator take 31/32-bit seeds")
+
+
+def check_seed(seed: Any) -> int:
+    """``seed`` checked against ``seed_option`` (for the Python API's ``seed=`` arguments), as an ``int``."""
+    return check_described("seed", seed_option(), seed)
 
 
 def levels_option(help: str = "Levels per axis of the grid.", *, flag: str | None = None) -> Any:

@@ -111,7 +111,7 @@ def _empty_test_list(base: Path) -> list:
 
 
 USER_ERRORS = [  # (extra args or a function of the base folder returning them, substrings of the one line)
-    pytest.param(["--levels", "0"], ["--levels", "0"], id="levels_0-config._check"),
+    pytest.param(["--levels", "0"], ["--levels", "0"], id="levels_0-optspec.check"),
     pytest.param(["--levels", "-3"], ["--levels", "-3"], id="levels_neg-config._check"),
     pytest.param(["--na-threshold", "-1"], ["--na-threshold", "-1"], id="na_threshold_neg-config._check"),
     pytest.param(["--triplets", "0"], ["--triplets", "0"], id="triplets_0-config._check"),
@@ -121,7 +121,7 @@ USER_ERRORS = [  # (extra args or a function of the base folder returning them, 
     pytest.param(["--laid-steps", "0"], ["--laid-steps", "0"], id="laid_steps_0-config._AT_LEAST"),
     pytest.param(["--seed", "-1"], ["--seed", "-1"], id="seed_neg-optspec.seed_option"),
     pytest.param(["--backend", "annoy"], ["--backend", "annoy"], id="unknown_backend-config._check"),
-    pytest.param(["--ann-recall", "1.5"], ["--ann-recall", "1.5"], id="ann_recall_above_1-config._check_ann"),
+    pytest.param(["--ann-recall", "1.5"], ["--ann-recall", "1.5"], id="ann_recall_above_1-optspec.check"),
     pytest.param(["--clip-quantile", "0.9,0.1"], ["--clip-quantile"], id="quantiles_reversed-config.parse_quantile"),
     pytest.param(_labels_with_unknown_wnid, ["n99999999", "labels_bad.txt"],
                  id="labels_unknown_wnid-labels_from_lines"),

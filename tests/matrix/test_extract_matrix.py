@@ -311,7 +311,7 @@ USER_ERRORS = [  # (images source, extra args, substrings the one line must hold
     pytest.param(None, ("--batch-size", "-4"), ["--batch-size", "-4"], id="batch_size_neg-check_sizes"),
     pytest.param(None, ("--shard-size", "0"), ["--shard-size", "0"], id="shard_size_0-check_sizes"),
     pytest.param(None, ("--workers", "-1"), ["--workers", "-1"], id="workers_neg-check_sizes"),
-    pytest.param(None, ("--num-shards", "0"), ["--num-shards", "0"], id="num_shards_0-check_shard_args"),
+    pytest.param(None, ("--num-shards", "0"), ["--num-shards", "0"], id="num_shards_0-optspec.check"),
     pytest.param(None, ("--num-shards", "2", "--shard-index", "2"), ["--shard-index", "2"],
                  id="shard_index_out_of_range-check_shard_args"),
     pytest.param(None, ("--engine", "spark"), ["spark", "--engine"], id="unknown_engine-optspec.check"),

@@ -17,7 +17,7 @@ from isood.features.listing import ImageSource, list_images
 from isood.kinds import FEATURES
 from isood.core.optconfig import absolute_spec
 from isood.core.engine import BatchEngine, LocalEngine
-from isood.core.optspec import check_value, spec_of
+from isood.core.optspec import check_described
 from isood.core.shared_options import batch_size_option, decode_processes_option, shard_size_option
 from isood.core.workers import WorkerSpec, resolve_workers
 from isood.features.featurestore.shards import (
@@ -70,14 +70,11 @@ class ShardRun:
 
 def check_sizes(*, batch_size: int, shard_size: int, decode_processes: int | None = None) -> None:
     """The sizes of the Python API checked against the options' one description (``batch_size_option``,
-    ``shard_size_option``, ``decode_processes_option``; ``isood.core.optspec.check_value``): one line naming the flag
+    ``shard_size_option``, ``decode_processes_option``; ``isood.core.optspec.check_described``): one line naming the flag
     (None: the default)."""
-    for name, described, value in (("batch_size", batch_size_option(), batch_size),
-                                   ("shard_size", shard_size_option(), shard_size),
-                                   ("decode_processes", decode_processes_option(), decode_processes)):
-        spec = spec_of(described)
-        assert spec is not None, "an option() field carries its description"
-        check_value(spec.flag_name(name), spec, "int", value)
+    check_described("batch_size", batch_size_option(), batch_size)
+    check_described("shard_size", shard_size_option(), shard_size)
+    check_described("decode_processes", decode_processes_option(), decode_processes)
 
 
 @dataclass

@@ -15,7 +15,6 @@ from typing import Any, Mapping
 from isood.features.ann import BACKENDS
 from isood.core.defaults import LAID_TRIPLETS, QUANTILE_CLIP
 from isood.core.errors import BadInputError
-from isood.science.grid import check_levels
 from isood.core.optconfig import from_config, merge_values, recorded
 from isood.core.optspec import check, option
 from isood.core.shared_options import (batch_size_option, decode_processes_option, device_option, levels_option,
@@ -107,20 +106,12 @@ def read_toml(config_file: str | os.PathLike) -> dict[str, Any]:
 
 
 def _check_ann(cfg: BuildConfig) -> None:
-    """--ann-recall / --ann-levels: a number in (0, 1], one of them, asking for approximate search (not an exact
-    --backend)."""
+    """--ann-recall / --ann-levels (checked numbers in (0, 1], their description's bound): one of them, asking
+    for approximate search (not an exact --backend)."""
     if cfg.ann_recall is not None and cfg.ann_levels is not None:
         raise BadInputError(f"pass either --ann-recall ({cfg.ann_recall}) or --ann-levels ({cfg.ann_levels}), not both")
-    for flag, r, example in (("--ann-recall", cfg.ann_recall, "0.99"), ("--ann-levels", cfg.ann_levels, "0.999")):
-        if r is None:
-            continue
-        try:
-            value = float(r)
-        except (TypeError, ValueError):
-            value = float("nan")
-        if isinstance(r, bool) or not 0.0 < value <= 1.0:
-            raise BadInputError(f"{flag} must be a number in (0, 1] (e.g. {example}), got {r!r}")
-        if cfg.backend in ("torch", "faiss-flat"):
+    for flag, value in (("--ann-recall", cfg.ann_recall), ("--ann-levels", cfg.ann_levels)):
+        if value is not None and cfg.backend in ("torch", "faiss-flat"):
             raise BadInputError(f"{flag} {value:g} asks for approximate search but --backend {cfg.backend} is "
                                 f"exact; pass --backend auto or faiss-ivf, or drop {flag}")
 
@@ -130,7 +121,6 @@ def validate(cfg: BuildConfig) -> BuildConfig:
     normalised, paths as strings; ``--id``, ``--test`` and ``--out`` required (command line or ``--config``)."""
     cfg = check(cfg)
     cfg = replace(cfg, clip_quantile=parse_quantile(cfg.clip_quantile))
-    check_levels(cfg.levels)
     _check_ann(cfg)
     for name in ("id", "test", "out"):
         if not getattr(cfg, name):
