@@ -226,3 +226,36 @@ def test_gpu_decode_names_a_jpeg_neither_decoder_reads(world, cli, tmp_path):
     line = cli.one_line_error(cli.invoke(_evaluate(world, out, "--decode", "gpu", "--workers", "1", id_test=val)))
     assert f"{ID[1]}_1.jpg" in line and "OSError" in line, line
     assert not (out / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("mode", ["fast", "gpu"])
+def test_evaluate_decodes_with_the_batch_pipeline_of_extract(mode, world, monkeypatch):
+    """evaluate --decode fast|gpu runs extract's batch decode pipeline (``isood.features.batch_decode``): every batch
+    of an evaluation pass goes through ``ImageDecoder.finish``, and the inputs are those that pipeline makes from
+    the same files (independent reference: ``image_decoder(transform, mode).decode``)."""
+    import timm
+    import torch
+
+    from isood.classifiers.capture import extract_outputs
+    from isood.classifiers.image_list import ImageList
+    from isood.classifiers.models import wrap_model
+    from isood.features.batch_decode import ImageDecoder, image_decoder
+
+    model = timm.create_model("test_resnet", pretrained=False, num_classes=2)
+    transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))
+    files = sorted((world / "val").rglob("*.jpg"))
+    finished = []
+    finish = ImageDecoder.finish
+
+    def spy(self, parts, names, device):
+        finished.append(len(names))
+        return finish(self, parts, names, device)
+
+    monkeypatch.setattr(ImageDecoder, "finish", spy)
+    data = ImageList(files, [0] * len(files), transform, decode=mode)
+    outputs, _ = extract_outputs(wrap_model(model, name="test_resnet"), data, ("logits",), batch_size=3)
+    assert finished == [3, 3, 2] and outputs.logits.shape == (len(files), 2)
+    finished.clear()
+    got = data.finish(data.collate([data[i] for i in range(len(files))]), "cpu")["image"]
+    want = image_decoder(transform, mode).decode([str(f) for f in files])
+    assert torch.allclose(got, torch.stack([t for t, _ in want]), atol=1e-6)
