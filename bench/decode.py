@@ -15,10 +15,10 @@ model's input tensor:
 * ``tv-decode``  (b) ``torchvision.io.decode_jpeg`` -> open_clip's resize/crop/normalise steps on the uint8
                  tensor (torch's SIMD antialiased bicubic; ``isood.features.image_tensors.tensor_preprocess``);
 * ``tensor``     PIL full decode -> the same tensor steps (isolates the resize);
-* ``fast``       ``isood extract --decode fast`` (``isood.features.images.FAST_DECODE``): the tensor steps; JPEGs with
+* ``fast``       ``isood extract --decode fast`` (``isood.features.decoding.FAST_DECODE``): the tensor steps; JPEGs with
                  both sides >= 2D drafted to >= D and mapped exactly onto the full image's geometry, other
                  JPEGs decoded by torchvision, other formats by PIL;
-* ``gpu``        ``isood extract --decode gpu`` (``isood.features.images.GPU_DECODE``) with the model on the CPU: the
+* ``gpu``        ``isood extract --decode gpu`` (``isood.features.decoding.GPU_DECODE``) with the model on the CPU: the
                  JPEGs decoded by torchvision's decode_jpeg on CPU tensors (libjpeg; nvJPEG on a GPU, which
                  ``bench/gpu_extract.py`` measures), then the tensor steps; one image per call here.
 
@@ -144,7 +144,8 @@ def tiny_clip(vision: dict):
 def path_functions(pp) -> dict:
     """path name -> f(file) -> input tensor (3, S, S)."""
     from isood.features.image_tensors import draft_size, read_jpeg_tensor, tensor_preprocess
-    from isood.features.images import FAST_DECODE, GPU_DECODE, decode_image, image_decoder
+    from isood.features.decoding import FAST_DECODE, GPU_DECODE, decode_image
+    from isood.features.batch_decode import image_decoder
 
     steps, draft = tensor_preprocess(pp), draft_size(pp)
     fast, gpu = image_decoder(pp, FAST_DECODE), image_decoder(pp, GPU_DECODE)

@@ -1,7 +1,7 @@
 """Does CPU image decoding scale with cores? (Decoding with threads in one process is
 GIL-bound: 8 and 15 threads give the same rate.)
 
-The local engine decodes in processes (``isood.features.images.prepared_batches``: a torch DataLoader whose workers
+The local engine decodes in processes (``isood.features.batch_decode.prepared_batches``: a torch DataLoader whose workers
 each prepare chunks of a batch, put back together in order). This bench times that pipeline alone, no model:
 ImageNet-like made-up JPEGs (``bench/decode.py``'s sizes and scenes), the reference decoding (PIL + open_clip's
 224 px ViT-B-32 transform) and ``--decode fast``, batches of 64, every batch finished as the extraction finishes
@@ -58,7 +58,7 @@ def cpu_seconds() -> float:
 
 def processes(decoder, batches, workers: int) -> tuple[float, float]:
     """(wall seconds, CPU seconds) to prepare (in ``workers`` processes) and finish every batch."""
-    from isood.features.images import prepared_batches
+    from isood.features.batch_decode import prepared_batches
 
     t, c = time.perf_counter(), cpu_seconds()
     for (paths, names), parts in zip(batches, prepared_batches(decoder, batches, workers)):
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from isood.features.images import image_decoder
+    from isood.features.batch_decode import image_decoder
 
     torch.set_num_threads(1)
     load = os.getloadavg()[0]

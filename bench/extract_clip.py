@@ -78,10 +78,12 @@ def main() -> None:
         for w in args.workers:
             out = tmp / f"out-w{w}"
             t = time.perf_counter()
-            extract_features(tmp / "img", enc, out, batch_size=args.batch_size, workers=w, shard_size=128, progress=False)
+            extract_features(tmp / "img", enc, out, batch_size=args.batch_size, decode_processes=w, shard_size=128,
+                             progress=False)
             results[w] = args.images / (time.perf_counter() - t)
             t = time.perf_counter()
-            r = extract_features(tmp / "img", enc, out, batch_size=args.batch_size, workers=w, shard_size=128, progress=False)
+            r = extract_features(tmp / "img", enc, out, batch_size=args.batch_size, decode_processes=w, shard_size=128,
+                             progress=False)
             resume_s = time.perf_counter() - t
             assert not r.shards_written
         texts = [f"a photo of a thing number {i}." for i in range(args.texts)]

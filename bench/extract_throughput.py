@@ -94,7 +94,8 @@ def main(argv=None) -> int:
     p.add_argument("--side", type=int, help="image height in pixels (width 4/3 of it)")
     p.add_argument("--batch-size", type=int)
     p.add_argument("--shard-size", type=int)
-    p.add_argument("--workers", type=int, default=None, help="local decoding threads (default: CPUs - 1, at most 8)")
+    p.add_argument("--workers", type=int, default=None, help="decoding processes per model worker (default: "
+                   "isood.core.workers.resolve_workers: CPUs - 1 locally, 4 threads per Ray actor)")
     p.add_argument("--ray-workers", type=int, default=None, help="Ray actors (default: one per GPU, else per CPU)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--no-record", action="store_true", help="do not append to bench/results.local.md")
@@ -109,11 +110,11 @@ def main(argv=None) -> int:
 
     from isood.features import featurestore as F
     from isood.engines.ray import RayEngine, RayOptions
-    from isood.features.images import list_images
-    from isood.core.devices import default_workers
+    from isood.features.listing import list_images
+    from isood.core.workers import resolve_workers
 
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    workers = default_workers() if a.workers is None else a.workers
+    workers = resolve_workers(a.workers).decode_processes
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         spec = save_model(tmp / "model", a.full)
@@ -129,23 +130,24 @@ def main(argv=None) -> int:
             fn()
             return time.perf_counter() - t
 
-        local_small = timed(lambda: F.extract_features(tmp / "img" / "small.txt", spec, tmp / "local-small", workers=workers,
+        local_small = timed(lambda: F.extract_features(tmp / "img" / "small.txt", spec, tmp / "local-small", decode_processes=workers,
                                                        device=device, **kw))
-        local_s = timed(lambda: F.extract_features(tmp / "img", spec, tmp / "local", workers=workers, device=device, **kw))
+        local_s = timed(lambda: F.extract_features(tmp / "img", spec, tmp / "local", decode_processes=workers, device=device,
+                                                   **kw))
 
         import ray
 
         t = time.perf_counter()
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level="ERROR")
         init_s = time.perf_counter() - t
-        opts = RayOptions(workers=a.ray_workers)
+        opts = RayOptions(actors=a.ray_workers)
         actors, gpus, _ = opts.resolve("cpu" if device == "cpu" else None)
         rdev = "cpu" if device == "cpu" else None
         engine = RayEngine(opts, device=rdev)
-        threads = opts.decode_threads
+        threads = resolve_workers(a.workers, engine).decode_processes
         ray_small = timed(lambda: F.extract_features(tmp / "img" / "small.txt", spec, tmp / "ray-small", engine=engine,
-                                                     workers=threads, device=rdev, **kw))
-        ray_s = timed(lambda: F.extract_features(tmp / "img", spec, tmp / "ray", engine=engine, workers=threads,
+                                                     decode_processes=threads, device=rdev, **kw))
+        ray_s = timed(lambda: F.extract_features(tmp / "img", spec, tmp / "ray", engine=engine, decode_processes=threads,
                                                  device=rdev, **kw))
         ray.shutdown()
         fl, _ = F.load_features(tmp / "local")
@@ -162,7 +164,7 @@ def main(argv=None) -> int:
     sizes = f"{model}, {n:,} JPEGs {side * 4 // 3}x{side}, batch {batch}, shard {shard}, device {device}"
     local_rate, ray_rate = n / local_s, n / ray_s
     floor = floor_text(flops, nbytes, pk, local_s)
-    text = (f"{n:,} images: local {local_rate:,.0f} img/s ({workers} decoding threads), ray {ray_rate:,.0f} img/s "
+    text = (f"{n:,} images: local {local_rate:,.0f} img/s ({workers} decoding processes), ray {ray_rate:,.0f} img/s "
             f"({actors} actors x {gpus:g} GPU, incl. actor start; ray.init {init_s:.1f} s apart) = "
             f"{ray_rate / local_rate:.2f}x local; marginal rate ({small:,} -> {n:,} images, fixed costs cancelled): "
             f"local {local_marginal:,.0f}, ray {ray_marginal:,.0f} img/s = {ray_marginal / local_marginal:.2f}x; "

@@ -84,7 +84,7 @@ def one_core(files, pp) -> dict:
     import torch
     from PIL import Image
 
-    from isood.features.images import decode_image
+    from isood.features.decoding import decode_image
 
     torch.set_num_threads(1)
     t = time.perf_counter()
@@ -121,7 +121,7 @@ def extract(root: Path, encoder, out: Path, *, decode: str, workers: int, batch:
 
     sync(encoder.device)
     t = time.perf_counter()
-    extract_features(root, encoder, out, batch_size=batch, workers=workers, progress=False, decode=decode)
+    extract_features(root, encoder, out, batch_size=batch, decode_processes=workers, progress=False, decode=decode)
     sync(encoder.device)
     seconds = time.perf_counter() - t
     return seconds, load_features(out)[0]
@@ -131,7 +131,7 @@ def evaluate_rate(files, device: str, *, decode: str, precision: str, workers: i
     """(d) images/s of run_detectors (msp, energy, maxlogit) on ResNet-50 with random weights, no cache."""
     import torchvision
 
-    from isood.classifiers.capture import ImageList, default_transform
+    from isood.classifiers.image_list import ImageList, default_transform
     from isood.classifiers.models import wrap_model
     from isood.classifiers.scoring import run_detectors
 
@@ -181,13 +181,14 @@ def run(device: str = "cuda", smoke: bool = False, images: int | None = None, ba
     """Every measurement (module docstring); returns the SUMMARY lines."""
     import torch
 
-    from isood.core.devices import default_workers, resolve_device
+    from isood.core.devices import resolve_device
+    from isood.core.workers import resolve_workers
 
     device = resolve_device(device)
     cuda = device.startswith("cuda")
     n = images or (16 if smoke else 8192)
     batch = batch or (8 if smoke else 256)
-    workers = default_workers() if workers is None else workers
+    workers = resolve_workers(workers).decode_processes
     cores = os.cpu_count() or 1
     lines: list[str] = []
     t_all = time.perf_counter()

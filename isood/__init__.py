@@ -48,7 +48,7 @@ _EXPORTS = {
     "register_detector": "isood.science.detectors",
     "load_clip": "isood.features.clip",
     "encode_texts": "isood.features.clip",
-    "list_images": "isood.features.images",
+    "list_images": "isood.features.listing",
     "load_features": "isood.features.featurestore",
     "extract_features": "isood.features.featurestore",
     "load_labels": "isood.features.labels",

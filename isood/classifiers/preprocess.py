@@ -77,7 +77,7 @@ def _timm_transform(model) -> Callable:
 def preset_transform(preset: str, adapter=None) -> Callable:
     """The transform of a resolved preset (not ``release``: ``dataset_preset`` first); ``adapter``: the
     ``ModelAdapter`` whose own transform ``model`` means (and whose torch module ``timm`` reads)."""
-    from .capture import default_transform
+    from .image_list import default_transform
 
     check_preset(preset)
     if preset == "release":

@@ -27,7 +27,8 @@ from isood.core.devices import DEFAULT_PRECISION
 from isood.core.errors import BadInputError
 from isood.core.files import atomic_write_bytes
 
-from .capture import Unreadable, UnreadableImagesError, extract_outputs, scan_unreadable
+from .capture import extract_outputs
+from .image_list import Unreadable, UnreadableImagesError, scan_unreadable
 from isood.science.detectors import CAPTURE_KINDS, Detector, ForwardOutputs, parse_detectors
 from .adapter import ModelAdapter
 

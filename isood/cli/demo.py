@@ -13,7 +13,8 @@ from isood.cli._app import app, out_console
 from isood.cli.options import command
 from isood.cli.wordnet import summary_table
 from isood.core.files import output_lock
-from isood.core.optspec import option, seed_option
+from isood.core.optspec import option
+from isood.core.shared_options import seed_option
 
 if TYPE_CHECKING:
     from isood.dev.demo import PlantedReport

@@ -4,20 +4,18 @@ of a job array -> the manifest a single run writes; each kind's merge belongs to
 from __future__ import annotations
 
 import os
-import warnings
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
 from isood.stages.syn import merge_parts as merge_syn_parts
 from isood.cli._app import app, out_console
-from isood.engines.ray import DEFAULT_DECODE_THREADS, RayEngine, RayOptions
-from isood.core.errors import BadInputError, IsoodError, IsoodWarning
+from isood.engines.ray import RayEngine, RayOptions
+from isood.core.errors import BadInputError, IsoodError
 from isood.kinds import FEATURES, SYN_IS
 from isood.core.engine import BatchEngine, LocalEngine
 from isood.stages.extract import ExtractOptions, merge_parts as merge_feature_parts, run_extract, validate
 from isood.cli.options import command
-from isood.core.optspec import EngineFields
+from isood.core.shared_options import EngineFields
 from isood.stages.publish.options import MergeOptions
 from manifests.parts import read_parts
 from manifests.store import Manifest
@@ -29,19 +27,12 @@ __all__ = ["extract", "merge", "engine_of", "merge_dirs", "MERGES"]
 MERGES: dict[str, Callable[..., Manifest]] = {FEATURES: merge_feature_parts, SYN_IS: merge_syn_parts}
 
 
-def engine_of(opts: EngineFields, *, device: str | None, workers_given: bool = False) -> BatchEngine:
+def engine_of(opts: EngineFields, *, device: str | None) -> BatchEngine:
     """The engine of ``--engine`` (one of ``isood.core.defaults.ENGINES``, checked by ``isood.core.optspec``): ``local``
-    (this process) or ``ray`` (Ray Data actors, ``isood.engines.ray``). ``workers_given``: ``--workers`` was
-    passed with ``--engine ray``, where it used to count the actors: it still does when ``--ray-workers`` is not
-    given, with one deprecation line."""
+    (this process) or ``ray`` (Ray Data actors, ``isood.engines.ray``: ``--ray-workers`` of them)."""
     if opts.engine == "local":
         return LocalEngine()
-    ray_workers = opts.ray_workers
-    if workers_given and ray_workers is None:
-        warnings.warn("--workers with --engine ray counts Ray actors no more: pass --ray-workers (the old meaning is "
-                      "kept for this release)", IsoodWarning, stacklevel=2)
-        ray_workers = getattr(opts, "workers", None)
-    options = RayOptions(address=opts.ray_address, workers=ray_workers, num_gpus_per_worker=opts.num_gpus_per_worker)
+    options = RayOptions(address=opts.ray_address, actors=opts.ray_actors, num_gpus_per_worker=opts.num_gpus_per_worker)
     return RayEngine(options, device=device)
 
 
@@ -50,9 +41,7 @@ def engine_of(opts: EngineFields, *, device: str | None, workers_given: bool = F
               "fatal).")
 def extract(opts: ExtractOptions) -> None:
     opts = validate(opts)
-    eng = engine_of(opts, device=opts.device, workers_given=opts.workers is not None)
-    if eng.name != "local":  # each actor decodes with the Ray options' threads
-        opts = replace(opts, workers=DEFAULT_DECODE_THREADS)
+    eng = engine_of(opts, device=opts.device)
     r = run_extract(opts, engine=eng)
     part = f" (part {opts.shard_index} of {opts.num_shards}: merge with `isood merge`)" if opts.num_shards > 1 else ""
     out_console.print(

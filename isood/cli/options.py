@@ -18,7 +18,8 @@ from typing import Any, Callable, List, Optional
 import typer
 
 from isood.core.errors import BadInputError, IsoodWarning
-from isood.core.optspec import REQUIRED, from_config, help_text, merge_values, option_fields
+from isood.core.optspec import REQUIRED, help_text, option_fields
+from isood.core.optconfig import from_config, merge_values
 
 __all__ = ["command", "METAVARS", "COMMANDS"]
 

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
-from isood.core.errors import BadInputError
 
 __all__ = [
     "N_LEVELS", "MAX_LEVELS", "LEVELS_NOTE", "NA_THRESHOLD", "QUANTILE_CLIP", "OOD_LABEL", "WORDNET_EXCLUDE",
     "DEFAULT_DETECTORS", "DEFAULT_CLIP", "DEFAULT_PIPELINE", "LAID_TRIPLETS", "DEFAULT_VERIFY", "VERIFY_MODES",
     "VERIFY_HELP", "DEFAULT_PLOT_METRICS", "ALL_PLOT_METRICS", "SEED_MAX", "DEFAULT_BOOTSTRAP", "CI_LEVEL",
-    "DEFAULT_BATCH_SIZE", "DEFAULT_SHARD_SIZE", "ENGINES", "ENV_CACHE_DIR", "ENV_WORDNET_DIR", "cache_dir", "wordnet_dir_override", "check_seed",
+    "DEFAULT_BATCH_SIZE", "DEFAULT_SHARD_SIZE", "ENGINES", "ENV_CACHE_DIR", "ENV_WORDNET_DIR", "cache_dir", "wordnet_dir_override",
 ]
 
 #: Bootstrap replicates behind the 95% intervals of an evaluation (per cell and Table 1; 0 switches them off).
@@ -62,7 +60,7 @@ LAID_TRIPLETS = 10_000
 #: large files hashed when their size / mtime / inode changed since they last verified) or ``full`` (every hash).
 DEFAULT_VERIFY = "fast"
 VERIFY_MODES = ("fast", "full")
-#: The help of every command's ``--verify`` (``isood.core.optspec.verify_option``).
+#: The help of every command's ``--verify`` (``isood.core.shared_options.verify_option``).
 VERIFY_HELP = ("How the manifests this command reads are checked first: fast (sizes; every table and small file "
                "hashed; larger files when their size, mtime or inode changed since they last verified) or full "
                "(every hash).")
@@ -91,15 +89,6 @@ def wordnet_dir_override() -> Path | None:
     value = os.environ.get(ENV_WORDNET_DIR)
     return Path(value).expanduser() if value else None
 
-
-def check_seed(seed: Any, flag: str = "--seed") -> int:
-    """``seed`` when it is an integer in [0, ``isood.core.defaults.SEED_MAX``] (the bound every command's consumers
-    take: see there), else a one-line error; the one check of every command's ``--seed``."""
-    integral = not isinstance(seed, bool) and hasattr(seed, "__index__")  # int, numpy integers
-    if not integral or not 0 <= seed.__index__() <= SEED_MAX:
-        raise BadInputError(f"{flag} must be an integer in [0, {SEED_MAX}] (2**31 - 1: faiss and numpy's legacy "
-                            f"generator take 31/32-bit seeds), got {seed!r}")
-    return seed.__index__()
 
 #: `isood show`'s files and defaults (``isood.report.mosaic`` draws them; the options need no matplotlib).
 MOSAIC_PNG, MOSAIC_PDF = "mosaic.png", "mosaic.pdf"

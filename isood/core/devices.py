@@ -1,16 +1,15 @@
 """Devices and CPU threads: which device a run uses (``resolve_device``: ``auto`` -> CUDA when there is a
-GPU), torch's thread cap for tiny tensors (``thread_limit``) and the default number of decoding workers. torch is
+GPU), torch's thread cap for tiny tensors (``thread_limit``) and the precisions of forward passes. torch is
 imported inside the functions that need it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 
 from isood.core.errors import BadInputError
 
-__all__ = ["explicit_device", "resolve_device", "torch_device", "default_workers", "thread_limit", "PRECISIONS",
+__all__ = ["explicit_device", "resolve_device", "torch_device", "thread_limit", "PRECISIONS",
            "DEFAULT_PRECISION"]
 
 #: ``--precision`` of a model's forward passes: float32 (the default: OpenOOD's numbers), or under autocast to
@@ -52,16 +51,6 @@ def torch_device(device: str | None):
     import torch
 
     return torch.device(resolve_device(device))
-
-
-#: The most decoding processes ``default_workers`` picks (each holds a few batches of images in memory).
-MAX_DEFAULT_WORKERS = 32
-
-
-def default_workers() -> int:
-    """Local image-decoding processes: every CPU but the one that runs the model, at most
-    ``MAX_DEFAULT_WORKERS``, at least 0."""
-    return max(0, min(MAX_DEFAULT_WORKERS, (os.cpu_count() or 1) - 1))
 
 
 @contextlib.contextmanager

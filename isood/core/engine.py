@@ -29,6 +29,11 @@ class BatchEngine(Protocol):
 
     name: str
 
+    @property
+    def actors(self) -> int | None:
+        """The model workers asked for on a cluster (None: this process, or as many as the cluster holds)."""
+        ...
+
     def map(self, worker: type, args: Sequence[Any], batches: Iterable[Mapping[str, Any]], *, total: int,
             description: str, progress: bool) -> Iterator[dict[str, Any]]: ...
 
@@ -43,6 +48,10 @@ class LocalEngine:
     one, else a call per batch)."""
 
     name: str = "local"
+
+    @property
+    def actors(self) -> int | None:
+        return None
 
     def map(self, worker: type, args: Sequence[Any], batches: Iterable[Mapping[str, Any]], *, total: int,
             description: str, progress: bool) -> Iterator[dict[str, Any]]:

@@ -6,15 +6,16 @@ bounds or choices, a deprecated alias. From that one description:
 
 * ``check(opts)`` validates every field (one rule per type: an integer in [least, most], a finite number, one of
   the choices, ...): one line naming the flag and what to pass, the same wherever the option appears;
+  ``check_field(cls, name, value)`` / ``check_described`` check one value against a field's description (for a
+  value the Python API takes outside a command, e.g. ``isood.engines.ray.RayOptions``);
 * ``isood.cli`` builds the typer command (``cli_params``), with the default and the bounds in ``--help`` and
-  required options marked, and a deprecated alias that still works but prints one warning line;
-* ``from_config(cls, path, section)`` reads ``--config FILE.toml`` (keys = the long option names, ``-`` or ``_``;
-  relative paths relative to the file), command-line values winning over the file's, defaults under both. Which
-  values hold paths is said once, in the description (``OptionSpec.path_form``): the whole value (``kind='path'``,
-  or ``path=True`` for a string option such as a cache folder), a name or a file (``maybe_path``), the PATH of
-  ``NAME=PATH`` entries (``named_path``), the PATH of a ``local-dir:PATH`` model; each item of a list.
+  required options marked (``help_text``), and a deprecated alias that still works but prints one warning line;
+* ``isood.core.optconfig`` reads ``--config FILE.toml`` and records the options in a manifest, as the
+  description says which values hold paths (``OptionSpec.path_form``);
+* ``isood.core.shared_options`` holds the options many commands share (``--seed``, ``--workers``, the engine and
+  job-array fields).
 
-This module knows no command; it needs only the standard library (and ``tomllib``).
+This module knows no command; it needs only the standard library.
 """
 
 from __future__ import annotations
@@ -22,21 +23,16 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import tomllib
 import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
-from isood.core.defaults import (DEFAULT_BATCH_SIZE, DEFAULT_VERIFY, ENGINES, LEVELS_NOTE, MAX_LEVELS, N_LEVELS,
-                            NA_THRESHOLD, SEED_MAX, VERIFY_HELP, VERIFY_MODES)
 from isood.core.errors import BadInputError
 
-__all__ = ["OptionSpec", "option", "spec_of", "option_fields", "check", "check_value", "format_bound", "one_of", "from_config",
-           "merge_values", "help_text", "REQUIRED", "verify_option", "seed_option", "out_option", "levels_option",
-           "na_threshold_option", "batch_size_option", "workers_option", "device_option", "EngineFields",
-           "JobArrayFields", "MAX_WORKERS", "absolute_spec", "recorded"]
+__all__ = ["OptionSpec", "option", "spec_of", "option_fields", "check", "check_value", "check_field", "check_described",
+           "format_bound", "one_of", "help_text", "REQUIRED"]
 
 #: The default of an option that has none (the command refuses to run without it).
 REQUIRED: Any = dataclasses.MISSING
@@ -233,135 +229,23 @@ def check(opts: Any) -> Any:
     return dataclasses.replace(opts, **changes) if changes else opts
 
 
-# ------------------------------------------------------------------------------------------------ --config
-#: A model spec naming a local folder (``--clip local-dir:PATH``, ``--pipeline local-dir:PATH``).
-LOCAL_DIR = "local-dir:"
+def check_described(name: str, described: Any, value: Any, kind: str = "int") -> Any:
+    """``value`` checked against ``described``, an ``option(...)`` field of ``kind`` named ``name`` (a shared
+    option such as ``isood.core.shared_options.seed_option(...)``), as ``check`` checks it: the one bound, for a
+    value the Python API takes outside an options dataclass."""
+    spec = spec_of(described)
+    if spec is None:
+        raise TypeError("check_described takes a field made by option(...)")
+    return check_value(spec.flag_name(name), spec, kind, value)
 
 
-#: What may come before ``local-dir:PATH`` in a model spec (``--model clip:local-dir:PATH``).
-_SPEC_PREFIXES = ("", "clip:")
-
-
-def _maybe(value: str, base: Path) -> str:
-    """A name-or-file value: the file next to the ``--config`` file when one is there (``FILE`` or
-    ``FILE:NAMES``, as ``--styles my.json:a,b``), else the value as written (a name)."""
-    if (base / value).exists():
-        return str(base / value)
-    head, colon, tail = value.rpartition(":")
-    if colon and head and (base / head).exists():
-        return f"{base / head}:{tail}"
-    return value
-
-
-def _resolve(value: Any, spec: OptionSpec, kind: str, base: Path) -> Any:
-    """A ``--config`` value with its relative path made relative to the file's folder ``base``, as the
-    option's description says (``OptionSpec.path_form``); each item of a list; the PATH of a ``local-dir:PATH``
-    model spec; a TOML list of strings for a ``commas`` option joined with commas."""
-    if spec.commas and isinstance(value, list) and all(isinstance(v, str) and "," not in v for v in value):
-        return ",".join(value)
-    if isinstance(value, list) and kind == "list":
-        return [_resolve(v, spec, "str", base) for v in value]
-    if not isinstance(value, str) or not value:
-        return value
-    form = "path" if kind == "path" else spec.path_form
-    if form == "path":
-        return str(base / Path(value).expanduser())
-    if form == "maybe":
-        return _maybe(value, base)
-    if form == "named":
-        name, eq, rest = value.partition("=")
-        return f"{name}={base / Path(rest.strip()).expanduser()}" if eq and rest.strip() else value
-    prefix, local, rest = value.partition(LOCAL_DIR)
-    if local and prefix in _SPEC_PREFIXES:
-        return prefix + LOCAL_DIR + str(base / Path(rest).expanduser())
-    return value
-
-
-#: The files a ``MODEL:FILE`` spec may name (open_clip's checkpoint files).
-_WEIGHT_FILES = (".safetensors", ".bin", ".pth", ".pt", ".ckpt")
-
-
-def absolute_spec(value: Any) -> Any:
-    """A model spec as a manifest records it, against an explicit root, never the working directory: the PATH of
-    ``local-dir:PATH`` (also inside ``clip:local-dir:PATH``) made absolute, and so a checkpoint file named after
-    the last ``:`` (``MODEL:FILE``, a weights file); any other value (a Hub name, a tag) unchanged."""
-    if not isinstance(value, str) or not value:
-        return value
-    head, sep, path = value.partition(LOCAL_DIR)
-    if sep and path:
-        return head + LOCAL_DIR + os.path.abspath(os.path.expanduser(path))
-    head, sep, tail = value.rpartition(":")
-    if sep and tail.endswith(_WEIGHT_FILES) and not os.path.isabs(tail) and os.path.isfile(os.path.expanduser(tail)):
-        return f"{head}:{os.path.abspath(os.path.expanduser(tail))}"
-    return value
-
-
-def _recorded_value(value: Any, spec: OptionSpec, kind: str) -> Any:
-    if isinstance(value, (tuple, list)):
-        if spec.path_form != "named":
-            return value
-        out = []
-        for item in value:  # NAME=PATH pairs (--ood, --ood-root): the path made absolute
-            name, sep, path = str(item).partition("=")
-            out.append(f"{name}={os.path.abspath(os.path.expanduser(path))}" if sep and path else item)
-        return type(value)(out)
-    if not isinstance(value, str) or not value:
-        return value
-    if spec.path_form == "named" and "=" in value:
-        return _recorded_value((value,), spec, "list")[0]
-    if spec.path_form == "path" or (spec.maybe_path and os.path.exists(value)):
-        return os.path.abspath(os.path.expanduser(value))
-    return absolute_spec(value)
-
-
-def recorded(opts: Any, *, skip: Iterable[str] = ()) -> dict[str, Any]:
-    """The options as a manifest's config records them (every field but ``skip``): path options, a ``maybe_path``
-    value naming a file or folder, the paths of ``NAME=PATH`` pairs and model specs (``absolute_spec``) made
-    absolute, so a manifest read from another working directory names the same files."""
-    described = {f.name: (spec, kind) for f, spec, kind in option_fields(type(opts))}
-    skipped = set(skip)
-    out = {}
-    for f in dataclasses.fields(opts):
-        if f.name in skipped:
-            continue
-        value = getattr(opts, f.name)
-        out[f.name] = _recorded_value(value, *described[f.name]) if f.name in described else value
-    return out
-
-
-def from_config(cls: type, path: str | os.PathLike, section: str) -> dict[str, Any]:
-    """The options of a TOML file for the command ``section`` (its keys at the top, or under ``[section]``):
-    long option names with - or _; paths relative to the file's folder; an unknown key is a one-line error."""
-    from isood.core.textio import read_text
-
-    p = Path(path)
-    try:
-        data = tomllib.loads(read_text(p, what="--config"))
-    except tomllib.TOMLDecodeError as e:
-        raise BadInputError(f"--config {p}: invalid TOML ({' '.join(str(e).split())})") from None
-    keys = {section, section.replace("-", "_")}
-    if len(data) == 1 and set(data) <= keys and isinstance(next(iter(data.values())), dict):  # a [section] table
-        data = next(iter(data.values()))
-    described = [(f, spec, kind) for f, spec, kind in option_fields(cls) if not spec.argument]
-    names = {spec.flag_name(f.name)[2:].replace("-", "_"): f.name for f, spec, _kind in described}  # the flag's
-    names.update({f.name: f.name for f, _spec, _kind in described})  # ... or the Python API's field name
-    known = {f.name: (spec, kind) for f, spec, kind in described}
-    values = {}
-    for key, value in data.items():
-        name = names.get(key.replace("-", "_"))
-        if name is None:
-            raise BadInputError(f"--config {p}: unknown key {key!r} for `isood {section}`; known: "
-                                f"{', '.join(sorted(spec.flag_name(f.name)[2:] for f, spec, _kind in described))}")
-        values[name] = _resolve(value, *known[name], p.parent)
-    return values
-
-
-def merge_values(cls: type, given: Mapping[str, Any], config: Mapping[str, Any] | None = None) -> Any:
-    """``cls(...)`` from defaults < ``config`` (a TOML file's values) < ``given`` (the command line: None = not
-    given), checked (``check``)."""
-    values = dict(config or {})
-    values.update({k: v for k, v in given.items() if v is not None})
-    return check(cls(**values))
+def check_field(cls: type, name: str, value: Any) -> Any:
+    """``value`` checked against the description of the field ``name`` of the options dataclass ``cls``
+    (``check_value``): the one bound, for a value given outside a command (the Python API)."""
+    for f, spec, kind in option_fields(cls):
+        if f.name == name:
+            return check_value(spec.flag_name(name), spec, kind, value)
+    raise KeyError(f"{cls.__name__} describes no option {name!r}")
 
 
 # ------------------------------------------------------------------------------------------------ help
@@ -382,81 +266,3 @@ def help_text(spec: OptionSpec, kind: str, default: Any) -> str:
     if spec.aliases:
         notes.append("deprecated alias: " + ", ".join(spec.aliases))
     return spec.help + (f" [{'; '.join(notes)}]" if notes else "")
-
-
-# ------------------------------------------------------------------------------------------------ shared options
-def verify_option() -> Any:
-    """``--verify fast|full`` of every command that reads manifests."""
-    return option(DEFAULT_VERIFY, help=VERIFY_HELP, choices=VERIFY_MODES, metavar="MODE")
-
-
-def seed_option(help: str) -> Any:
-    """``--seed``: one bound for every command (``isood.core.defaults.SEED_MAX``)."""
-    return option(0, help=help, least=0, most=SEED_MAX)
-
-
-def levels_option(help: str = "Levels per axis of the grid.", *, flag: str | None = None) -> Any:
-    """``--levels``: one bound for every command (``isood.core.defaults.MAX_LEVELS``; ``isood.science.grid.check_levels``);
-    ``flag`` for a field named otherwise (``n_levels``)."""
-    return option(N_LEVELS, help=help, flag=flag, least=1, most=MAX_LEVELS, why=LEVELS_NOTE)
-
-
-def out_option(help: str = "Output manifest directory.", *, required: bool = True) -> Any:
-    """``--out``: the folder a command writes (``manifests.writing``)."""
-    return option(REQUIRED if required else None, help=help, kind="path", metavar="DIR")
-
-
-#: The most ``--workers`` (decoding processes) any command takes.
-MAX_WORKERS = 256
-
-
-def na_threshold_option(help: str = "A cell with fewer images is N/A.", *, from_manifest: bool = False) -> Any:
-    """``--na-threshold``: one bound for every command (a cell needs an image to be measured). A command that
-    writes a grid defaults to ``NA_THRESHOLD``; one that reads a grid manifest (``from_manifest``) defaults to
-    None: the manifest's own threshold (``GridView.na_threshold``), which an explicit value overrides."""
-    return option(None if from_manifest else NA_THRESHOLD, help=help, least=1,
-                  why=f"a cell needs images to be measured; IS-OOD uses {NA_THRESHOLD}")
-
-
-def batch_size_option(help: str = "Images per batch.", default: int = DEFAULT_BATCH_SIZE) -> Any:
-    """``--batch-size``: images per forward pass."""
-    return option(default, help=help, least=1)
-
-
-def workers_option(default: int | None = None, help: str = "") -> Any:
-    """``--workers``: image-decoding processes running ahead of the model, in every command (0: decode in the
-    model's process); ``default`` None: ``isood.core.devices.default_workers`` (CPUs - 1, at most 32)."""
-    text = "Image-decoding processes, running ahead of the model (0: decode in the model's process" + \
-        ("; default: CPUs - 1, at most 32)" if default is None else ")") + (f"; {help}" if help else "") + "."
-    return option(default, help=text, least=0, most=MAX_WORKERS)
-
-
-def device_option(help: str = "") -> Any:
-    """``--device``: where the model runs."""
-    return option(None, metavar="DEVICE", help="cpu, cuda or cuda:N (default: cuda when available)"
-                                               + (f"; {help}" if help else "") + ".")
-
-
-@dataclass(frozen=True, kw_only=True)
-class EngineFields:
-    """The engine options of the commands that run on Ray too (extract, build-splits, generate-syn)."""
-
-    engine: str = option("local", choices=ENGINES, metavar="ENGINE",
-                         help="local (this process) or ray (Ray Data actors; pip install 'isood[ray]').")
-    ray_address: str | None = option(None, metavar="ADDRESS",
-                                     help="Ray cluster to join (auto, HOST:PORT, ray://HOST:10001; default: "
-                                          "$RAY_ADDRESS, else a local one).")
-    ray_workers: int | None = option(None, least=1, metavar="N", aliases=(),
-                                     help="Ray engine: model actors (default: one per GPU, else per CPU).")
-    num_gpus_per_worker: float | None = option(None, least=0, help="GPUs per Ray actor (default: 1 when the "
-                                                                   "cluster has GPUs, else 0).")
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobArrayFields:
-    """A job array's task (``isood.core.parts``): the units split over ``num_shards`` tasks, this one ``shard_index``."""
-
-    num_shards: int = option(1, least=1, help="Job arrays: split the work over this many tasks (merge with "
-                                              "`isood merge`).")
-    shard_index: int = option(0, least=0, help="Job arrays: this task's index, 0..num-shards-1 (e.g. "
-                                               "$SLURM_ARRAY_TASK_ID).")

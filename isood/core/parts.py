@@ -17,9 +17,8 @@ PER_TASK_KEYS = frozenset({"part", "workers", "device"})
 
 
 def check_shard_args(num_shards: int, shard_index: int) -> None:
-    """One-line errors for impossible ``--num-shards`` / ``--shard-index`` values."""
-    if int(num_shards) < 1:
-        raise BadInputError(f"--num-shards must be >= 1, got {num_shards}")
+    """A one-line error for a ``--shard-index`` outside ``--num-shards`` (each one's own bound is its description's,
+    ``isood.core.shared_options.JobArrayFields``, checked before)."""
     if not 0 <= int(shard_index) < int(num_shards):
         raise BadInputError(
             f"--shard-index must be in 0..{int(num_shards) - 1}, got {shard_index} "

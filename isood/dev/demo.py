@@ -29,7 +29,7 @@ from isood.stages.syn.edges import choose_edges, spread_warnings
 from isood.core.errors import BadInputError
 from isood.kinds import CLASS_FILTER, EVALUATION, SPLITS
 from isood.science.laid import LAID, fit_laid
-from isood.core.defaults import check_seed
+from isood.core.shared_options import check_seed
 from isood.core.files import TMP_PREFIX, atomic_write_bytes
 from isood.science.grid import bin_with_edges, level_edges
 from isood.features.shift import shift_distances

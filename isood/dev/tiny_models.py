@@ -30,10 +30,10 @@ from typing import Mapping
 
 import numpy as np
 
-from isood.core.defaults import check_seed
 from isood.core.errors import BadInputError
 from isood.core.files import TMP_PREFIX, atomic_write_bytes, output_lock
-from isood.core.optspec import REQUIRED, option, seed_option
+from isood.core.optspec import REQUIRED, option
+from isood.core.shared_options import check_seed, seed_option
 
 __all__ = [
     "TINY_CLIP_CONFIG", "TINY_SDXL_SIZE", "TINY_CLASSIFIER", "TINY_ID_CLASSES", "TINY_OOD_CLASSES",

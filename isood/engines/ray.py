@@ -30,13 +30,14 @@ from isood.core.errors import BadInputError, IsoodError
 from isood.core.engine import batch_rows
 from isood.core.devices import explicit_device
 from isood.core.errors import one_line
+from isood.core.optspec import check_field
+from isood.core.shared_options import EngineFields
 from isood.core.progress import progress_bar
 
-__all__ = ["RAY_HINT", "DEFAULT_DECODE_THREADS", "require_ray", "RayOptions", "ray_connection", "RayEngine",
+__all__ = ["RAY_HINT", "require_ray", "RayOptions", "ray_connection", "RayEngine",
            "BatchActor", "WorkerFailure", "pack_blocks"]
 
 RAY_HINT = "pip install 'isood[ray]'"
-DEFAULT_DECODE_THREADS = 4
 #: Input blocks per actor: enough to balance the load, few enough to keep per-block overhead small.
 BLOCKS_PER_ACTOR = 4
 
@@ -52,27 +53,23 @@ def require_ray() -> None:
 
 @dataclass
 class RayOptions:
-    """How to run on Ray. ``workers``: actors (default: GPUs / num_gpus_per_worker on a GPU cluster, else
-    CPUs / cpus_per_worker). ``num_gpus_per_worker``: default 1 when the cluster has GPUs, else 0 (fractions
-    share a GPU). ``decode_threads``: image-decoding threads inside each extraction actor (the CLI passes it
-    to the extraction as its ``workers``)."""
+    """How to run on Ray. ``actors``: the model workers (``--ray-workers``; default: GPUs / num_gpus_per_worker
+    on a GPU cluster, else CPUs / cpus_per_worker). ``num_gpus_per_worker``: default 1 when the cluster has GPUs,
+    else 0 (fractions share a GPU). The two are checked against their option descriptions
+    (``isood.core.shared_options.EngineFields``), also when given from Python. ``cpus_per_worker`` (Python
+    only): the CPUs Ray reserves for each actor. The image decoders of an extraction actor are the run's
+    ``isood.core.workers.WorkerSpec.decode_processes`` (threads of the actor)."""
 
     address: str | None = None
-    workers: int | None = None
+    actors: int | None = None
     num_gpus_per_worker: float | None = None
     cpus_per_worker: float = 1.0
-    decode_threads: int = DEFAULT_DECODE_THREADS
 
     def __post_init__(self) -> None:
-        if self.workers is not None and int(self.workers) < 1:
-            raise BadInputError(f"--ray-workers must be >= 1, got {self.workers}")
-        gpus = self.num_gpus_per_worker
-        if gpus is not None and not (math.isfinite(float(gpus)) and float(gpus) >= 0):
-            raise BadInputError(f"--num-gpus-per-worker must be a finite number >= 0 (a fraction shares a GPU), got "
-                                f"{gpus}")
-        if not float(self.cpus_per_worker) > 0 or math.isinf(float(self.cpus_per_worker)) \
-                or int(self.decode_threads) < 1:
-            raise BadInputError("cpus_per_worker must be > 0 and decode_threads >= 1")
+        check_field(EngineFields, "ray_actors", self.actors)
+        check_field(EngineFields, "num_gpus_per_worker", self.num_gpus_per_worker)
+        if not (math.isfinite(float(self.cpus_per_worker)) and float(self.cpus_per_worker) > 0):
+            raise BadInputError(f"cpus_per_worker must be a finite number > 0, got {self.cpus_per_worker}")
 
     def check_device(self, device: str | None) -> None:
         """``--device`` with Ray: auto/None, ``cpu`` (no GPUs for the actors) or ``cuda`` (GPUs required)."""
@@ -99,9 +96,9 @@ class RayOptions:
         return "auto"
 
     def as_config(self) -> dict[str, Any]:
-        return {"address": self.address or os.environ.get("RAY_ADDRESS") or "local", "workers": self.workers,
-                "num_gpus_per_worker": self.num_gpus_per_worker, "cpus_per_worker": self.cpus_per_worker,
-                "decode_threads": self.decode_threads}
+        """The manifest's ``ray`` entry (the actors asked for are in its ``workers`` entry, ``isood.core.workers``)."""
+        return {"address": self.address or os.environ.get("RAY_ADDRESS") or "local",
+                "num_gpus_per_worker": self.num_gpus_per_worker, "cpus_per_worker": self.cpus_per_worker}
 
     def resolve(self, device: str | None = None) -> tuple[int, float, str]:
         """``(actors, GPUs per actor, actor device)`` for the running cluster."""
@@ -120,13 +117,13 @@ class RayOptions:
         if g > 0 and gpus < g:
             raise BadInputError(f"--num-gpus-per-worker {g:g} but the Ray cluster has {gpus:g} GPU(s); "
                                 "pass --num-gpus-per-worker 0 to run on CPUs")
-        if self.workers is not None:
-            workers = int(self.workers)
+        if self.actors is not None:
+            actors = int(self.actors)
         elif g > 0:
-            workers = max(1, int(gpus // g))
+            actors = max(1, int(gpus // g))
         else:
-            workers = max(1, int(cpus // float(self.cpus_per_worker)))
-        return workers, g, "cuda" if g > 0 else "cpu"
+            actors = max(1, int(cpus // float(self.cpus_per_worker)))
+        return actors, g, "cuda" if g > 0 else "cpu"
 
 
 @contextlib.contextmanager
@@ -246,11 +243,11 @@ class BatchActor:
         return {"batch": np.asarray(block["batch"], dtype=np.int64), "result": np.array(results, dtype=object)}
 
 
-def pack_blocks(batches: Sequence[Mapping[str, Any]], workers: int) -> list[tuple[list[int], list[bytes]]]:
+def pack_blocks(batches: Sequence[Mapping[str, Any]], actors: int) -> list[tuple[list[int], list[bytes]]]:
     """Group the input batches, in order, into ~``BLOCKS_PER_ACTOR`` blocks per actor by rows: each block is
     ``(batch ids, pickled batches)``; a batch is never split."""
     rows = [batch_rows(b) for b in batches]
-    target = max(1, math.ceil(sum(rows) / (BLOCKS_PER_ACTOR * max(1, int(workers)))))
+    target = max(1, math.ceil(sum(rows) / (BLOCKS_PER_ACTOR * max(1, int(actors)))))
     blocks: list[tuple[list[int], list[bytes]]] = []
     ids: list[int] = []
     payloads: list[bytes] = []
@@ -270,20 +267,20 @@ def pack_blocks(batches: Sequence[Mapping[str, Any]], workers: int) -> list[tupl
 class RayEngine:
     """``isood.core.engine.BatchEngine`` on Ray actors (module docstring).
 
-    ``RayEngine(RayOptions(...), device=...)``, or ``RayEngine(address=, workers=, num_gpus_per_worker=,
+    ``RayEngine(RayOptions(...), device=...)``, or ``RayEngine(address=, actors=, num_gpus_per_worker=,
     device=)`` for the common options. ``device``: the ``--device`` asked for (``cpu`` keeps the actors off the
     GPUs; ``cuda`` requires GPUs). Ray Data missing or contradictory options: a one-line error here, before any
-    work. ``as_config()`` is the manifest's ``ray`` entry (its ``workers``: the actors asked for).
+    work. ``as_config()`` is the manifest's ``ray`` entry; ``actors`` the actors asked for (``isood.core.workers``).
     """
 
     name = "ray"
 
     def __init__(self, options: RayOptions | None = None, *, address: str | None = None,
-                 workers: int | None = None, num_gpus_per_worker: float | None = None, device: str | None = None):
-        if options is not None and (address, workers, num_gpus_per_worker) != (None, None, None):
+                 actors: int | None = None, num_gpus_per_worker: float | None = None, device: str | None = None):
+        if options is not None and (address, actors, num_gpus_per_worker) != (None, None, None):
             raise TypeError("pass RayOptions or its fields, not both")
         self.options = options if options is not None else RayOptions(
-            address=address, workers=workers, num_gpus_per_worker=num_gpus_per_worker)
+            address=address, actors=actors, num_gpus_per_worker=num_gpus_per_worker)
         self.device = device
         self._cluster_device: str | None = None
         require_ray()
@@ -291,6 +288,11 @@ class RayEngine:
 
     def __repr__(self) -> str:
         return f"RayEngine({self.options!r}, device={self.device!r})"
+
+    @property
+    def actors(self) -> int | None:
+        """The actors asked for (None: one per GPU, else per CPU of the cluster)."""
+        return self.options.actors
 
     def check_device(self, device: str | None) -> None:
         self.options.check_device(device)
@@ -320,15 +322,15 @@ class RayEngine:
         with ray_connection(self.options.address):
             import ray.data
 
-            workers, gpus, _ = self.options.resolve(self.device)
+            actors, gpus, _ = self.options.resolve(self.device)
             tables = [pa.table({"batch": pa.array(ids, pa.int64()), "payload": pa.array(payloads, pa.binary())})
-                      for ids, payloads in pack_blocks(batches, workers)]
+                      for ids, payloads in pack_blocks(batches, actors)]
             ds = ray.data.from_arrow(tables).map_batches(
                 BatchActor, fn_constructor_args=(worker, tuple(args)), batch_size=1, batch_format="numpy",
-                compute=ray.data.ActorPoolStrategy(size=int(workers)), num_cpus=float(self.options.cpus_per_worker),
+                compute=ray.data.ActorPoolStrategy(size=int(actors)), num_cpus=float(self.options.cpus_per_worker),
                 num_gpus=gpus if gpus > 0 else None)
             with progress_bar(progress) as bar:
-                task = bar.add_task(f"{description} on {workers} Ray actor(s)", total=total)
+                task = bar.add_task(f"{description} on {actors} Ray actor(s)", total=total)
                 for out in _stream(ds, progress):
                     for b, payload in zip(out["batch"], out["result"]):
                         result = pickle.loads(payload)

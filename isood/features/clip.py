@@ -33,12 +33,14 @@ import numpy as np
 
 from isood.core.content import file_sha256, folder_fingerprint
 from isood.core.errors import BadInputError, IsoodError, MissingWeightsError
-from isood.features.images import REFERENCE_DECODE, PreparedImages, image_decoder, prepared_batches
+from isood.features.decoding import REFERENCE_DECODE
+from isood.features.batch_decode import PreparedImages, image_decoder, prepared_batches
 from isood.core.devices import torch_device
 from isood.core.errors import one_line
 from isood.core.files import atomic_write_bytes
 from isood.core.hub_access import TINY_HINT, hub_access, hub_guard
 from isood.core.progress import progress_bar
+from isood.core.workers import WorkerSpec
 
 if TYPE_CHECKING:
     import torch
@@ -282,11 +284,11 @@ def encode_image_batch(encoder: ClipEncoder, batch: "torch.Tensor | None") -> np
 class ClipEncodeWorker:
     """The extraction worker of a ``BatchEngine``: one CLIP encoder per process or actor.
 
-    ``ClipEncodeWorker(clip, device, decode_workers, decode)``: ``clip`` a ``--clip`` name (loaded here, on
-    ``device``) or an already loaded ``ClipEncoder`` (used as is); ``decode`` the decoding mode
-    (``isood.features.images.DECODE_MODES``, see ``isood.features.images.image_decoder``); ``decode_workers`` the image-decoding
-    processes of ``stream`` (the local engine; 0: decode in this process) and the decoding threads of a call
-    (a Ray actor). A call takes a batch ``{'path': files, 'name': relative paths (for error messages), 'i': row
+    ``ClipEncodeWorker(clip, device, workers, decode)``: ``clip`` a ``--clip`` name (loaded here, on ``device``)
+    or an already loaded ``ClipEncoder`` (used as is); ``decode`` the decoding mode
+    (``isood.features.decoding.DECODE_MODES``, see ``isood.features.batch_decode.image_decoder``); ``workers`` the
+    run's ``isood.core.workers.WorkerSpec``, whose ``decode_processes`` are the image-decoding processes of
+    ``stream`` (the local engine; 0: decode in this process) and the decoding threads of a call (a Ray actor). A call takes a batch ``{'path': files, 'name': relative paths (for error messages), 'i': row
     ids (echoed)}`` (and optionally ``'refused'``: per file '' or why the listing refused it; such a file is not
     opened) and returns ``{'i', 'feature' (n, D) float32, zeros where unreadable, 'ok' (n,) bool, 'error' (n,)
     str ('' when ok), 'sha256' (n,) str (the content hash of the bytes decoded, '' when none were read: what
@@ -294,18 +296,18 @@ class ClipEncodeWorker:
     numerics). ``stream(batches)`` gives the same results for a sequence of batches, in order.
     """
 
-    def __init__(self, clip: str | ClipEncoder, device: str | None = None, decode_workers: int = 1,
+    def __init__(self, clip: str | ClipEncoder, device: str | None = None, workers: WorkerSpec = WorkerSpec(0),
                  decode: str = REFERENCE_DECODE):
         self.encoder = clip if isinstance(clip, ClipEncoder) else load_clip(clip, device)
         self.decoder = image_decoder(self.encoder.preprocess, decode)
-        self.workers = int(decode_workers)
+        self.workers = workers
         self._pool: ThreadPoolExecutor | None = None
 
     @property
     def pool(self) -> ThreadPoolExecutor | None:
         """The decoding threads of a call (made on first use; None for one thread)."""
-        if self._pool is None and self.workers > 1:
-            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="isood-decode")
+        if self._pool is None and self.workers.decode_processes > 1:
+            self._pool = ThreadPoolExecutor(self.workers.decode_processes, thread_name_prefix="isood-decode")
         return self._pool
 
     @staticmethod
@@ -323,13 +325,13 @@ class ClipEncodeWorker:
 
     def stream(self, batches: Sequence[Mapping[str, Any]]) -> Iterator[dict[str, np.ndarray]]:
         """The result of each batch, in order (what ``isood.core.engine.LocalEngine`` runs): the CPU part of
-        decoding done by ``decode_workers`` processes, ahead of the model (``isood.features.images.prepared_batches``),
+        decoding done by ``decode_processes`` processes, ahead of the model (``isood.features.batch_decode.prepared_batches``),
         each batch encoded in one forward pass here; the same numbers as calling the worker on each batch."""
         files = []
         for batch in batches:
             paths, names, _, read = self._files(batch)
             files.append(([paths[j] for j in read], [names[j] for j in read]))
-        for batch, parts in zip(batches, prepared_batches(self.decoder, files, self.workers)):
+        for batch, parts in zip(batches, prepared_batches(self.decoder, files, self.workers.decode_processes)):
             yield self._encode(batch, parts)
 
     def _encode(self, batch: Mapping[str, Any], parts: Sequence[PreparedImages]) -> dict[str, np.ndarray]:

@@ -1,4 +1,4 @@
-"""The tensor side of ``isood.features.images``' fast decoding (``isood extract --fast-decode``).
+"""The tensor side of ``isood.features.decoding``' fast and gpu decoding (``isood extract --decode fast|gpu``).
 
 * ``draft_size``: the size a JPEG is DCT-scaled to at least (PIL ``Image.draft``), DRAFT_MARGIN x the model's
   input, so the antialiased resize that follows still reduces it by >= 2x.

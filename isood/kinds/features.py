@@ -48,7 +48,7 @@ class FeaturesView(ClipProvenance):
 
     @property
     def decode(self) -> str:
-        """The decoding mode of the features (``isood.features.images.DECODE_MODES``; ``reference`` when the
+        """The decoding mode of the features (``isood.features.decoding.DECODE_MODES``; ``reference`` when the
         manifest records none)."""
         return str(self.field("decode") or "reference")
 

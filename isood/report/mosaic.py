@@ -132,7 +132,7 @@ def read_thumbnail(path: str | os.PathLike, size: int) -> np.ndarray:
     file is one line naming it."""
     from PIL import ImageOps
 
-    from isood.features.images import read_rgb
+    from isood.features.decoding import read_rgb
 
     try:
         im = read_rgb(path)

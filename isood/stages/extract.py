@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence, cast
 
@@ -24,18 +24,19 @@ import numpy as np
 import pandas as pd
 
 from isood.features.clip import ClipEncoder
-from isood.core.defaults import DEFAULT_SHARD_SIZE
 from isood.core.errors import BadInputError, IsoodWarning
 from isood.features.featurestore import ( SHARD_NAME, SHARD_ROWS_NAME, SHARD_STATS_NAME, ExtractResult, ShardRun,
     extract_shards, read_shard_rows, remove_stale_shards, shard_count, shard_files,
     write_features_manifest,
 )
-from isood.features.images import DECODE_MODES, FAST_DECODE, REFERENCE_DECODE, list_images
+from isood.features.decoding import DECODE_MODES, REFERENCE_DECODE
+from isood.features.listing import list_images
 from isood.kinds import FEATURES, FEATURES_PART
 from isood.core.engine import BatchEngine
 from isood.core.files import link_or_copy
-from isood.core.optspec import (REQUIRED, EngineFields, JobArrayFields, batch_size_option, check, device_option, option,
-                           out_option, workers_option)
+from isood.core.optspec import REQUIRED, check, option
+from isood.core.shared_options import (EngineFields, JobArrayFields, batch_size_option, decode_processes_option,
+                                       device_option, out_option, shard_size_option)
 from isood.core.parts import check_shard_args, part_info, selected_units
 from manifests.output import writing
 from manifests.card import write_with_card
@@ -49,10 +50,10 @@ __all__ = ["ExtractOptions", "validate", "output_kind", "task_shards", "part_tab
 class ExtractOptions(EngineFields, JobArrayFields):
     """What ``isood extract`` is asked, one description per option (``isood.core.optspec``): the images (dataset root
     or file list), the CLIP (``--clip`` name, or a loaded ``ClipEncoder`` from Python), the output directory,
-    sizes, decoding ``workers`` (processes) per model worker, device, the job-array task (``num_shards``,
-    ``shard_index``), the decoding mode (``decode``: one of ``isood.features.images.DECODE_MODES``) and ``follow_symlinks``
+    sizes, ``decode_processes`` per model worker (``isood.core.workers``), device, the job-array task (``num_shards``,
+    ``shard_index``), the decoding mode (``decode``: one of ``isood.features.decoding.DECODE_MODES``) and ``follow_symlinks``
     (also read files whose links lead outside the image root; by default they are rejected, see
-    ``isood.features.images``). The engine fields name the engine the command builds (the stage takes it built)."""
+    ``isood.features.listing``). The engine fields name the engine the command builds (the stage takes it built)."""
 
     images: str = option(REQUIRED, kind="path", help="Images: a dataset root with wnid subfolders, or a file list "
                                                      "(one path per line).")
@@ -61,9 +62,9 @@ class ExtractOptions(EngineFields, JobArrayFields):
                                           "hf-hub:ORG/REPO.")
     out: str = out_option("Output directory (features manifest; rerun to resume).")
     batch_size: int = batch_size_option()
-    workers: int | None = workers_option(None, "the features do not depend on it")
-    shard_size: int = option(DEFAULT_SHARD_SIZE, least=1, help="Images per features-NNNNN.npy shard (the unit of "
-                                                               "resuming).")
+    decode_processes: int | None = decode_processes_option("with --engine ray: decoding threads of each actor, "
+                                                           "default 4; the features do not depend on it")
+    shard_size: int = shard_size_option("Images per features-NNNNN.npy shard (the unit of resuming).")
     device: str | None = device_option("AMP on CUDA")
     decode: str = option(REFERENCE_DECODE, choices=DECODE_MODES, metavar="MODE",
                          help="Image decoding: reference (PIL + the model's own preprocessing, comparable across "
@@ -74,7 +75,6 @@ class ExtractOptions(EngineFields, JobArrayFields):
                               "runs on the CPU). fast and gpu keep cosine >= 0.999 to the reference features "
                               "(bench/decode.py on the CPU; bench/gpu_extract.py measures nvJPEG's); the mode is "
                               "recorded in the manifest and shards of different modes never mix.")
-    fast_decode: bool = option(False, help="Deprecated: the same as --decode fast.")
     follow_symlinks: bool = option(False, help="Also read images whose symlinks lead outside the --images root "
                                                "(default: listed in the rejected table, since manifest paths "
                                                "promise files inside the root).")
@@ -82,16 +82,10 @@ class ExtractOptions(EngineFields, JobArrayFields):
 
 
 def validate(opts: ExtractOptions) -> ExtractOptions:
-    """The checked options (``isood.core.optspec.check``: every bound, one line naming the flag), the job-array
-    arguments and the deprecated ``fast_decode`` folded into ``decode``."""
+    """The checked options (``isood.core.optspec.check``: every bound, one line naming the flag) and the job-array
+    arguments."""
     opts = check(opts)
     check_shard_args(opts.num_shards, opts.shard_index)
-    if opts.fast_decode:
-        if opts.decode not in (REFERENCE_DECODE, FAST_DECODE):
-            raise BadInputError(f"--fast-decode (the same as --decode fast) contradicts --decode {opts.decode}; "
-                                "pass one of them")
-        warnings.warn("--fast-decode is deprecated; pass --decode fast", IsoodWarning, stacklevel=2)
-        opts = replace(opts, decode=FAST_DECODE, fast_decode=False)
     return opts
 
 
@@ -135,7 +129,8 @@ def run_extract(opts: ExtractOptions, *, engine: BatchEngine | None = None, argv
     kind = output_kind(opts)
     with writing(opts.out, kind, inputs=[source.source]) as o:
         run = extract_shards(source, opts.clip, o.work, shards=task_shards(len(source.files), opts),
-                             batch_size=opts.batch_size, workers=opts.workers, shard_size=opts.shard_size,
+                             batch_size=opts.batch_size, decode_processes=opts.decode_processes,
+                             shard_size=opts.shard_size,
                              device=opts.device, progress=opts.progress, engine=engine, on_shard=on_shard,
                              decode=opts.decode)
         if kind == FEATURES:

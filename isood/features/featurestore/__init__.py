@@ -12,7 +12,7 @@ An extraction directory (``isood extract``) is a manifest of kind ``features``::
 
 Shard k holds files ``[k * shard_size, (k + 1) * shard_size)`` of the sorted file list; a shard's ``.npy`` is
 renamed into place after its ``.rows.parquet`` (which carries a key of the model identity, the decoding mode
-(``isood.features.images.DECODE_MODES``) and the member files by path and content hash), so a shard exists only when
+(``isood.features.decoding.DECODE_MODES``) and the member files by path and content hash), so a shard exists only when
 complete, and a rerun skips complete shards whose files kept their content (reading only files whose stat
 changed: ``isood.core.content``) and redoes an interrupted or stale one.
 Extraction runs on any ``isood.core.engine.BatchEngine`` (this process, or Ray actors): every engine encodes the

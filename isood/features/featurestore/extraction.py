@@ -7,17 +7,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-import numpy as np
 import pandas as pd
 
 from isood.features.clip import ClipEncoder, ClipEncodeWorker, load_clip, parse_clip_spec
 from isood.core.content import content_hashes
-from isood.core.errors import BadInputError, IsoodError
-from isood.features.images import REFERENCE_DECODE, ImageSource, check_decode_mode, list_images
+from isood.core.errors import IsoodError
+from isood.features.decoding import REFERENCE_DECODE, check_decode_mode
+from isood.features.listing import ImageSource, list_images
 from isood.kinds import FEATURES
-from isood.core.optspec import absolute_spec
+from isood.core.optconfig import absolute_spec
 from isood.core.engine import BatchEngine, LocalEngine
-from isood.core.devices import default_workers
+from isood.core.optspec import check_described
+from isood.core.shared_options import batch_size_option, decode_processes_option, shard_size_option
+from isood.core.workers import WorkerSpec, resolve_workers
 from isood.features.featurestore.shards import (
     SHARD_NAME, ShardAssembler, image_batches, index_tables, key_head, remove_stale_shards, shard_bounds,
     shard_count, shard_dim, shard_files, shard_key, shard_stat_cache, stored_key, write_shard,
@@ -66,15 +68,13 @@ class ShardRun:
         return ExtractResult(manifest, n_ok, n_bad, sorted(self.written), reused, self.embed_dim)
 
 
-def check_sizes(*, batch_size: int, shard_size: int, workers: int | None = None) -> None:
-    """One-line errors naming the option: ``--batch-size`` and ``--shard-size`` must be >= 1, ``--workers`` (the
-    decoding processes; 0: decode in the model's own process; None: the default) >= 0."""
-    for flag, value, least in (("--batch-size", batch_size, 1), ("--shard-size", shard_size, 1),
-                               ("--workers", workers, 0)):
-        if value is None and flag == "--workers":
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-            raise BadInputError(f"{flag} must be an integer >= {least}, got {value!r}")
+def check_sizes(*, batch_size: int, shard_size: int, decode_processes: int | None = None) -> None:
+    """The sizes of the Python API checked against the options' one description (``batch_size_option``,
+    ``shard_size_option``, ``decode_processes_option``; ``isood.core.optspec.check_described``): one line naming the flag
+    (None: the default)."""
+    check_described("batch_size", batch_size_option(), batch_size)
+    check_described("shard_size", shard_size_option(), shard_size)
+    check_described("decode_processes", decode_processes_option(), decode_processes)
 
 
 @dataclass
@@ -130,7 +130,7 @@ def _reusable(source: ImageSource, rels: Sequence[str], refused: Sequence[str], 
 
 
 def _encode(source: ImageSource, model: _Model, out: Path, todo: Sequence[int], *, shard_size: int,
-            batch_size: int, workers: int, decode: str, engine: BatchEngine, progress: bool,
+            batch_size: int, workers: WorkerSpec, decode: str, engine: BatchEngine, progress: bool,
             on_shard: Callable[[int], None] | None) -> tuple[dict[int, pd.DataFrame], dict[int, str]]:
     """Encode the files of shards ``todo`` on ``engine``; write each shard as soon as it is complete, keyed by
     the content its worker read. Returns (rows, keys) of the written shards."""
@@ -160,15 +160,15 @@ def _encode(source: ImageSource, model: _Model, out: Path, todo: Sequence[int], 
 
 
 def _run_config(source: ImageSource, model: _Model, engine: BatchEngine, *, embed_dim: int | None,
-               shard_size: int, batch_size: int, workers: int, decode: str) -> dict:
-    """The manifest config of an extraction. ``decode``: the decoding mode (``isood.features.images.DECODE_MODES``).
-    ``workers``: the decoding processes of the in-process engine, or the workers another engine names in its
-    config (Ray: the actors asked for); other engines add their own entry (``ray``)."""
+               shard_size: int, batch_size: int, workers: WorkerSpec, decode: str) -> dict:
+    """The manifest config of an extraction. ``decode``: the decoding mode (``isood.features.decoding.DECODE_MODES``).
+    ``workers``: the run's ``WorkerSpec``, recorded once (its ``workers`` entry); other engines add their own
+    entry (``ray``)."""
     engine_config = engine.as_config() if engine.name != "local" else {}
     config = {"images": os.path.abspath(source.source), "image_root": os.path.abspath(source.root),
               "source_kind": source.kind, "clip": absolute_spec(model.spec),
               "clip_identity": model.identity, "decode": decode, "embed_dim": embed_dim,
-              "shard_size": int(shard_size), "batch_size": int(batch_size), "workers": engine_config.get("workers", workers),
+              "shard_size": int(shard_size), "batch_size": int(batch_size), "workers": workers.as_config(),
               "device": model.device, "engine": engine.name}
     if source.follow_symlinks:  # recorded only when opted in: the default keeps older manifests' bytes
         config["follow_symlinks"] = True
@@ -179,21 +179,22 @@ def _run_config(source: ImageSource, model: _Model, engine: BatchEngine, *, embe
 
 def extract_shards(source: ImageSource, clip: str | ClipEncoder, out: str | os.PathLike, *,
                    shards: Sequence[int] | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
-                   workers: int | None = None, shard_size: int = DEFAULT_SHARD_SIZE, device: str | None = None,
+                   decode_processes: int | None = None, shard_size: int = DEFAULT_SHARD_SIZE,
+                   device: str | None = None,
                    progress: bool = True, engine: BatchEngine | None = None,
                    on_shard: Callable[[int], None] | None = None, decode: str = REFERENCE_DECODE) -> ShardRun:
     """Make ``shards`` (default: all) of ``source`` complete in ``out``: complete shards (same model, same
     decoding mode, same member files with the same content: ``shards.shard_key``) are kept, the others
-    (re)computed on ``engine`` (default: this process). ``workers``: the image-decoding processes of the local
-    engine's model worker, the decoding threads of another engine's (default ``isood.core.devices.default_workers()``);
-    the features do not depend on it. ``decode``: ``isood.features.images.REFERENCE_DECODE`` (default), ``FAST_DECODE``
+    (re)computed on ``engine`` (default: this process). ``decode_processes``: the image decoders of each model
+    worker (``isood.core.workers``; None: ``resolve_workers``' default); the features do not depend on it.
+    ``decode``: ``isood.features.decoding.REFERENCE_DECODE`` (default), ``FAST_DECODE``
     or ``GPU_DECODE``. ``out`` is a stage's work folder (``manifests.writing``): the caller writes the manifest."""
-    check_sizes(batch_size=batch_size, shard_size=shard_size, workers=workers)
+    check_sizes(batch_size=batch_size, shard_size=shard_size, decode_processes=decode_processes)
     check_decode_mode(decode)
     engine = engine if engine is not None else LocalEngine()
     out = Path(out)
     model = _model(clip, engine, device)
-    workers = default_workers() if workers is None else int(workers)
+    workers = resolve_workers(decode_processes, engine)
     n = len(source.files)
     n_shards = shard_count(n, shard_size)
     shards = list(range(n_shards)) if shards is None else list(shards)
@@ -243,30 +244,31 @@ def write_features_manifest(out: str | os.PathLike, shard_rows: Mapping[int, pd.
 
 
 def extract_features(images: str | os.PathLike | ImageSource, clip: str | ClipEncoder, out: str | os.PathLike, *,
-                     batch_size: int = DEFAULT_BATCH_SIZE, workers: int | None = None,
+                     batch_size: int = DEFAULT_BATCH_SIZE, decode_processes: int | None = None,
                      shard_size: int = DEFAULT_SHARD_SIZE, device: str | None = None, progress: bool = True,
                      argv: list[str] | None = None, engine: BatchEngine | None = None,
                      on_shard: Callable[[int], None] | None = None, decode: str = REFERENCE_DECODE,
                      follow_symlinks: bool = False, card: bool = True) -> ExtractResult:
     """Extract L2-normalised CLIP image features of ``images`` (dataset root or file list, or one already listed
-    by ``isood.features.images.list_images``) into the ``features`` manifest ``out``.
+    by ``isood.features.listing.list_images``) into the ``features`` manifest ``out``.
 
     Resumable: complete shards (same model, decoding mode, member files and their content) are kept; others are
     (re)computed. A rerun reads only files whose stat (size, mtime, ctime, inode) changed since they were hashed
     (``isood.core.content``); one touched but with the same bytes is kept. ``decode``: ``reference`` (default: PIL +
-    the model's own preprocess), ``fast`` or ``gpu`` (``isood.features.images.image_decoder``; modes never mix in a
-    feature set). ``engine``: where the model runs (default ``LocalEngine()``: this process, ``workers`` decoding
-    processes;
+    the model's own preprocess), ``fast`` or ``gpu`` (``isood.features.batch_decode.image_decoder``; modes never mix in a
+    feature set). ``engine``: where the model runs (default ``LocalEngine()``: this process, ``decode_processes``
+    decoding processes;
     ``isood.engines.ray.RayEngine``: Ray actors, each holding one model). Every engine writes the same shards
     and manifest. ``on_shard(k)`` is called after shard k is written (tests use it to interrupt a run).
     ``follow_symlinks``: also read files whose links lead outside the image root (default: rejected,
-    ``isood.features.images``). ``card``: write the dataset card (``write_features_manifest``).
+    ``isood.features.listing``). ``card``: write the dataset card (``write_features_manifest``).
     """
-    check_sizes(batch_size=batch_size, shard_size=shard_size, workers=workers)
+    check_sizes(batch_size=batch_size, shard_size=shard_size, decode_processes=decode_processes)
     source = (images if isinstance(images, ImageSource)
               else list_images(images, follow_symlinks=follow_symlinks))
     with writing(out, FEATURES, inputs=[source.source]) as o:
-        run = extract_shards(source, clip, o.work, batch_size=batch_size, workers=workers, shard_size=shard_size,
+        run = extract_shards(source, clip, o.work, batch_size=batch_size, decode_processes=decode_processes,
+                             shard_size=shard_size,
                              device=device, progress=progress, engine=engine, on_shard=on_shard, decode=decode)
         write_features_manifest(o.work, run.rows, run.config, run.inputs, argv=argv, card=card)
     return run.result(read(o.final, kind=FEATURES))

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from isood.core.content import StatCache
 from isood.core.errors import IsoodError
-from isood.features.images import REFERENCE_DECODE, check_decode_mode
+from isood.features.decoding import REFERENCE_DECODE, check_decode_mode
 from isood.core.files import TMP_PREFIX, atomic_write_bytes, remove_temporaries
 from manifests.store import parquet_bytes
 
@@ -60,7 +60,7 @@ def shard_bounds(k: int, shard_size: int, n_images: int) -> tuple[int, int]:
 
 def key_head(identity: str, decode: str = REFERENCE_DECODE) -> str:
     """The part of every shard key a run shares: the key version, the model identity and the decoding mode
-    (``isood.features.images.DECODE_MODES``); a stored key with another head is stale without reading any file."""
+    (``isood.features.decoding.DECODE_MODES``); a stored key with another head is stale without reading any file."""
     tag = f"{_KEY_VERSION}\0{identity}\0decode={check_decode_mode(decode)}"
     return hashlib.sha256(tag.encode()).hexdigest()[:16]
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from isood.core.optspec import REQUIRED, na_threshold_option, option, out_option, verify_option
+from isood.core.optspec import REQUIRED, option
+from isood.core.shared_options import na_threshold_option, out_option, verify_option
 from wordnet_tools.rules import LEAK_RULES
 
 __all__ = ["CleanOptions"]

@@ -32,7 +32,8 @@ import pyarrow.compute as pc
 
 import manifests
 from isood.core.defaults import DEFAULT_VERIFY
-from isood.core.errors import BadInputError
+from isood.core.optspec import check_field
+from isood.stages.clean.options import CleanOptions
 from isood.science.grid import cell_table, is_na
 from isood.kinds import AUDIT, LAID_FILE, SPLITS, AuditView, SplitsView
 from manifests.card_stream import WHOLE_TABLE_ROWS, MainTableStream, finish_stream
@@ -240,9 +241,7 @@ def clean_splits(splits: str | os.PathLike, audit: str | os.PathLike, *, out: st
     """`isood splits clean` (module docstring); ``verify``: how the two inputs are checked ('fast' or 'full');
     ``na_threshold``: None for the manifest's own."""
     rules = parse_rules(rules)
-    if na_threshold is not None and (isinstance(na_threshold, bool) or not isinstance(na_threshold, int)
-                                     or na_threshold < 1):
-        raise BadInputError(f"--na-threshold must be an integer >= 1, got {na_threshold!r}")
+    check_field(CleanOptions, "na_threshold", na_threshold)
     with manifests.writing(out, SPLITS, inputs=[splits, audit]) as o:
         view, aud = load_inputs(splits, audit, verify=verify)
         kept, n_removed, by_rule, summary = _clean(view, aud, o.work, rules, argv=argv, na_threshold=na_threshold)

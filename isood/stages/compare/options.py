@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from isood.core.optspec import REQUIRED, option, verify_option
+from isood.core.optspec import REQUIRED, option
+from isood.core.shared_options import verify_option
 
 __all__ = ["CompareOptions"]
 

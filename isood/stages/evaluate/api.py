@@ -110,7 +110,7 @@ def evaluate(model=None, *, id_test, ood=None, roots=None, preprocess=None, dete
     ``{name: preset}`` (``isood.classifiers.preprocess.PRESETS``). ``options``: any other option of ``isood evaluate``
     by its ``EvaluateOptions`` field name (``splits``, ``syn``, ``id_train``, ``test_root``, ``id_test_root``,
     ``id_test_labels``, ``classes``, ``table_convention``, ``na_threshold`` (default: each grid manifest's own),
-    ``der``, ``batch_size``, ``device``, ``workers``, ``checkpoint``, ``num_classes``, ``verify``, ...), with the
+    ``der``, ``batch_size``, ``device``, ``decode_processes``, ``checkpoint``, ``num_classes``, ``verify``, ...), with the
     same defaults and checks; errors are
     the same one-line ``IsoodError``\\s. No output cache unless ``cache_dir`` names one; no progress bars unless
     ``progress``.

@@ -18,7 +18,7 @@ from isood.classifiers.preprocess import dataset_preset, preset_transform
 from isood.core.content import content_listing
 from isood.core.defaults import OOD_LABEL, cache_dir
 from isood.core.errors import BadInputError
-from isood.features.images import ImageSource
+from isood.features.listing import ImageSource
 from isood.kinds import IMAGE_LIST, SPLITS, SYN_IS
 
 from .assemble import ID_TEST, ID_TRAIN, EvalSet, check_files, grid_parts, precomputed_rows

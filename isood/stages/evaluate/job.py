@@ -13,7 +13,7 @@ writes the result; each step lives in the module named beside it.
    Syn-IS manifest's own folder; an image list records none (``--ood-root`` is required).
 2. Data (``datasets.image_sets`` / ``datasets.precomputed_sets``). ``--id-train`` (optional: without it nothing
    is fitted and DER is not computed) / ``--id-test`` are image folders with one wnid sub-folder per class, or
-   file lists (``isood.features.images.list_images``; ``--id-test-root``: the folder the list's entries are
+   file lists (``isood.features.listing.list_images``; ``--id-test-root``: the folder the list's entries are
    relative to, e.g. the release's flat ``test_imagenet.txt``), or precomputed-outputs folders (``outputs``; then ``--test-root`` too,
    and ``--splits`` is the only OOD set). ID test labels: the wnids of its paths, else ``--id-test-labels``
    (``classes.label_file``), else none (OOD metrics only; no accuracy, no correctness metrics). A per-subset
@@ -65,7 +65,7 @@ from isood.classifiers.models import model_classes, randomized_copy
 from isood.classifiers.scoring import DetectorScores, preflight, score_precomputed
 from isood.core.devices import resolve_device
 from isood.core.errors import BadInputError
-from isood.features.images import list_images
+from isood.features.listing import list_images
 from isood.kinds import EVALUATION, GRID_KINDS, SPLITS, AuditView
 from isood.report.mosaic import grid_mosaics
 from isood.science.cells import CellEvaluation

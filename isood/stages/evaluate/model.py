@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from isood.classifiers.capture import ImageList, default_transform, labels_digest, probe_input
+from isood.classifiers.image_list import ImageList, default_transform, probe_input
+from isood.classifiers.output_cache import labels_digest
 from isood.classifiers.adapter import ModelAdapter
 from isood.classifiers.models import wrap_model
 from isood.classifiers.named import adapter_from_option
@@ -14,7 +15,7 @@ from isood.classifiers.scoring import DetectorScores, check_requirements, run_de
 from isood.core.devices import resolve_device
 from isood.core.errors import BadInputError
 from isood.core.textio import read_lines
-from isood.features.images import ImageSource
+from isood.features.listing import ImageSource
 from isood.science.detectors import Detector
 
 from .assemble import ID_TEST, ID_TRAIN, EvalSet
@@ -92,7 +93,7 @@ def score_with_model(adapter: ModelAdapter, detectors: Mapping[str, Detector], s
     scores = run_detectors(
         adapter, detectors, {k: v for k, v in data.items() if k != ID_TRAIN}, id_train=data.get(ID_TRAIN),
         score_train=opts.der and ID_TRAIN in data, batch_size=opts.batch_size, device=resolve_device(opts.device),
-        num_workers=opts.workers, progress=opts.progress,
+        num_workers=opts.workers.decode_processes, progress=opts.progress,
         cache_dir=output_cache_dir(opts),
         data_ids={k: f"{s.data_id}|{s.transform or fallback!r}|labels={labels_digest(s.labels)}"
                   for k, s in sets.items()}, precision=opts.precision)

@@ -27,9 +27,11 @@ from isood.core.defaults import ALL_PLOT_METRICS as ALL_METRICS
 from isood.core.defaults import DEFAULT_BOOTSTRAP, DEFAULT_DETECTORS, DEFAULT_PLOT_METRICS, OOD_GROUPS
 from isood.core.devices import DEFAULT_PRECISION, PRECISIONS
 from isood.core.errors import BadInputError
-from isood.features.images import EVALUATE_DECODE_MODES, REFERENCE_DECODE
-from isood.core.optspec import (batch_size_option, check, device_option, na_threshold_option, option, seed_option,
-                           verify_option, workers_option)
+from isood.features.decoding import EVALUATE_DECODE_MODES, REFERENCE_DECODE
+from isood.core.optspec import check, option
+from isood.core.shared_options import (batch_size_option, decode_processes_option, device_option, na_threshold_option,
+                                       seed_option, verify_option)
+from isood.core.workers import WorkerSpec, resolve_workers
 from wordnet_tools.rules import LEAK_RULES, parse_rules
 
 from isood.classifiers import pytorch_ood  # noqa: F401  (registers the pytorch-ood: name space before --detectors is parsed)
@@ -100,7 +102,7 @@ class EvaluateOptions:
                                       "for 1000-class models).")
     batch_size: int = batch_size_option()
     device: str | None = device_option()
-    workers: int = workers_option(0)
+    decode_processes: int | None = decode_processes_option()
     decode: str = option(REFERENCE_DECODE, choices=EVALUATE_DECODE_MODES, metavar="MODE",
                          help="Image decoding: reference (PIL + the classifier's own transform, as OpenOOD); fast (the "
                               "transform's steps on uint8 tensors, large JPEGs decoded at reduced size, as extract "
@@ -176,6 +178,11 @@ class EvaluateOptions:
                                         "release's analyze_metrics.py: percent rounded to 0.01, N/A as 0, level "
                                         "means over values > 1e-16; also writes results/<detector>.csv in the "
                                         "release's format).")
+
+    @property
+    def workers(self) -> WorkerSpec:
+        """The workers of the passes: ``decode_processes`` by the one default rule (``isood.core.workers``)."""
+        return resolve_workers(self.decode_processes)
 
 
 def plot_metrics(opts: EvaluateOptions) -> list[str] | str:

@@ -13,7 +13,7 @@ import numpy as np
 import manifests
 from isood.classifiers.preprocess import describe
 from isood.classifiers.scoring import DetectorScores
-from isood.core.optspec import recorded
+from isood.core.optconfig import recorded
 from isood.kinds import AuditView
 from isood.science.cells import CellEvaluation
 from isood.science.conventions import release_results_files

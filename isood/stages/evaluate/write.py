@@ -29,7 +29,7 @@ import pandas as pd
 
 import manifests
 from isood.core.defaults import CI_LEVEL, DEFAULT_BOOTSTRAP
-from isood.core.errors import BadInputError
+from isood.core.optspec import check_field
 from isood.kinds import EVALUATION
 
 from isood.science.cells import CellEvaluation
@@ -41,6 +41,8 @@ from isood.report.plots import plot_metric_names, render_plots
 from isood.report.html import render_html, render_markdown
 from isood.report.table1 import table1_frame, table1_latex, table1_markdown
 from isood.report.set_tables import sets_latex, sets_markdown
+
+from .options import EvaluateOptions
 
 __all__ = ["evaluation_tables", "evaluation_files", "write_evaluation", "bootstrap_tables"]
 
@@ -158,8 +160,7 @@ def write_evaluation(result: CellEvaluation, out: str | os.PathLike, *, config: 
     the 95% intervals (``bootstrap_tables``). ``set_metrics``: the per-set table (``assemble.set_metrics``), also
     in the report; ``extra_files``: more files by relative path; ``mosaics``: the grids' mosaics
     (``mosaic.grid_mosaics``), written and shown in the report. Returns the manifest's typed view."""
-    if isinstance(bootstrap, bool) or not isinstance(bootstrap, (int, np.integer)) or bootstrap < 0:
-        raise BadInputError(f"--bootstrap must be an integer >= 0 (0: no intervals), got {bootstrap!r}")
+    check_field(EvaluateOptions, "bootstrap", bootstrap)
     images: dict[str, bytes] = {}
     if not result.per_cell.empty:  # image lists only: no grid, nothing to draw
         for chosen in (metrics, heatmap_metrics):

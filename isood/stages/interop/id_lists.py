@@ -2,7 +2,7 @@
 read each source -> label every image (pure) -> the two list files of each split.
 
 A source is either
-- an image folder with one wnid sub-folder per class (``isood.features.images.list_images``; ImageNet's ``train/``, or a
+- an image folder with one wnid sub-folder per class (``isood.features.listing.list_images``; ImageNet's ``train/``, or a
   ``val/`` sorted into class folders): the paths are written relative to the ID image root, by default the
   folder's parent (``--id-root``), so ``/data/in1k/train`` and ``/data/in1k/val`` give ``train/n01440764/...`` and
   ``val/n01440764/...``, both under one root; or
@@ -36,7 +36,7 @@ import pyarrow as pa
 from isood.core.defaults import OOD_LABEL
 from isood.core.errors import BadInputError
 from isood.classifiers.classes import class_list, labels_for, read_class_file
-from isood.features.images import list_images
+from isood.features.listing import list_images
 from isood.stages.interop.imports import parse_list
 from isood.stages.interop.openood_info import ID_NAME, ID_SPLITS
 from wordnet_tools.wnids import wnid_from_path

@@ -18,6 +18,8 @@ import yaml
 from isood.core.defaults import DEFAULT_VERIFY
 from isood.core.errors import BadInputError
 from isood.core.files import TMP_PREFIX, atomic_write_bytes, output_lock
+from isood.core.optspec import check_field
+from isood.stages.interop.options import ExportOpenoodOptions
 from isood.kinds import GRID_KINDS, SYN_IS, GridView, SplitsView
 from isood.stages.interop.export_folder import (EXPORT_INFO, EXPORT_LEDGER, NAME_RE, RELEASE_DIR, Ledger,
                                                 check_data_dir, holds_only_staging, make_link, unresolved)
@@ -156,9 +158,7 @@ def export_openood(manifest_dir: str | os.PathLike | None, out: str | os.PathLik
     """Export a splits, syn-is or image-list manifest (or none) and/or ID lists into the OpenOOD data root
     ``out``, merged with the exports already there (see the module docstring of ``isood.stages.interop``); holds
     ``out``'s lock (``isood.core.files.output_lock``). The images are read one row group at a time."""
-    if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
-                                    or num_classes < 1):
-        raise BadInputError(f"--num-classes must be an integer >= 1 (the ID classifier's classes), got {num_classes!r}")
+    check_field(ExportOpenoodOptions, "num_classes", num_classes)
     ids = {"train": id_train, "val": id_val, "test": id_test}
     if manifest_dir is None and not any(ids.values()):
         raise BadInputError("nothing to export: pass a manifest, or ID lists (--id-train / --id-val / --id-test)")

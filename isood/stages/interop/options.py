@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from isood.core.optspec import REQUIRED, levels_option, na_threshold_option, option, out_option, verify_option
+from isood.core.optspec import REQUIRED, option
+from isood.core.shared_options import levels_option, na_threshold_option, out_option, verify_option
 
 __all__ = ["ImportListsOptions", "ImportListOptions", "ExportOpenoodOptions", "NA_RULES"]
 

@@ -29,7 +29,9 @@ import pyarrow as pa
 
 from isood.core.defaults import N_LEVELS, NA_THRESHOLD
 from isood.core.errors import BadInputError, IsoodWarning
-from isood.science.grid import cell_name, cell_table, check_levels, edges_table, is_na
+from isood.science.grid import cell_name, cell_table, edges_table, is_na
+from isood.core.optspec import check_field
+from isood.stages.interop.options import ImportListsOptions
 from isood.kinds import SPLITS
 from isood.core.files import sha256_bytes, sha256_file
 from isood.core.inputs import walk_files
@@ -328,9 +330,8 @@ def import_isood_lists(directory: str | os.PathLike, out: str | os.PathLike, *, 
     """Import an IS-OOD release folder of per-cell lists as a `splits` manifest (see the module docstring):
     `images` (path as listed, wnid, NaN shifts, levels, cell, subset, label) streamed in row groups of
     ``row_group_rows``, `cells` by ``na_rule``, `edges` (unknown bounds), a copy of every list under `lists/`."""
-    check_levels(n_levels)
-    if isinstance(na_threshold, bool) or not isinstance(na_threshold, int) or na_threshold < 1:
-        raise BadInputError(f"--na-threshold must be an integer >= 1, got {na_threshold!r}")
+    check_field(ImportListsOptions, "levels", n_levels)
+    check_field(ImportListsOptions, "na_threshold", na_threshold)
     rel = scan_release(directory, n_levels=n_levels, na_rule=na_rule, allow_missing=allow_missing)
     with writing(out, SPLITS, inputs=[directory]) as o:
         counts, stream, copies = _stream_lists(rel, o.work, per_subset=na_rule != "pooled",

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from isood.core.defaults import VERIFY_MODES
-from isood.core.optspec import REQUIRED, option, out_option
+from isood.core.optspec import REQUIRED, option
+from isood.core.shared_options import out_option
 
 __all__ = ["VerifyOptions", "CardOptions", "PublishOptions", "MergeOptions"]
 

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from isood.core.defaults import MOSAIC_PER_CELL as DEFAULT_PER_CELL
 from isood.core.defaults import MOSAIC_SIZE as DEFAULT_SIZE
-from isood.core.optspec import REQUIRED, option, seed_option, verify_option
+from isood.core.optspec import REQUIRED, option
+from isood.core.shared_options import seed_option, verify_option
 
 __all__ = ["ShowOptions"]
 

@@ -3,7 +3,7 @@
 
 Keys of the TOML file are the long option names, with - or _ (optionally under a ``[build-splits]`` table);
 relative paths in it (and ``local-dir:PATH`` CLIPs, and a ``labels`` file that exists there) are relative to the
-TOML file (``isood.core.optspec.from_config``).
+TOML file (``isood.core.optconfig.from_config``).
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
 from isood.features.ann import BACKENDS
-from isood.core.defaults import DEFAULT_SHARD_SIZE, LAID_TRIPLETS, QUANTILE_CLIP
+from isood.core.defaults import LAID_TRIPLETS, QUANTILE_CLIP
 from isood.core.errors import BadInputError
-from isood.science.grid import check_levels
-from isood.core.optspec import (batch_size_option, check, device_option, from_config, levels_option, merge_values,
-                           na_threshold_option, option, recorded, seed_option, verify_option, workers_option)
+from isood.core.optconfig import from_config, merge_values, recorded
+from isood.core.optspec import check, option
+from isood.core.shared_options import (batch_size_option, decode_processes_option, device_option, levels_option,
+                                       na_threshold_option, seed_option, shard_size_option, verify_option)
 
 __all__ = ["BuildConfig", "load_build_config", "validate", "parse_quantile", "read_toml", "splits_config",
            "PATH_KEYS"]
@@ -67,8 +68,8 @@ class BuildConfig:
                                            "an edge is within reach of; the held-out level agreement and its "
                                            "lower bound go into the manifest. Default: exact.")
     batch_size: int = batch_size_option("Images per batch when extracting.")
-    workers: int | None = workers_option(None, "when extracting")
-    shard_size: int = option(DEFAULT_SHARD_SIZE, least=1, help="Images per feature shard when extracting.")
+    decode_processes: int | None = decode_processes_option("when extracting")
+    shard_size: int = shard_size_option("Images per feature shard when extracting.")
     device: str | None = device_option()
     cache_dir: str | None = option(None, metavar="DIR", path=True,
                                    help="Text-feature cache (default $ISOOD_CACHE_DIR/text-features).")
@@ -99,26 +100,18 @@ def parse_quantile(value: Any) -> tuple[float, float]:
 
 
 def read_toml(config_file: str | os.PathLike) -> dict[str, Any]:
-    """The options of a build-splits TOML file (``isood.core.optspec.from_config``: keys with _, paths resolved
+    """The options of a build-splits TOML file (``isood.core.optconfig.from_config``: keys with _, paths resolved
     against its folder, unknown keys refused)."""
     return from_config(BuildConfig, config_file, "build-splits")
 
 
 def _check_ann(cfg: BuildConfig) -> None:
-    """--ann-recall / --ann-levels: a number in (0, 1], one of them, asking for approximate search (not an exact
-    --backend)."""
+    """--ann-recall / --ann-levels (checked numbers in (0, 1], their description's bound): one of them, asking
+    for approximate search (not an exact --backend)."""
     if cfg.ann_recall is not None and cfg.ann_levels is not None:
         raise BadInputError(f"pass either --ann-recall ({cfg.ann_recall}) or --ann-levels ({cfg.ann_levels}), not both")
-    for flag, r, example in (("--ann-recall", cfg.ann_recall, "0.99"), ("--ann-levels", cfg.ann_levels, "0.999")):
-        if r is None:
-            continue
-        try:
-            value = float(r)
-        except (TypeError, ValueError):
-            value = float("nan")
-        if isinstance(r, bool) or not 0.0 < value <= 1.0:
-            raise BadInputError(f"{flag} must be a number in (0, 1] (e.g. {example}), got {r!r}")
-        if cfg.backend in ("torch", "faiss-flat"):
+    for flag, value in (("--ann-recall", cfg.ann_recall), ("--ann-levels", cfg.ann_levels)):
+        if value is not None and cfg.backend in ("torch", "faiss-flat"):
             raise BadInputError(f"{flag} {value:g} asks for approximate search but --backend {cfg.backend} is "
                                 f"exact; pass --backend auto or faiss-ivf, or drop {flag}")
 
@@ -128,7 +121,6 @@ def validate(cfg: BuildConfig) -> BuildConfig:
     normalised, paths as strings; ``--id``, ``--test`` and ``--out`` required (command line or ``--config``)."""
     cfg = check(cfg)
     cfg = replace(cfg, clip_quantile=parse_quantile(cfg.clip_quantile))
-    check_levels(cfg.levels)
     _check_ann(cfg)
     for name in ("id", "test", "out"):
         if not getattr(cfg, name):
@@ -151,7 +143,7 @@ def splits_config(cfg: BuildConfig, *, clip_identity: str | None, id_root: str |
                   test_root: str | None) -> dict[str, Any]:
     """The config a splits manifest records: every option (but ``progress`` and ``verify``) plus what the views
     read (``clip_identity``, ``id_root``, ``test_root``). Paths, the ``--labels`` file and the ``--clip`` spec
-    (``local-dir:PATH``) are absolute (``isood.core.optspec.recorded``: explicit roots, so a manifest read from another
+    (``local-dir:PATH``) are absolute (``isood.core.optconfig.recorded``: explicit roots, so a manifest read from another
     working directory still names the same folders and model)."""
     config = recorded(cfg, skip=("progress", "verify"))  # paths and the --clip spec absolute
     if config.get("cache_dir"):

@@ -13,7 +13,7 @@ import pandas as pd
 import manifests
 from isood.features.clip import ClipEncoder
 from isood.core.errors import BadInputError
-from isood.features.images import list_images
+from isood.features.listing import list_images
 from isood.features.featurestore.loading import READ_ROWS
 from isood.kinds import LAID_FILE, SPLITS, SplitsView
 from isood.core.engine import BatchEngine

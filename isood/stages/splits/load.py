@@ -14,7 +14,7 @@ from isood.features.clip import ClipEncoder, load_clip, parse_clip_spec
 from isood.core.errors import BadInputError
 from isood.features.featurestore import extract_features, is_feature_dir
 from isood.features.featurestore.loading import FeatureReader, open_features
-from isood.features.images import ImageSource, list_images
+from isood.features.listing import ImageSource, list_images
 from isood.kinds import CLASS_FILTER, FEATURES, ClassFilterView, FeaturesView
 from isood.features.labels import Labels, load_labels
 from isood.science.laid import LAID
@@ -179,7 +179,7 @@ def extract_set(name: str, source: str, encoder: ClipEncoder, sub: Path, cfg: Bu
     """Extract an image source into ``sub`` (resumable; ``isood.features.featurestore``) and open it for reading;
     ``images``: the source already listed (``list_images``), else listed here."""
     images = images if images is not None else list_images(source)
-    result = extract_features(images, encoder, sub, batch_size=cfg.batch_size, workers=cfg.workers,
+    result = extract_features(images, encoder, sub, batch_size=cfg.batch_size, decode_processes=cfg.decode_processes,
                               shard_size=cfg.shard_size, progress=cfg.progress, argv=argv, engine=engine,
                               card=False)  # nested: the splits manifest hashes its files, and a card is not content
     reader = open_features(sub)

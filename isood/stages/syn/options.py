@@ -14,8 +14,10 @@ from isood.stages.syn.edges import PROMPT_EDGE_MODES
 from isood.core.defaults import DEFAULT_PIPELINE, LAID_TRIPLETS, NA_THRESHOLD
 from isood.core.errors import BadInputError
 from isood.kinds import SYN_IS, SYN_IS_PART, SYN_IS_PROMPTS
-from isood.core.optspec import (LOCAL_DIR, EngineFields, JobArrayFields, batch_size_option, check, device_option,
-                           levels_option, na_threshold_option, option, out_option, seed_option, verify_option)
+from isood.core.optconfig import LOCAL_DIR
+from isood.core.shared_options import (EngineFields, JobArrayFields, batch_size_option, device_option, levels_option,
+                                       na_threshold_option, out_option, seed_option, verify_option)
+from isood.core.optspec import check, option
 from isood.core.parts import check_shard_args
 from manifests.store import Manifest
 
@@ -84,10 +86,9 @@ class SynOptions(EngineFields, JobArrayFields):
                                 help="LAID training triplets (when LAID is trained here).")
     progress: bool = option(True, cli=False, help="Progress bars.")
     verify: str = verify_option()
-    # --workers counted the Ray actors here before every command's --workers meant decoding processes
-    ray_workers: int | None = option(None, least=1, metavar="N", aliases=("--workers",),
-                                     help="Ray engine: SDXL actors, one pipeline each (default: one per GPU, else "
-                                          "per CPU).")
+    ray_actors: int | None = option(None, least=1, flag="--ray-workers", metavar="N",
+                                    help="Ray engine: SDXL actors, one pipeline each (default: one per GPU, else "
+                                         "per CPU).")
 
     @property
     def partial(self) -> bool:

@@ -27,7 +27,8 @@ from isood.core.errors import BadInputError
 from isood.science.grid import edges_table
 from isood.core.engine import BatchEngine, LocalEngine
 from isood.kinds import SplitsView
-from isood.core.optspec import absolute_spec
+from isood.core.workers import resolve_workers
+from isood.core.optconfig import absolute_spec
 from isood.core.parts import part_info
 
 __all__ = ["run_generate_syn", "candidate_prompts", "generate_step", "prompt_edges", "na_threshold", "syn_config",
@@ -112,7 +113,8 @@ def syn_config(opts: SynOptions, inputs: SynInputs, plan: PromptPlan, edges: Pro
     }
     config["generator"] = {**config["generator"], "settings": {**config["generator"]["settings"],
                                                                "pipeline": absolute_spec(opts.pipeline)}}
-    if engine.name != "local":
+    if engine.name != "local":  # the actors in its workers entry (the pipeline decodes no image: 0 processes)
+        config["workers"] = resolve_workers(0, engine).as_config()
         config[engine.name] = engine.as_config()
     return config
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from isood.core.optspec import REQUIRED, option, out_option, verify_option
+from isood.core.optspec import REQUIRED, option
+from isood.core.shared_options import out_option, verify_option
 from wordnet_tools.rules import PRESETS
 
 __all__ = ["FilterOptions", "AuditOptions", "CLASS_LIST_FORMS"]

@@ -146,7 +146,7 @@ def test_decode_and_precision_are_in_the_cache_key_and_the_manifest(runs, world,
 def test_unreadable_jpegs_are_named_alike_in_both_decodings(world, tmp_path):
     import shutil
 
-    from isood.classifiers.capture import UnreadableImagesError
+    from isood.classifiers.image_list import UnreadableImagesError
 
     val = tmp_path / "val"
     shutil.copytree(world / "val", val)
@@ -171,7 +171,7 @@ def test_a_jpeg_the_device_refuses_is_read_the_reference_way(world, monkeypatch)
     decoders' rounding)."""
     import torchvision.io as tio
 
-    from isood.classifiers.capture import ImageList
+    from isood.classifiers.image_list import ImageList
 
     files = sorted((world / "val").rglob("*.jpg"))[:6]
     adapter = _adapter(world)

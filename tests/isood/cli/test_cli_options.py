@@ -122,7 +122,7 @@ def _toml_value(spec, kind):
 def test_config_keys_are_the_long_option_names(words, cls, tmp_path):
     """--config FILE.toml takes each option under its long name (``--levels`` -> ``levels``, also where the
     field is named otherwise, e.g. generate-syn's ``n_levels``), relative paths against the file."""
-    from isood.core.optspec import from_config
+    from isood.core.optconfig import from_config
 
     rows = [(f, spec, kind) for f, spec, kind in option_fields(cls) if spec.cli and not spec.argument]
     toml = tmp_path / "c.toml"
@@ -139,7 +139,7 @@ def test_config_takes_a_toml_list_for_every_comma_separated_option(words, cls, t
     """An option that takes a comma-separated list in one string (``--detectors msp,knn:k=10``) also takes a TOML
     list in --config (``detectors = ["msp", "knn:k=10"]``), joined with commas; every option whose help says
     "comma-separated" is such an option."""
-    from isood.core.optspec import from_config
+    from isood.core.optconfig import from_config
 
     rows = [(f, spec, kind) for f, spec, kind in option_fields(cls) if spec.cli and not spec.argument]
     for f, spec, kind in rows:
@@ -157,7 +157,7 @@ def test_config_takes_a_toml_list_for_every_comma_separated_option(words, cls, t
 def test_evaluate_config_detectors_as_a_toml_list(tmp_path):
     """The whole path: a TOML list of detectors in --config is checked like the same string on the command line."""
     from isood.stages.evaluate.options import EvaluateOptions
-    from isood.core.optspec import from_config, merge_values
+    from isood.core.optconfig import from_config, merge_values
 
     toml = tmp_path / "e.toml"
     toml.write_text('detectors = ["msp", "knn:k=10", "vim"]\nout = "o"\nid-test = "t"\nsplits = "s"\n')

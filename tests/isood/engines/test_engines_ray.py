@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-import warnings
 from dataclasses import replace
 
 import numpy as np
@@ -58,40 +57,42 @@ def test_missing_ray_is_one_line_with_the_install_hint(monkeypatch, tmp_path, ti
         require_ray()
     assert "pip install 'isood[ray]'" in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(IsoodError, match=r"isood\[ray\]"):
-        RayEngine(workers=2)
+        RayEngine(actors=2)
     res = CliRunner().invoke(app, ["extract", "--images", str(tiny_images), "--clip", tiny_clip_spec, "--out",
                                    str(tmp_path / "o"), "--engine", "ray"])
     assert res.exit_code == 2 and "pip install" in res.output and len(res.output.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()  # refused before touching the output
 
 
-def test_workers_with_ray_keeps_its_old_meaning_for_one_release():
-    """``--workers`` counts decoding processes in every command; with ``--engine ray`` it used to count the actors:
-    without ``--ray-workers`` it still does, with one deprecation line (``isood.cli.extract.engine_of``)."""
+def test_workers_count_decoders_and_ray_workers_count_actors_with_the_ray_engine():
+    """``--workers`` is the decoders of each model worker whatever the engine, ``--ray-workers`` the actors
+    (``isood.cli.extract.engine_of``, ``isood.core.workers.resolve_workers``)."""
     from isood.cli.extract import engine_of
-    from isood.core.errors import IsoodWarning
+    from isood.core.workers import RAY_DECODE_PROCESSES, WorkerSpec, resolve_workers
     from isood.stages.extract import ExtractOptions
 
-    opts = ExtractOptions(images="i", clip="c", out="o", engine="ray", workers=3)
-    with pytest.warns(IsoodWarning, match="pass --ray-workers"):
-        assert engine_of(opts, device=None, workers_given=True).as_config()["workers"] == 3
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # --ray-workers given: no warning, it wins
-        engine = engine_of(replace(opts, ray_workers=5), device=None, workers_given=True)
-    assert engine.as_config()["workers"] == 5
+    opts = ExtractOptions(images="i", clip="c", out="o", engine="ray", decode_processes=3)
+    engine = engine_of(opts, device=None)
+    assert engine.actors is None and resolve_workers(opts.decode_processes, engine) == WorkerSpec(3, None)
+    engine = engine_of(replace(opts, ray_actors=5), device=None)
+    assert engine.actors == 5 and resolve_workers(opts.decode_processes, engine) == WorkerSpec(3, 5)
+    assert resolve_workers(None, engine) == WorkerSpec(RAY_DECODE_PROCESSES, 5)  # threads of each actor
+    assert "workers" not in engine.as_config()  # the spec is recorded once, in the manifest's workers entry
 
 
 def test_bad_ray_options_are_refused(tiny_clip_spec, tiny_images, tmp_path):
-    with pytest.raises(BadInputError, match="--ray-workers"):
-        RayOptions(workers=0)
+    with pytest.raises(BadInputError, match="--ray-workers must be an integer >= 1, got 0"):
+        RayOptions(actors=0)  # the option's description (EngineFields), also from Python
+    with pytest.raises(BadInputError, match="--num-gpus-per-worker must be a finite number >= 0"):
+        RayOptions(num_gpus_per_worker=float("nan"))
     with pytest.raises(BadInputError, match="contradicts"):
         RayOptions(num_gpus_per_worker=1).check_device("cpu")
     with pytest.raises(BadInputError, match="pass --device cuda"):
         RayEngine(device="cuda:1")
     with pytest.raises(TypeError):
-        RayEngine(RayOptions(), workers=2)
+        RayEngine(RayOptions(), actors=2)
     engine = RayEngine(num_gpus_per_worker=0)
-    assert engine.device_name(None) == "cpu" and engine.as_config()["workers"] is None
+    assert engine.device_name(None) == "cpu" and engine.actors is None
     assert RayEngine().device_name("cuda") == "cuda"
     # nothing asked: the device the cluster gives its actors (this machine's local cluster), not "auto"
     import torch
@@ -106,10 +107,10 @@ def test_pack_blocks_keeps_batches_whole_and_in_order():
     import pickle
 
     batches = [{"x": list(range(n))} for n in (3, 3, 1, 5, 2)]  # 14 rows, 2 workers -> ~2 rows per block target
-    blocks = pack_blocks(batches, workers=2)
+    blocks = pack_blocks(batches, actors=2)
     assert [ids for ids, _ in blocks] == [[0], [1], [2, 3], [4]]
     assert [pickle.loads(p) for _, ps in blocks for p in ps] == batches
-    assert [ids for ids, _ in pack_blocks(batches, workers=1)] == [[0, 1], [2, 3], [4]]
+    assert [ids for ids, _ in pack_blocks(batches, actors=1)] == [[0, 1], [2, 3], [4]]
 
 
 # ------------------------------------------------------------------------------------------------ generic engine
@@ -138,7 +139,7 @@ class FailingInit:
 def test_ray_engine_maps_any_worker_with_local_batches(local_ray):
     batches = [{"x": np.arange(s, s + n)} for s, n in ((0, 3), (3, 3), (6, 1), (7, 4))]
     local = list(LocalEngine().map(SumWorker, (100,), batches, total=11, description="t", progress=False))
-    ray = list(RayEngine(workers=2).map(SumWorker, (100,), batches, total=11, description="t", progress=False))
+    ray = list(RayEngine(actors=2).map(SumWorker, (100,), batches, total=11, description="t", progress=False))
     assert len(ray) == len(local) == 4  # one result per input batch, never split
     by_first = {int(r["x"][0]): r for r in ray}
     for want in local:
@@ -150,10 +151,10 @@ def test_ray_engine_maps_any_worker_with_local_batches(local_ray):
 
 def test_isood_errors_in_ray_workers_come_out_as_one_line(local_ray):
     with pytest.raises(BadInputError) as e:
-        list(RayEngine(workers=1).map(SumWorker, (0,), [{"x": [1, -2]}], total=2, description="t", progress=False))
+        list(RayEngine(actors=1).map(SumWorker, (0,), [{"x": [1, -2]}], total=2, description="t", progress=False))
     assert "\n" not in str(e.value) and "non-negative" in str(e.value)
     with pytest.raises(IsoodError) as e:
-        list(RayEngine(workers=1).map(FailingInit, (), [{"x": [1]}], total=1, description="t", progress=False))
+        list(RayEngine(actors=1).map(FailingInit, (), [{"x": [1]}], total=1, description="t", progress=False))
     assert "\n" not in str(e.value) and "local-dir:PATH" in str(e.value)
 
 
@@ -162,9 +163,9 @@ def test_extract_ray_equals_local(local_ray, tiny_clip_spec, image_dataset_facto
     classes = {"n01440764": 6, "n01443537": 5, "n02084071": 4}
     images = image_dataset_factory(tmp_path / "img", classes=classes, seed=1, corrupt="n02084071/n02084071_bad.JPEG")
     kw = dict(batch_size=3, shard_size=4, device="cpu", progress=False)  # 16 files: 4 shards, one corrupt file
-    local = extract_features(images, tiny_clip_spec, tmp_path / "local", workers=0, **kw)
-    engine = RayEngine(workers=2, device="cpu")
-    ray = extract_features(images, tiny_clip_spec, tmp_path / "ray", workers=2, engine=engine, **kw)
+    local = extract_features(images, tiny_clip_spec, tmp_path / "local", decode_processes=0, **kw)
+    engine = RayEngine(actors=2, device="cpu")
+    ray = extract_features(images, tiny_clip_spec, tmp_path / "ray", decode_processes=2, engine=engine, **kw)
 
     assert (ray.n_images, ray.n_rejected, ray.embed_dim) == (local.n_images, local.n_rejected, local.embed_dim) == (15, 1, 32)
     assert ray.shards_written == [0, 1, 2, 3] and manifests.verify(tmp_path / "ray").ok
@@ -181,7 +182,8 @@ def test_extract_ray_equals_local(local_ray, tiny_clip_spec, image_dataset_facto
     assert {p for p in hl if hl[p] != hr[p]} <= {p for p in hl if p.endswith(".npy")} | {"README.md"}
     pd.testing.assert_frame_equal(ml.rejected, mr.rejected)
     assert mr.rejected["path"].tolist() == ["n02084071/n02084071_bad.JPEG"]
-    assert mr.config["workers"] == 2 and mr.config["ray"]["workers"] == 2 and mr.meta["summary"] == ml.meta["summary"]
+    assert mr.config["workers"] == {"decode_processes": 2, "ray_actors": 2} and "workers" not in mr.config["ray"]
+    assert ml.config["workers"] == {"decode_processes": 0, "ray_actors": None} and mr.meta["summary"] == ml.meta["summary"]
 
     # a rerun finds every shard complete: nothing is recomputed (no Ray pipeline runs) and the content is kept
     again = extract_features(images, tiny_clip_spec, tmp_path / "ray", engine=engine, **kw)
@@ -229,7 +231,7 @@ def test_generate_syn_ray_equals_local(local_ray, syn_setup, tiny_clip_spec, tmp
                           batch_size=3, seed=0, device="cpu", n_levels=3, na_threshold=2, progress=False)
 
     local = run_generate_syn(opts(tmp_path / "local"))
-    ray = run_generate_syn(opts(tmp_path / "ray"), engine=RayEngine(workers=1, device="cpu"))
+    ray = run_generate_syn(opts(tmp_path / "ray"), engine=RayEngine(actors=1, device="cpu"))
     assert manifests.verify(tmp_path / "ray").ok
     ml, mr = manifests.read(tmp_path / "local"), manifests.read(tmp_path / "ray")
     _same_apart_from_engine(ml.meta, mr.meta)

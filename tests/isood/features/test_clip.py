@@ -13,6 +13,7 @@ from PIL import Image
 from isood.features.clip import (ClipEncodeWorker, ClipSpec, encode_image_batch, encode_texts, load_clip, parse_clip_spec,
                         text_cache_key)
 from isood.core.errors import IsoodError, MissingWeightsError
+from isood.core.workers import WorkerSpec
 
 
 def _direct(encoder, files):
@@ -112,7 +113,7 @@ def test_worker_encodes_a_batch_as_one_forward_pass_and_flags_bad_images(tiny_en
                                                                          tiny_image_info, threads):
     corrupt = tiny_image_info["corrupt"]
     rels = sorted(p.relative_to(tiny_images).as_posix() for p in (tiny_images / corrupt).parent.iterdir())
-    worker = ClipEncodeWorker(tiny_encoder, "cpu", threads)
+    worker = ClipEncodeWorker(tiny_encoder, "cpu", WorkerSpec(threads))
     out = worker({"i": np.arange(10, 10 + len(rels)), "path": [str(tiny_images / r) for r in rels], "name": rels})
     bad = rels.index(corrupt)
     assert out["i"].tolist() == list(range(10, 10 + len(rels)))
@@ -168,7 +169,7 @@ def tiny_224_encoder(tmp_path_factory):
 def test_fast_and_gpu_decode_workers_keep_cosine_to_the_reference_and_flag_bad_images(model, mode, request,
                                                                                        tmp_path):
     """``--decode fast`` / ``--decode gpu`` (here on the CPU: the same batched decode_jpeg + tensor steps)."""
-    from isood.features.images import REFERENCE_DECODE
+    from isood.features.decoding import REFERENCE_DECODE
 
     encoder = request.getfixturevalue(model)
     files = []
@@ -186,8 +187,8 @@ def test_fast_and_gpu_decode_workers_keep_cosine_to_the_reference_and_flag_bad_i
     files.append(tmp_path / "broken.JPEG")
     files[-1].write_bytes(files[2].read_bytes()[:5000])  # truncated
     batch = {"i": np.arange(len(files)), "path": [str(f) for f in files], "name": [f.name for f in files]}
-    ref = ClipEncodeWorker(encoder, "cpu", 1, REFERENCE_DECODE)(batch)
-    fast = ClipEncodeWorker(encoder, "cpu", 2, mode)(batch)
+    ref = ClipEncodeWorker(encoder, "cpu", WorkerSpec(1), REFERENCE_DECODE)(batch)
+    fast = ClipEncodeWorker(encoder, "cpu", WorkerSpec(2), mode)(batch)
     assert ref["ok"].tolist() == fast["ok"].tolist() == [True] * (len(files) - 1) + [False]
     assert fast["error"][-1] == ref["error"][-1] != "" and not fast["feature"][-1].any()
     assert fast["sha256"].tolist() == ref["sha256"].tolist()
@@ -205,14 +206,14 @@ def test_stream_in_processes_gives_the_calls_features_whatever_the_workers(mode,
     every batch's features and errors byte-identical to a call on the batch, whatever the number."""
     import os
 
-    from isood.features.images import ImageDecoder
+    from isood.features.batch_decode import ImageDecoder
 
     rels = sorted(p.relative_to(tiny_images).as_posix() for p in tiny_images.rglob("*")
                   if p.is_file() and p.suffix != ".txt")
     files = [tiny_images / r for r in rels]
     batches = [{"i": np.arange(s, min(s + 7, len(rels))), "path": [str(f) for f in files[s:s + 7]],
                 "name": rels[s:s + 7]} for s in range(0, len(rels), 7)]
-    want = [ClipEncodeWorker(tiny_encoder, "cpu", 0, mode)(b) for b in batches]
+    want = [ClipEncodeWorker(tiny_encoder, "cpu", WorkerSpec(0), mode)(b) for b in batches]
     assert sum(int((~w["ok"]).sum()) for w in want) == 1  # the corrupt file
     prepare = ImageDecoder.prepare
 
@@ -224,7 +225,7 @@ def test_stream_in_processes_gives_the_calls_features_whatever_the_workers(mode,
     for workers in (0, 1, 2):
         for p in tmp_path.glob("pid-*"):
             p.unlink()
-        got = list(ClipEncodeWorker(tiny_encoder, "cpu", workers, mode).stream(batches))
+        got = list(ClipEncodeWorker(tiny_encoder, "cpu", WorkerSpec(workers), mode).stream(batches))
         pids = {int(p.name[4:]) for p in tmp_path.glob("pid-*")}
         assert (pids == {os.getpid()}) if workers == 0 else (len(pids) == workers and os.getpid() not in pids)
         assert len(got) == len(want)
@@ -238,4 +239,4 @@ def test_worker_refuses_an_unknown_decode_mode(tiny_encoder):
     from isood.core.errors import BadInputError
 
     with pytest.raises(BadInputError, match="warp"):
-        ClipEncodeWorker(tiny_encoder, "cpu", 1, "warp")
+        ClipEncodeWorker(tiny_encoder, "cpu", WorkerSpec(1), "warp")

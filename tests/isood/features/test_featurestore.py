@@ -87,7 +87,7 @@ def test_index_tables_from_shard_rows():
 
 # ----------------------------------------------------------------------------------------------- extraction
 def test_extract_normalised_equal_to_direct_encoding_and_rejects_corrupt(tiny_encoder, tiny_images, tmp_path):
-    r = FS.extract_features(tiny_images, tiny_encoder, tmp_path / "f", batch_size=3, shard_size=5, workers=0,
+    r = FS.extract_features(tiny_images, tiny_encoder, tmp_path / "f", batch_size=3, shard_size=5, decode_processes=0,
                             progress=False)
     assert (r.n_images, r.n_rejected) == (N_GOOD, 1)
     assert manifests.verify(tmp_path / "f").ok
@@ -119,7 +119,7 @@ def test_extract_from_file_list_with_prefix_wnids_and_missing_file(tiny_encoder,
     Image.fromarray(rng.integers(0, 255, (33, 33, 3), dtype=np.uint8)).save(elsewhere / "x.png")
     lst = flat / "list.txt"
     lst.write_text(f"# my list\nn01440764_7.JPEG\n\n{elsewhere / 'x.png'}\nn02084071_2.png\nn01443537_gone.JPEG\n")
-    r = FS.extract_features(lst, tiny_encoder, tmp_path / "f", workers=0, progress=False)
+    r = FS.extract_features(lst, tiny_encoder, tmp_path / "f", decode_processes=0, progress=False)
     assert (r.n_images, r.n_rejected) == (3, 1)
     x, index = FS.load_features(tmp_path / "f")
     # every path relative to one explicit root: the deepest folder holding the list and its entries
@@ -141,7 +141,7 @@ def _data_hashes(root):
 
 
 def test_interrupted_extraction_resumes_to_identical_features_and_files(tiny_encoder, tiny_images, tmp_path):
-    kw = dict(batch_size=3, shard_size=4, workers=0, progress=False)
+    kw = dict(batch_size=3, shard_size=4, decode_processes=0, progress=False)
     full = FS.extract_features(tiny_images, tiny_encoder, tmp_path / "a", **kw)
     assert full.shards_written == [0, 1, 2, 3, 4]
 
@@ -159,7 +159,7 @@ def test_interrupted_extraction_resumes_to_identical_features_and_files(tiny_enc
     staged = tmp_path / ".~b.isood-new"
     assert sorted(p.name for p in staged.glob("features-*.npy")) == ["features-00000.npy", "features-00001.npy"]
 
-    resumed = FS.extract_features(tiny_images, tiny_encoder, b, **{**kw, "workers": 2})
+    resumed = FS.extract_features(tiny_images, tiny_encoder, b, **{**kw, "decode_processes": 2})
     assert resumed.shards_reused == [0, 1] and resumed.shards_written == [2, 3, 4]
     assert _data_hashes(b) == _data_hashes(tmp_path / "a")
     xa, ia = FS.load_features(tmp_path / "a")
@@ -185,16 +185,16 @@ class ReversedEngine(LocalEngine):
 
 
 def test_results_in_any_order_give_the_same_files(tiny_encoder, tiny_images, tmp_path):
-    kw = dict(batch_size=2, shard_size=5, workers=0, progress=False)
+    kw = dict(batch_size=2, shard_size=5, decode_processes=0, progress=False)
     FS.extract_features(tiny_images, tiny_encoder, tmp_path / "a", **kw)
     r = FS.extract_features(tiny_images, tiny_encoder, tmp_path / "b", engine=ReversedEngine(), **kw)
     assert r.shards_written == [0, 1, 2, 3] and _data_hashes(tmp_path / "a") == _data_hashes(tmp_path / "b")
 
 
 def test_rerun_with_other_model_recomputes_every_shard(tiny_encoder, tiny_images, tmp_path, tiny_clip_factory):
-    FS.extract_features(tiny_images, tiny_encoder, tmp_path / "f", shard_size=6, workers=0, progress=False)
+    FS.extract_features(tiny_images, tiny_encoder, tmp_path / "f", shard_size=6, decode_processes=0, progress=False)
     other = load_clip(f"local-dir:{tiny_clip_factory(tmp_path / 'm2', seed=5)}", device="cpu")
-    r = FS.extract_features(tiny_images, other, tmp_path / "f", shard_size=6, workers=0, progress=False)
+    r = FS.extract_features(tiny_images, other, tmp_path / "f", shard_size=6, decode_processes=0, progress=False)
     assert r.shards_written == [0, 1, 2] and r.shards_reused == []
     x, index = FS.load_features(tmp_path / "f")
     np.testing.assert_allclose(x, _direct(other, [tiny_images / p for p in index["path"]]), atol=2e-5)
@@ -206,7 +206,7 @@ def test_shard_key_names_the_decode_mode_and_the_content():
     import hashlib
 
     from isood.core.errors import BadInputError
-    from isood.features.images import FAST_DECODE, REFERENCE_DECODE
+    from isood.features.decoding import FAST_DECODE, REFERENCE_DECODE
 
     paths, hashes = ["a.png", "b.png"], ["1" * 64, "2" * 64]
     size_key = hashlib.sha256(b"m\0" + b"a.png\t3\nb.png\t4\n").hexdigest()  # the path + size key of version 1
@@ -223,9 +223,9 @@ def test_shard_key_names_the_decode_mode_and_the_content():
 
 
 def test_fast_and_reference_shards_never_mix(tiny_encoder, tiny_images, tmp_path):
-    from isood.features.images import FAST_DECODE
+    from isood.features.decoding import FAST_DECODE
 
-    kw = dict(shard_size=6, workers=0, progress=False)
+    kw = dict(shard_size=6, decode_processes=0, progress=False)
     out = tmp_path / "f"
     r = FS.extract_features(tiny_images, tiny_encoder, out, decode=FAST_DECODE, **kw)
     assert r.shards_written == [0, 1, 2] and r.n_rejected == 1
@@ -259,9 +259,9 @@ class NamedEngine(LocalEngine):
 
 def test_other_engines_build_the_same_worker_with_the_decode_mode(tiny_clip_spec, tiny_images, tmp_path):
     from isood.features.clip import ClipEncodeWorker
-    from isood.features.images import FAST_DECODE
+    from isood.features.decoding import FAST_DECODE
 
-    kw = dict(shard_size=6, workers=0, progress=False, decode=FAST_DECODE)
+    kw = dict(shard_size=6, decode_processes=0, progress=False, decode=FAST_DECODE)
     engine = NamedEngine()
     FS.extract_features(tiny_images, tiny_clip_spec, tmp_path / "o", engine=engine, device="cpu", **kw)
     FS.extract_features(tiny_images, tiny_clip_spec, tmp_path / "l", device="cpu", **kw)
@@ -310,7 +310,7 @@ def test_load_features_single_file_layout_and_validation(tmp_path):
 
 
 def test_load_features_detects_tampered_shards(tiny_encoder, tiny_images, tmp_path):
-    FS.extract_features(tiny_images, tiny_encoder, tmp_path / "f", shard_size=10, workers=0, progress=False)
+    FS.extract_features(tiny_images, tiny_encoder, tmp_path / "f", shard_size=10, decode_processes=0, progress=False)
     assert FS.is_feature_dir(tmp_path / "f")
     shard = tmp_path / "f" / "features-00001.npy"
     x = np.load(shard)

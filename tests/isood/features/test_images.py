@@ -1,4 +1,4 @@
-"""isood.features.images: listing (folder / file list), the path -> wnid column, decoding and the bad-image policy."""
+"""isood.features.listing, decoding and batch_decode: listing (folder / file list), the path -> wnid column, decoding and the bad-image policy."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 from PIL import Image
 
 from isood.core.errors import BadInputError, IsoodError
-from isood.features.images import (IMAGE_EXTENSIONS, collate, decode_image, decode_images, image_rows, list_images,
-                          listing_sha256)
+from isood.features.listing import IMAGE_EXTENSIONS, image_rows, list_images, listing_sha256
+from isood.features.decoding import collate, decode_image, decode_images
 
 
 def _to_tensor(im: Image.Image) -> torch.Tensor:
@@ -157,7 +157,8 @@ def test_decoders_hand_over_uint8_crops_and_finish_with_the_transforms_own_arith
     inputs are the transform's, to the bit."""
     import timm
 
-    from isood.features.images import decode_image, image_decoder
+    from isood.features.decoding import decode_image
+    from isood.features.batch_decode import image_decoder
 
     model = timm.create_model("test_resnet", pretrained=False)
     transforms = [_clip_transform(32), _clip_transform(224), _clip_transform(32, "longest"),
@@ -192,7 +193,8 @@ def test_draft_size_and_unknown_steps_fall_back_to_the_reference():
     from torchvision import transforms as T
 
     from isood.features.image_tensors import DRAFT_MARGIN, draft_size, tensor_preprocess
-    from isood.features.images import FAST_DECODE, REFERENCE_DECODE, image_decoder
+    from isood.features.decoding import FAST_DECODE, REFERENCE_DECODE
+    from isood.features.batch_decode import image_decoder
 
     pp = _clip_transform(224)
     assert draft_size(pp) == (int(np.ceil(224 * DRAFT_MARGIN)),) * 2
@@ -213,7 +215,7 @@ def decode_spy(monkeypatch):
     """Records what the fast path decoded: ('pil', (w, h)) for a PIL image, ('jpeg-tensor', (w, h)) for
     torchvision's JPEG decoder."""
     import isood.features.image_tensors as IT
-    import isood.features.images as I
+    import isood.features.decoding as I
 
     seen = []
     to_uint8, decode_jpeg = IT.pil_to_uint8, I.decode_jpeg_bytes
@@ -233,7 +235,8 @@ def decode_spy(monkeypatch):
 
 
 def test_fast_decode_drafts_large_jpegs_tensor_decodes_small_ones_and_pil_decodes_png(tmp_path, decode_spy):
-    from isood.features.images import FAST_DECODE, image_decoder
+    from isood.features.decoding import FAST_DECODE
+    from isood.features.batch_decode import image_decoder
 
     pp = _clip_transform(32)
     dec = image_decoder(pp, FAST_DECODE)
@@ -257,7 +260,8 @@ def test_drafted_pixels_are_mapped_onto_the_full_images_geometry(tmp_path):
     """500x333 at 32 px: the drafted image's rounded size gives another resize width (47 vs 48 px), which
     shifts the centre crop; the fast path resizes by the full image's geometry, the naive draft does not."""
     from isood.features.image_tensors import draft_size
-    from isood.features.images import FAST_DECODE, decode_image, image_decoder
+    from isood.features.decoding import FAST_DECODE, decode_image
+    from isood.features.batch_decode import image_decoder
 
     pp = _clip_transform(32)
     dec = image_decoder(pp, FAST_DECODE)
@@ -271,7 +275,8 @@ def test_drafted_pixels_are_mapped_onto_the_full_images_geometry(tmp_path):
 
 
 def test_bad_images_are_rejected_not_fatal_in_both_modes(tmp_path):
-    from isood.features.images import FAST_DECODE, REFERENCE_DECODE, image_decoder
+    from isood.features.decoding import FAST_DECODE, REFERENCE_DECODE
+    from isood.features.batch_decode import image_decoder
 
     big, small = tmp_path / "big.jpg", tmp_path / "small.jpg"
     _scene(400, 300).save(big, quality=90)   # drafted by the fast path
@@ -378,7 +383,8 @@ def test_device_decodes_only_complete_jpegs_torchvision_takes(tmp_path):
 
 
 def test_gpu_decode_on_cpu_is_one_batched_call_close_to_the_reference_with_its_errors(tmp_path, jpeg_calls):
-    from isood.features.images import GPU_DECODE, REFERENCE_DECODE, image_decoder
+    from isood.features.decoding import GPU_DECODE, REFERENCE_DECODE
+    from isood.features.batch_decode import image_decoder
 
     files = _gpu_files(tmp_path)
     names = [f.name for f in files]
@@ -406,7 +412,8 @@ def test_a_jpeg_the_device_refuses_is_decoded_alone_then_by_the_reference(tmp_pa
     are decoded one by one, the refused one by the reference path (its features the reference's)."""
     import torchvision.io as tio
 
-    from isood.features.images import GPU_DECODE, REFERENCE_DECODE, image_decoder
+    from isood.features.decoding import GPU_DECODE, REFERENCE_DECODE
+    from isood.features.batch_decode import image_decoder
 
     files = _gpu_files(tmp_path)[:5]
     odd = files[1].read_bytes()

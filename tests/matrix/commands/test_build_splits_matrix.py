@@ -73,7 +73,7 @@ def built(world, cli):
 
 @pytest.mark.parametrize("row", ["cut.jpg", "empty.png", "notes.jpg", "far.png"])
 def test_bad_test_image_is_a_dropped_row(row, world, built):
-    """Guards: isood.features.images.decode_image (truncated, 0 bytes, not an image), isood.features.images.outside_root (link)."""
+    """Guards: isood.features.decoding.decode_image (truncated, 0 bytes, not an image), isood.features.listing.outside_root (link)."""
     path = f"n01443537/{row}"
     dropped = built.frame("dropped").set_index("path")
     assert dropped.loc[path, "set"] == "test" and dropped.loc[path, "reason"].startswith(world["bad"][path])
@@ -82,7 +82,7 @@ def test_bad_test_image_is_a_dropped_row(row, world, built):
 
 
 def test_16bit_image_has_the_shifts_of_its_8bit_twin_and_no_wnid(built):
-    """Guard: isood.features.images.to_rgb (16-bit values scaled, not clipped at 255)."""
+    """Guard: isood.features.decoding.to_rgb (16-bit values scaled, not clipped at 255)."""
     images = built.images.set_index("path")
     a, b = images.loc["misc photos/twin 8.png"], images.loc["misc photos/twin 16.png"]
     assert a["wnid"] == b["wnid"] == ""
@@ -111,7 +111,7 @@ def _empty_test_list(base: Path) -> list:
 
 
 USER_ERRORS = [  # (extra args or a function of the base folder returning them, substrings of the one line)
-    pytest.param(["--levels", "0"], ["--levels", "0"], id="levels_0-config._check"),
+    pytest.param(["--levels", "0"], ["--levels", "0"], id="levels_0-optspec.check"),
     pytest.param(["--levels", "-3"], ["--levels", "-3"], id="levels_neg-config._check"),
     pytest.param(["--na-threshold", "-1"], ["--na-threshold", "-1"], id="na_threshold_neg-config._check"),
     pytest.param(["--triplets", "0"], ["--triplets", "0"], id="triplets_0-config._check"),
@@ -121,7 +121,7 @@ USER_ERRORS = [  # (extra args or a function of the base folder returning them, 
     pytest.param(["--laid-steps", "0"], ["--laid-steps", "0"], id="laid_steps_0-config._AT_LEAST"),
     pytest.param(["--seed", "-1"], ["--seed", "-1"], id="seed_neg-optspec.seed_option"),
     pytest.param(["--backend", "annoy"], ["--backend", "annoy"], id="unknown_backend-config._check"),
-    pytest.param(["--ann-recall", "1.5"], ["--ann-recall", "1.5"], id="ann_recall_above_1-config._check_ann"),
+    pytest.param(["--ann-recall", "1.5"], ["--ann-recall", "1.5"], id="ann_recall_above_1-optspec.check"),
     pytest.param(["--clip-quantile", "0.9,0.1"], ["--clip-quantile"], id="quantiles_reversed-config.parse_quantile"),
     pytest.param(_labels_with_unknown_wnid, ["n99999999", "labels_bad.txt"],
                  id="labels_unknown_wnid-labels_from_lines"),

@@ -9,10 +9,10 @@ decode_jpeg + tensor steps on CPU tensors, the code path a GPU runs with nvJPEG.
 | gpu: JPEG bomb header        | header 12000 x 12000                                   | tensor_decodes (MAX_IMAGE_PIXELS) -> check_pixels |
 | gpu: corrupt scan            | complete JPEG, a second SOF in its scan data           | ImageDecoder.finish (decoder fails -> reference) |
 | gpu: CMYK JPEG               | converted, not rejected                                | device_decodes (4 components) -> to_rgb          |
-| workers                      | --workers 0 / 1 / 2 (processes)                        | isood.features.images.prepared_batches (chunks in order) |
-| extract options              | --decode turbo, --fast-decode with --decode gpu        | check_decode_mode, cli.extract                  |
+| workers                      | --workers 0 / 1 / 2 (processes)                        | isood.features.batch_decode.prepared_batches (chunks in order) |
+| extract options              | --decode turbo                                         | check_decode_mode, cli.extract                  |
 | evaluate options             | --decode fast, --precision fp64, fp16 on the CPU       | options.check_options, capture.check_precision  |
-| evaluate gpu: unreadable     | a JPEG with a corrupt scan, --workers 1                | capture.ImageList.finish -> UnreadableImagesError |
+| evaluate gpu: unreadable     | a JPEG with a corrupt scan, --workers 1                | image_list.ImageList.finish -> UnreadableImagesError |
 """
 
 from __future__ import annotations
@@ -109,13 +109,13 @@ def test_decoding_processes_do_not_change_a_byte(mode, cli, tiny_clip_spec, tiny
         assert r.exit_code == 0, r.output
         shards[workers] = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
                            for p in sorted(out.glob("features-*")) if not p.name.startswith(".~")}
-        assert manifests.read(out, kind="features").config["workers"] == workers
+        recorded = manifests.read(out, kind="features").config["workers"]
+        assert recorded == {"decode_processes": workers, "ray_actors": None}
     assert len(shards[0]) == 6 and shards[0] == shards[1] == shards[2]
 
 
 @pytest.mark.parametrize("extra, words", [
     (["--decode", "turbo"], ["--decode 'turbo'", "reference, fast or gpu"]),
-    (["--fast-decode", "--decode", "gpu"], ["--fast-decode", "contradicts --decode gpu"]),
 ])
 def test_bad_extract_decode_option_is_one_line(extra, words, cli, tiny_clip_spec, tmp_path):
     root = _dataset(tmp_path / "images")
@@ -199,16 +199,16 @@ def test_fast_decode_evaluate_matches_the_reference_inputs(world, cli, tmp_path)
     import timm
     import torch
 
-    from isood.classifiers.capture import ImageList
+    from isood.classifiers.image_list import ImageList
 
     model = timm.create_model("test_resnet", pretrained=False, num_classes=2)
     transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))
     files = sorted((world / "val").rglob("*.jpg"))
     ref = ImageList(files, [0] * len(files), transform, decode="reference")
     fast = ImageList(files, [0] * len(files), transform, decode="fast")
-    assert fast.fast.jpeg_tensor  # the transform's steps are known: not silently the reference path
+    assert fast.decoder is not None and fast.decoder.jpeg_tensor  # the transform's steps: not the reference path
     a = torch.stack([ref[i][0] for i in range(len(files))]).flatten(1).double()
-    b = torch.stack([fast[i][0] for i in range(len(files))]).flatten(1).double()
+    b = fast.finish(fast.collate([fast[i] for i in range(len(files))]), "cpu")["image"].flatten(1).double()
     assert float(torch.nn.functional.cosine_similarity(a, b).min()) >= 0.999
     r = cli.invoke(_evaluate(world, tmp_path / "ev", "--decode", "fast"))
     assert r.exit_code == 0, r.output
@@ -226,3 +226,36 @@ def test_gpu_decode_names_a_jpeg_neither_decoder_reads(world, cli, tmp_path):
     line = cli.one_line_error(cli.invoke(_evaluate(world, out, "--decode", "gpu", "--workers", "1", id_test=val)))
     assert f"{ID[1]}_1.jpg" in line and "OSError" in line, line
     assert not (out / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("mode", ["fast", "gpu"])
+def test_evaluate_decodes_with_the_batch_pipeline_of_extract(mode, world, monkeypatch):
+    """evaluate --decode fast|gpu runs extract's batch decode pipeline (``isood.features.batch_decode``): every batch
+    of an evaluation pass goes through ``ImageDecoder.finish``, and the inputs are those that pipeline makes from
+    the same files (independent reference: ``image_decoder(transform, mode).decode``)."""
+    import timm
+    import torch
+
+    from isood.classifiers.capture import extract_outputs
+    from isood.classifiers.image_list import ImageList
+    from isood.classifiers.models import wrap_model
+    from isood.features.batch_decode import ImageDecoder, image_decoder
+
+    model = timm.create_model("test_resnet", pretrained=False, num_classes=2)
+    transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))
+    files = sorted((world / "val").rglob("*.jpg"))
+    finished = []
+    finish = ImageDecoder.finish
+
+    def spy(self, parts, names, device):
+        finished.append(len(names))
+        return finish(self, parts, names, device)
+
+    monkeypatch.setattr(ImageDecoder, "finish", spy)
+    data = ImageList(files, [0] * len(files), transform, decode=mode)
+    outputs, _ = extract_outputs(wrap_model(model, name="test_resnet"), data, ("logits",), batch_size=3)
+    assert finished == [3, 3, 2] and outputs.logits.shape == (len(files), 2)
+    finished.clear()
+    got = data.finish(data.collate([data[i] for i in range(len(files))]), "cpu")["image"]
+    want = image_decoder(transform, mode).decode([str(f) for f in files])
+    assert torch.allclose(got, torch.stack([t for t, _ in want]), atol=1e-6)

@@ -166,7 +166,7 @@ def test_unusable_image_folder_is_one_line(make, names, world, cli, tmp_path):
 
 
 def test_16bit_image_scores_as_its_8bit_twin(world, cli, tmp_path):
-    """Guard: isood.features.images.to_rgb through capture.ImageList (PIL's own conversion clips 16-bit values at 255)."""
+    """Guard: isood.features.decoding.to_rgb through capture.ImageList (PIL's own conversion clips 16-bit values at 255)."""
     folder = _copy(world, tmp_path, "val")
     gray = np.asarray(Image.open(folder / ID[0] / f"{ID[0]}_0.png").convert("L"))
     Image.fromarray(gray, "L").save(folder / ID[0] / "twin8.png")

@@ -8,18 +8,18 @@ one line on stderr naming the option or value, no traceback, no ``manifest.json`
 
 | row                   | input                                            | guard                                     |
 |-----------------------|--------------------------------------------------|-------------------------------------------|
-| truncated_jpeg       | a JPEG cut in half                               | isood.features.images.decode_image (try/except)     |
-| zero_bytes           | a 0-byte .png                                    | isood.features.images.decode_image                  |
-| not_an_image         | text saved as .jpg in a class folder             | isood.features.images.decode_image                  |
-| png_bomb             | 1-bit PNG, 17000 x 10000 px (1x-2x PIL's limit)  | isood.features.images.check_pixels (in _decode)     |
-| jpeg_bomb_fast       | JPEG header 12000 x 12000, --fast-decode         | isood.features.images.check_pixels (in _decode)     |
-| outside_file_link    | symlink to a file outside the root               | isood.features.images.outside_root (_refusals)      |
-| outside_folder_link  | symlinked class folder outside the root          | isood.features.images._folder_paths + outside_root  |
-| broken_link          | a dangling symlink                               | isood.features.images._folder_paths (links listed)  |
-| converted modes      | L, LA, P, CMYK, RGBA, 16-bit PNG                 | isood.features.images.to_rgb (16-bit: scaled)       |
-| names                | non-wnid folder, unicode + spaces                | isood.features.images.image_rows ('' wnid)          |
+| truncated_jpeg       | a JPEG cut in half                               | isood.features.decoding.decode_image (try/except)     |
+| zero_bytes           | a 0-byte .png                                    | isood.features.decoding.decode_image                  |
+| not_an_image         | text saved as .jpg in a class folder             | isood.features.decoding.decode_image                  |
+| png_bomb             | 1-bit PNG, 17000 x 10000 px (1x-2x PIL's limit)  | isood.features.decoding.check_pixels (in _decode)     |
+| jpeg_bomb_fast       | JPEG header 12000 x 12000, --decode fast         | isood.features.decoding.check_pixels (in _decode)     |
+| outside_file_link    | symlink to a file outside the root               | isood.features.listing.outside_root (_refusals)      |
+| outside_folder_link  | symlinked class folder outside the root          | isood.features.listing._folder_paths + outside_root  |
+| broken_link          | a dangling symlink                               | isood.features.listing._folder_paths (links listed)  |
+| converted modes      | L, LA, P, CMYK, RGBA, 16-bit PNG                 | isood.features.decoding.to_rgb (16-bit: scaled)       |
+| names                | non-wnid folder, unicode + spaces                | isood.features.listing.image_rows ('' wnid)          |
 | link policy          | inside link read, cycle once, --follow-symlinks  | _folder_paths (aliases), ExtractOptions    |
-| file list            | missing, duplicates written 4 ways, ``..``       | isood.features.images._list_paths                   |
+| file list            | missing, duplicates written 4 ways, ``..``       | isood.features.listing._list_paths                   |
 | user errors          | empty folder/list, bad counts, ...               | list_images, check_sizes, check_shard_args |
 """
 
@@ -95,7 +95,7 @@ BAD_FILES = [  # (row id, make the bad file in the class folder, expected error 
     pytest.param(lambda d, kit: _zero(d), "UnidentifiedImageError", (), id="zero_bytes"),
     pytest.param(lambda d, kit: _text(d), "UnidentifiedImageError", (), id="not_an_image"),
     pytest.param(_png_bomb, "DecompressionBombError: 17000x10000", (), id="png_bomb"),
-    pytest.param(_jpeg_bomb, "DecompressionBombError: 12000x12000", ("--fast-decode",), id="jpeg_bomb_fast"),
+    pytest.param(_jpeg_bomb, "DecompressionBombError: 12000x12000", ("--decode", "fast"), id="jpeg_bomb_fast"),
 ]
 
 
@@ -116,7 +116,7 @@ def test_bad_file_is_a_rejected_row(make, expected, extra, cli, bad_images, tiny
 def test_bomb_is_refused_from_its_header_fast_and_without_pixels(tiny_encoder, bad_images, tmp_path):
     """The png_bomb row at the decoder: refused in well under a second and without the process's peak memory
     growing by the ~680 MB a decode (170 MB bilevel + 510 MB RGB) would take."""
-    from isood.features.images import decode_images
+    from isood.features.decoding import decode_images
 
     path = tmp_path / "bomb.png"
     path.write_bytes(bad_images.bilevel_png(17_000, 10_000))
@@ -311,7 +311,7 @@ USER_ERRORS = [  # (images source, extra args, substrings the one line must hold
     pytest.param(None, ("--batch-size", "-4"), ["--batch-size", "-4"], id="batch_size_neg-check_sizes"),
     pytest.param(None, ("--shard-size", "0"), ["--shard-size", "0"], id="shard_size_0-check_sizes"),
     pytest.param(None, ("--workers", "-1"), ["--workers", "-1"], id="workers_neg-check_sizes"),
-    pytest.param(None, ("--num-shards", "0"), ["--num-shards", "0"], id="num_shards_0-check_shard_args"),
+    pytest.param(None, ("--num-shards", "0"), ["--num-shards", "0"], id="num_shards_0-optspec.check"),
     pytest.param(None, ("--num-shards", "2", "--shard-index", "2"), ["--shard-index", "2"],
                  id="shard_index_out_of_range-check_shard_args"),
     pytest.param(None, ("--engine", "spark"), ["spark", "--engine"], id="unknown_engine-optspec.check"),

@@ -116,18 +116,6 @@ def test_bad_option_is_one_line_exit_2_and_nothing_complete(extra, names, inputs
     assert not (out / "manifest.json").exists()
 
 
-def test_deprecated_workers_still_counts_ray_actors_with_one_warning(inputs, cli, tmp_path):
-    """generate-syn --workers (Ray actors before every command's --workers meant decoding processes) is folded
-    into --ray-workers for one release: one warning line, then the same check as --ray-workers."""
-    out = tmp_path / "out"
-    r = cli.invoke([*inputs["args"], "--engine", "ray", "--workers", "-1", "--out", out])
-    lines = [ln for ln in r.output.splitlines() if ln.strip()]
-    assert r.exit_code == 2 and len(lines) == 2, r.output
-    assert "--workers is deprecated; pass --ray-workers" in lines[0]
-    assert "--ray-workers must be an integer >= 1, got -1" in lines[1]
-    assert not out.exists()
-
-
 @pytest.mark.parametrize("field, value", [("n_levels", 0), ("n_levels", -1), ("na_threshold", 0),
                                           ("laid_triplets", 0)], ids=lambda v: str(v))
 def test_api_counts_are_checked_before_anything_runs(field, value, inputs, tiny_clip_spec, tmp_path,

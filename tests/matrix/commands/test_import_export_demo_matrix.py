@@ -57,7 +57,7 @@ def test_export_openood_num_classes_below_1(value, imported, cli, tmp_path):
 
 
 def test_demo_negative_seed_before_anything_runs(cli, tmp_path):
-    """Guard: isood.core.defaults.check_seed, called by the CLI before the class filter (numpy refuses negative seeds with
+    """Guard: isood.core.shared_options.seed_option, checked by the CLI before the class filter (numpy refuses negative seeds with
     a traceback)."""
     out = tmp_path / "demo"
     line = cli.one_line_error(cli.invoke(["demo", "--out", out, "--seed", "-1"]))

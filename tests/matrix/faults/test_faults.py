@@ -284,11 +284,11 @@ SCENARIOS = {
     # SIGKILL while the evaluation manifest is being written (some of its files are there); SIGINT after the
     # second cached model output
     "evaluate": ("cache/**/*.safetensors", {"target": "manifests.store:atomic_write_bytes", "nth": 3},
-                 {"target": "isood.classifiers.capture:OutputCache.save", "nth": 2}),
+                 {"target": "isood.classifiers.output_cache:OutputCache.save", "nth": 2}),
     "extract-gpu": ("out/features-*", {"target": "isood.features.featurestore.extraction:write_shard", "nth": 2},
                     {"target": "isood.features.featurestore.extraction:write_shard", "nth": 3}),
-    "evaluate-gpu": ("cache/**/*.safetensors", {"target": "isood.classifiers.capture:OutputCache.save", "nth": 3},
-                     {"target": "isood.classifiers.capture:OutputCache.save", "nth": 2}),
+    "evaluate-gpu": ("cache/**/*.safetensors", {"target": "isood.classifiers.output_cache:OutputCache.save", "nth": 3},
+                     {"target": "isood.classifiers.output_cache:OutputCache.save", "nth": 2}),
 }
 
 

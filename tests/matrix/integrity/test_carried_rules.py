@@ -5,7 +5,7 @@
   threshold is given, and with an explicit one when it is; the output records both (``assemble.na_thresholds``).
   The reference: a cell is N/A when the manifest's images in it, counted here with pandas, are below the threshold.
 * Explicit roots: the build runs in one folder with relative paths (`--clip local-dir:clip`); the manifest stores
-  them absolute (``isood.core.optspec.recorded``), so `generate-syn --splits` (no `--clip`) and `evaluate` run from
+  them absolute (``isood.core.optconfig.recorded``), so `generate-syn --splits` (no `--clip`) and `evaluate` run from
   another folder, and their own manifests store absolute paths and specs too; the Syn-IS grid binned on the
   splits takes their N/A threshold.
 * An approximate search with no held-out image (a set too small to tune on) reports no interval, not a perfect one.
@@ -132,7 +132,7 @@ def test_cli_and_api_use_one_na_threshold(explicit, world, cli, tmp_path):
 
 
 def test_a_stage_run_from_another_folder_reads_the_stored_paths(world, cli, syn_inputs_factory):
-    """Guards: isood.core.optspec.recorded / absolute_spec (splits, generate-syn and evaluate configs)."""
+    """Guards: isood.core.optconfig.recorded / absolute_spec (splits, generate-syn and evaluate configs)."""
     proj, elsewhere = world["proj"].resolve(), world["elsewhere"]
     rel_splits = os.path.relpath(proj / "splits", elsewhere)
     with contextlib.chdir(elsewhere):

@@ -113,7 +113,7 @@ UNKEYED = {
                  "(score_kind): a detector reads the cached outputs, it does not change them",
     "batch_size": "images per forward pass: the same outputs up to float rounding (compared with tolerances)",
     "device": "where the same model runs on the same inputs: the same outputs up to float rounding",
-    "workers": "decoding processes: the same decoded images in the same order",
+    "decode_processes": "decoding processes: the same decoded images in the same order",
     "cache_dir": "the cache's own location",
     "na_threshold": "decides N/A cells after scoring, from counts",
     "der": "whether the ID training set is scored; its entry is keyed by its own data like every other set",

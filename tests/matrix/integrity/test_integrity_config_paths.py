@@ -14,7 +14,8 @@ import json
 import pytest
 
 from isood.cli.options import COMMANDS
-from isood.core.optspec import from_config, option_fields
+from isood.core.optconfig import from_config
+from isood.core.optspec import option_fields
 
 #: String options that never name a file or folder on this machine, and why.
 NOT_PATHS = {

@@ -12,11 +12,11 @@ stage's own function) on tiny data made here and names its guard.
 | truncated_cache          | a truncated model-output cache file            | evaluation.capture.OutputCache.get      |
 | new_weights              | new weights saved into the same pipeline folder| generation.fingerprint.pipeline_weights |
 | weights_cached           | a weights folder fingerprinted twice, touched  | isood.core.content.folder_fingerprint        |
-| float / int32 images     | TIFF mode F in [0,1], [0,255], other; mode I   | isood.features.images.to_rgb                     |
-| nan_float                | a float TIFF with NaN                          | isood.features.images.to_rgb (ValueError row)    |
-| alias_folder             | ln -s n01443537 root/n01440764                 | isood.features.images._folder_paths (AliasError) |
-| outside_twice            | two links to one folder outside the root       | isood.features.images._folder_paths              |
-| non_utf8_names           | a file and a folder named in non-UTF-8 bytes   | isood.features.images._utf8_names (UnicodeError) |
+| float / int32 images     | TIFF mode F in [0,1], [0,255], other; mode I   | isood.features.decoding.to_rgb                     |
+| nan_float                | a float TIFF with NaN                          | isood.features.decoding.to_rgb (ValueError row)    |
+| alias_folder             | ln -s n01443537 root/n01440764                 | isood.features.listing._folder_paths (AliasError) |
+| outside_twice            | two links to one folder outside the root       | isood.features.listing._folder_paths              |
+| non_utf8_names           | a file and a folder named in non-UTF-8 bytes   | isood.features.listing._utf8_names (UnicodeError)|
 | portability              | one text encoded in batches of 2 and of 1      | tolerance, not bit equality             |
 """
 
@@ -71,20 +71,21 @@ def reads(monkeypatch):
     ``hashed`` (images read only to hash them: a stat-cache miss) and ``weights`` (other files hashed: weights
     and configs)."""
     import isood.core.content
-    import isood.features.images
+    import isood.features.decoding
+    import isood.features.listing
 
     counts = {"decoded": 0, "hashed": 0, "weights": 0}
-    read_hashed, hash_file = isood.features.images._read_hashed, isood.core.content.hash_file
+    read_hashed, hash_file = isood.features.decoding.read_hashed, isood.core.content.hash_file
 
     def decoded(path, digest):
         counts["decoded"] += 1
         return read_hashed(path, digest)
 
     def hashed(path):
-        counts["hashed" if Path(path).suffix.lower() in isood.features.images.IMAGE_EXTENSIONS else "weights"] += 1
+        counts["hashed" if Path(path).suffix.lower() in isood.features.listing.IMAGE_EXTENSIONS else "weights"] += 1
         return hash_file(path)
 
-    monkeypatch.setattr(isood.features.images, "_read_hashed", decoded)
+    monkeypatch.setattr(isood.features.decoding, "read_hashed", decoded)
     monkeypatch.setattr(isood.core.content, "hash_file", hashed)
 
     def take(*keys: str) -> dict[str, int]:
@@ -394,7 +395,7 @@ def test_16bit_pgm_keeps_its_16bit_scaling():
     """PIL opens a 16-bit PGM as mode I: its values are 16-bit samples (x 255/65535), as before."""
     import io
 
-    from isood.features.images import to_rgb
+    from isood.features.decoding import to_rgb
 
     g = _gray().astype(np.uint16) * 257
     buf = io.BytesIO(b"P5\n28 24\n65535\n" + g.astype(">u2").tobytes())

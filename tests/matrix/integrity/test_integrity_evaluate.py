@@ -331,7 +331,7 @@ def test_model_function_that_is_no_classifier_is_one_line(option, names, world, 
 ])
 @pytest.mark.parametrize("seed", [SEED_TOO_BIG, str(2**31), "-1"])
 def test_seed_outside_the_one_bound_is_one_line(command, seed, cli, tmp_path):
-    """Guard: isood.core.defaults.check_seed, called by every command's option check before anything is read."""
+    """Guard: isood.core.shared_options.seed_option, checked by every command's option check before anything is read."""
     args = [str(tmp_path / a) if a in ("S", "V", "T", "I", "L", "W") else a for a in command]
     out = tmp_path / "out"
     args[args.index("OUT")] = str(out)

@@ -93,7 +93,7 @@ def test_a_link_to_a_subset_read_anyway_is_read_once(tmp_path):
 
 # ============================================================================ control characters
 def test_a_newline_in_an_image_name_is_recorded_escaped_and_refused(tmp_path):
-    from isood.features.images import list_images
+    from isood.features.listing import list_images
 
     for name in ("a.png", "b\nc.png"):
         _png(tmp_path / "imgs" / W / name)

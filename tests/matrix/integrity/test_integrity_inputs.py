@@ -90,9 +90,9 @@ def test_bom_is_dropped_by_every_reader_of_a_user_text_file(tmp_path, tiny_image
     from generation.safety import PromptBlocklist
     from generation.styles import parse_style_file
     from isood.classifiers.classes import read_class_file
-    from isood.features.images import list_images
+    from isood.features.listing import list_images
     from isood.features.labels import load_labels
-    from isood.stages.splits.config import read_toml  # isood.core.optspec.from_config of BuildConfig
+    from isood.stages.splits.config import read_toml  # isood.core.optconfig.from_config of BuildConfig
     from isood.stages.wordnet.jobs import read_list_file
     from wordnet_tools.synsets import load_synset_list
 

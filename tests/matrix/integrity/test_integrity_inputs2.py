@@ -127,7 +127,7 @@ def test_extract_empty_part_writes_and_merges(cli, tiny_images, tiny_clip_spec, 
 
 def test_every_stage_that_takes_num_shards_has_an_empty_part_row():
     from isood.cli.options import COMMANDS
-    from isood.core.optspec import JobArrayFields
+    from isood.core.shared_options import JobArrayFields
 
     sharded = {" ".join(w) for w, cls in COMMANDS if issubclass(cls, JobArrayFields)}
     rows = {"generate-syn": test_generate_syn_empty_part_writes_and_merges,

@@ -348,7 +348,7 @@ def test_a_deeply_nested_manifest_json_is_one_line(cli, tmp_path):
 
 
 def test_the_unreadable_images_list_has_a_private_unpredictable_name(tmp_path):
-    from isood.classifiers.capture import Unreadable
+    from isood.classifiers.image_list import Unreadable
     from isood.classifiers.scoring import _unreadable_list
 
     found = [Unreadable(f"/data/x{i}.png", "OSError") for i in range(5)]

@@ -312,7 +312,7 @@ def test_data_dependent_parameters_are_refused_before_any_image_is_decoded(world
     feature size before any image is decoded or the model run (counted); the time to refusal is printed."""
     import time
 
-    import isood.classifiers.capture as capture
+    import isood.classifiers.image_list as capture
     import isood.stages.evaluate.model as model_step
 
     counts = {"models": 0, "forward": 0, "decoded": 0}

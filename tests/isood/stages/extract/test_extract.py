@@ -18,7 +18,7 @@ from isood.features.featurestore import SHARD_NAME, load_features
 from isood.stages.extract import ExtractOptions, merged_config, part_table, run_extract, task_shards
 
 N_GOOD = 16  # tiny_images: 16 readable images + 1 corrupt file
-KW = dict(batch_size=2, shard_size=3, workers=0, progress=False)  # tiny_images: 17 files -> 6 shards
+KW = dict(batch_size=2, shard_size=3, decode_processes=0, progress=False)  # tiny_images: 17 files -> 6 shards
 
 
 def _lines(output):
@@ -68,15 +68,15 @@ def test_extract_cli_prints_summary_and_resumes(tiny_clip_spec, tiny_images, tmp
     assert {p: p.read_bytes() for p in (tmp_path / "s").rglob("*") if p.is_file()} == before  # untouched
 
 
-def test_fast_decode_flag_is_recorded_and_never_reuses_reference_shards(tiny_clip_spec, tiny_images, tmp_path):
+def test_decode_fast_is_recorded_and_never_reuses_reference_shards(tiny_clip_spec, tiny_images, tmp_path):
     args = ["extract", "--images", str(tiny_images), "--clip", tiny_clip_spec, "--out", str(tmp_path / "f"),
             "--shard-size", "8", "--batch-size", "4", "--workers", "0", "--device", "cpu"]
-    res = CliRunner().invoke(app, [*args, "--fast-decode"])
+    res = CliRunner().invoke(app, [*args, "--decode", "fast"])
     assert res.exit_code == 0, res.output
     assert f"{N_GOOD} images -> 32-d features, 1 rejected; shards written 3, reused 0" in res.output
     view = manifests.read(tmp_path / "f", kind="features")
     assert view.decode == "fast" and len(view.rejected) == 1
-    assert "shards written 0, reused 3" in CliRunner().invoke(app, [*args, "--fast-decode"]).output
+    assert "shards written 0, reused 3" in CliRunner().invoke(app, [*args, "--decode", "fast"]).output
     assert "shards written 3, reused 0" in CliRunner().invoke(app, args).output  # default: reference, recomputed
     assert manifests.read(tmp_path / "f", kind="features").decode == "reference"
     assert "shards written 0, reused 3" in CliRunner().invoke(app, args).output
@@ -111,13 +111,12 @@ def test_decode_gpu_is_recorded_never_mixed_and_rejects_what_the_reference_rejec
     assert "shards written 0, reused 3" in CliRunner().invoke(app, [*base, *gpu_out, "--decode", "gpu"]).output
     assert "shards written 3, reused 0" in CliRunner().invoke(app, [*base, *gpu_out]).output  # reference now
     assert _shard_keys(outs["gpu"]) == keys["reference"]
-    assert "shards written 3, reused 0" in CliRunner().invoke(app, [*base, *gpu_out, "--fast-decode"]).output
-    assert manifests.read(outs["gpu"], kind="features").decode == "fast"  # the deprecated alias
+    assert "shards written 3, reused 0" in CliRunner().invoke(app, [*base, *gpu_out, "--decode", "fast"]).output
+    assert manifests.read(outs["gpu"], kind="features").decode == "fast"
 
 
 @pytest.mark.parametrize("extra, words", [
     (["--decode", "turbo"], "--decode 'turbo'"),
-    (["--decode", "gpu", "--fast-decode"], "contradicts --decode gpu"),
 ])
 def test_bad_decode_options_are_one_line_before_any_work(extra, words, tiny_clip_spec, tiny_images, tmp_path):
     res = CliRunner().invoke(app, ["extract", "--images", str(tiny_images), "--clip", tiny_clip_spec, "--out",
@@ -130,7 +129,7 @@ def test_bad_decode_options_are_one_line_before_any_work(extra, words, tiny_clip
 def test_an_interrupted_gpu_decode_run_resumes_to_the_same_bytes(workers, tiny_images, tiny_encoder, tmp_path):
     """`--decode gpu`, decoding in processes or not: a run stopped after its second shard, rerun, writes every
     file of an uninterrupted run (the resume reuses the two shards)."""
-    kw = dict(decode="gpu", workers=workers)
+    kw = dict(decode="gpu", decode_processes=workers)
     whole = tmp_path / "whole"
     _run(tiny_images, tiny_encoder, whole, **kw)
 

@@ -16,5 +16,5 @@ def test_custom_generator_is_refused_with_ray_before_any_work(tmp_path):
 
     with pytest.raises(BadInputError, match="only with the local engine, not 'ray'"):
         run_generate_syn(SynOptions(out=tmp_path / "o", id_features="unused", progress=False),
-                         engine=RayEngine(workers=1, device="cpu"), generator=lambda *a: [])
+                         engine=RayEngine(actors=1, device="cpu"), generator=lambda *a: [])
     assert not (tmp_path / "o").exists()
