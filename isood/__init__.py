@@ -52,7 +52,7 @@ _EXPORTS = {
     "load_features": "isood.features.featurestore",
     "extract_features": "isood.features.featurestore",
     "load_labels": "isood.features.labels",
-    "BuildConfig": "isood.stages.splits",
+    "SplitsOptions": "isood.stages.splits",
     "build_splits": "isood.stages.splits",
     "read": "isood.kinds",
     "Benchmark": "isood.benchmarks.api",

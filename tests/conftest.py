@@ -139,13 +139,13 @@ def planted_evaluation(tmp_path_factory):
     from isood.dev.planted import evaluate_planted
     from isood.science.laid import LAID
     from isood.science.simulate import make_planted_world
-    from isood.stages.splits import BuildConfig, build_splits
+    from isood.stages.splits import SplitsOptions, build_splits
 
     out = tmp_path_factory.mktemp("planted-eval")
     world = make_planted_world(seed=0)
     id_dir, test_dir = write_planted_features(world, out / "world")
     laid = LAID(world.mixing).save(out / "world" / "laid.safetensors")
-    splits = build_splits(BuildConfig(id=str(id_dir), test=str(test_dir), laid=str(laid), out=str(out / "splits"),
+    splits = build_splits(SplitsOptions(id=str(id_dir), test=str(test_dir), laid=str(laid), out=str(out / "splits"),
                                       progress=False)).manifest
     ev = evaluate_planted(world, splits, out / "evaluation", seed=0, detectors=PLANTED_DETECTORS,
                           plot_metrics=PLANTED_PLOT_METRICS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from isood.cli._app import app, console, out_console
 from isood.cli.options import command
-from isood.stages.splits import BuildConfig, build_splits as run_build_splits
+from isood.stages.splits import SplitsOptions, build_splits as run_build_splits
 
 __all__ = ["build_splits", "print_warning", "ann_line"]
 
@@ -46,9 +46,9 @@ def ann_line(ann: dict) -> str:
         " / ".join(f"{a} {v['edge_shift']:.4g}" for a, v in axes.items()), ann["cell_agreement_fixed_edges"])
 
 
-@command(app, "build-splits", BuildConfig,
+@command(app, "build-splits", SplitsOptions,
          help="Measure each test image's semantic and covariate shift to the ID set and bin them into an 8x8 grid.")
-def build_splits(cfg: BuildConfig) -> None:
+def build_splits(cfg: SplitsOptions) -> None:
     r = run_build_splits(cfg, warn=print_warning)
     n_ok = int((~r.cells["na"]).sum())
     out_console.print(

@@ -1,6 +1,6 @@
 """One description per command option: the field of the command's options dataclass.
 
-Every command's options are one frozen dataclass (``BuildConfig``, ``EvaluateOptions``, ...) whose fields carry
+Every command's options are one frozen dataclass (``SplitsOptions``, ``EvaluateOptions``, ...) whose fields carry
 their description in their metadata (``option(...)``): the flag, the help text, the default, the type, the
 bounds or choices, a deprecated alias. From that one description:
 

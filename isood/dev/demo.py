@@ -35,7 +35,7 @@ from isood.science.grid import bin_with_edges, level_edges
 from isood.features.shift import shift_distances
 from isood.science.simulate import PlantedWorld, make_planted_world, random_orthogonal, subspace_recovery
 from isood.science.simulate_clip import make_clip_world, modality_cosines
-from isood.stages.splits import BuildConfig, BuildResult, build_splits
+from isood.stages.splits import SplitsOptions, BuildResult, build_splits
 from isood.stages.wordnet.jobs import run_filter
 
 __all__ = ["PlantedReport", "PlantedRun", "planted_report", "write_planted_features", "run_planted",
@@ -165,7 +165,7 @@ def run_planted(out: str | Path, *, seed: int = 0, progress: bool = True,
     laid = fit_laid(world.text_anchor, world.text_semantic_shift, world.text_covariate_shift, seed=seed)
     fit_s = time.perf_counter() - t0
     laid_path = laid.save(world_dir / "laid.safetensors")
-    cfg = BuildConfig(id=str(id_dir), test=str(test_dir), laid=str(laid_path), out=str(out / "splits"),
+    cfg = SplitsOptions(id=str(id_dir), test=str(test_dir), laid=str(laid_path), out=str(out / "splits"),
                       seed=seed, progress=progress)
     result = build_splits(cfg, warn=warn, argv=["isood", "demo", "--out", str(out), "--seed", str(seed)])
     images = result.manifest.images

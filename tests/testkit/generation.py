@@ -136,7 +136,7 @@ def clip_world_syn(tmp_path_factory, clip_world):
     import json
 
     from isood.science.laid import LAID
-    from isood.stages.splits import BuildConfig, build_splits
+    from isood.stages.splits import SplitsOptions, build_splits
 
     root = tmp_path_factory.mktemp("clip_world_syn")
     rng = np.random.default_rng(0)
@@ -158,7 +158,7 @@ def clip_world_syn(tmp_path_factory, clip_world):
         pd.DataFrame({"path": [f"{name}/{j:05d}.png" for j in range(len(feats))],
                       "wnid": [f"class{c:04d}" for c in cls]}).to_parquet(root / name / "index.parquet")
     laid = LAID(clip_world.mixing).save(root / "laid.safetensors")
-    build_splits(BuildConfig(id=str(root / "id"), test=str(root / "test"), laid=str(laid), out=str(root / "splits"),
+    build_splits(SplitsOptions(id=str(root / "id"), test=str(root / "test"), laid=str(laid), out=str(root / "splits"),
                              progress=False))
     return {"root": root, "labels": root / "labels.txt", "styles": root / "styles.json", "splits": root / "splits",
             "encoder": encoder, "prompt_truth": truth}

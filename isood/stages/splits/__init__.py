@@ -29,13 +29,13 @@ bytes of the steps above run on the whole test set in memory. The output is a ma
     features-id/, features-test/   the extracted features, when --id / --test were image sources
     manifest.json          written last
 
-Modules: ``config`` (:class:`BuildConfig`, :func:`load_build_config`), ``load`` (load steps), ``steps`` (pure
+Modules: ``options`` (:class:`SplitsOptions`, :func:`load_splits_options`), ``load`` (load steps), ``steps`` (pure
 steps), ``stream`` (the streamed test side), ``write`` (:func:`write_splits`), ``job`` (:func:`build_splits`).
 """
 
 from __future__ import annotations
 
-from isood.stages.splits.config import BuildConfig, load_build_config, parse_quantile, splits_config, validate
+from isood.stages.splits.options import SplitsOptions, load_splits_options, parse_quantile, splits_config, validate
 from isood.stages.splits.job import BuildResult, build_splits
 from isood.stages.splits.load import FeatureSet
 from isood.stages.splits.steps import (DROPPED_COLUMNS, LEVEL_AGREEMENT_TARGET, Grid, ann_summary, bin_shifts,
@@ -45,8 +45,8 @@ from isood.stages.splits.stream import StreamedTest, check_test_rows, streamed_t
 from isood.stages.splits.write import cell_lists, write_splits
 
 __all__ = [
-    "BuildConfig", "load_build_config", "validate", "parse_quantile", "splits_config", "FeatureSet", "Grid", "BuildResult",
-    "DROPPED_COLUMNS", "build_splits", "clean_features", "drop_rows", "dropped_rows", "rejected_rows",
+    "SplitsOptions", "load_splits_options", "validate", "parse_quantile", "splits_config", "FeatureSet", "Grid",
+    "BuildResult", "DROPPED_COLUMNS", "build_splits", "clean_features", "drop_rows", "dropped_rows", "rejected_rows",
     "filter_test_rows", "measure_shift", "shift_stream", "bin_shifts", "ann_summary", "LEVEL_AGREEMENT_TARGET",
     "cell_lists", "write_splits", "StreamedTest", "check_test_rows", "streamed_test",
 ]

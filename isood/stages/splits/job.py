@@ -19,7 +19,7 @@ from isood.kinds import LAID_FILE, SPLITS, SplitsView
 from isood.core.engine import BatchEngine
 from isood.core.progress import progress_bar
 from isood.features.shift import ShiftSearch, ShiftStream
-from isood.stages.splits.config import BuildConfig, splits_config, validate
+from isood.stages.splits.options import SplitsOptions, splits_config, validate
 from isood.stages.splits.load import (FeatureSet, Inputs, check_feature_sets, check_sources, extract_set,
                                       extracted_files, input_paths, load_encoder, load_inputs, load_precomputed,
                                       train_laid)
@@ -45,7 +45,7 @@ class BuildResult:
     warnings: list[str]
 
 
-def _precomputed_sets(cfg: BuildConfig, inputs: Inputs, note: Warn) -> dict[str, FeatureSet]:
+def _precomputed_sets(cfg: SplitsOptions, inputs: Inputs, note: Warn) -> dict[str, FeatureSet]:
     """The precomputed sides (verified), checked against --clip and --laid before anything heavy runs."""
     sets = {name: load_precomputed(name, getattr(cfg, name), verify=cfg.verify)
             for name in ("id", "test") if inputs.precomputed[name]}
@@ -57,7 +57,7 @@ def _precomputed_sets(cfg: BuildConfig, inputs: Inputs, note: Warn) -> dict[str,
     return sets
 
 
-def _extract_missing(cfg: BuildConfig, sets: dict[str, FeatureSet], encoder: ClipEncoder | None, out: Path, *,
+def _extract_missing(cfg: SplitsOptions, sets: dict[str, FeatureSet], encoder: ClipEncoder | None, out: Path, *,
                      note: Warn, argv: list[str] | None, engine: BatchEngine | None) -> dict[str, FeatureSet]:
     """List both image sources (an empty one fails before anything is extracted), extract them into the work
     folder ``out`` (``features-id/``, ``features-test/``), check."""
@@ -75,7 +75,7 @@ def _rows_bar(bar, description: str, total: int) -> Callable[[int], None]:
     return lambda n: bar.advance(task, n)
 
 
-def _clean_and_filter(cfg: BuildConfig, sets: Mapping[str, FeatureSet], inputs: Inputs,
+def _clean_and_filter(cfg: SplitsOptions, sets: Mapping[str, FeatureSet], inputs: Inputs,
                       note: Warn) -> tuple[np.ndarray, StreamedTest, pd.DataFrame]:
     """(x_id, the test rows to measure, dropped table) after the clean and filter steps: the ID features are
     read and cleaned in memory, the test features checked block by block (only their index stays in memory);
@@ -104,14 +104,14 @@ def _clean_and_filter(cfg: BuildConfig, sets: Mapping[str, FeatureSet], inputs: 
     return x_id, rows, dropped
 
 
-def _measure(cfg: BuildConfig, stream: ShiftStream, test: StreamedTest, n_id: int) -> ShiftSearch:
+def _measure(cfg: SplitsOptions, stream: ShiftStream, test: StreamedTest, n_id: int) -> ShiftSearch:
     """The shift of every test row, streamed through ``stream`` (the ID side: its LAID halves)."""
     with progress_bar(cfg.progress, transient=True) as bar:
         on_rows = _rows_bar(bar, f"measuring shift of {len(test)} test images against {n_id} ID images", len(test))
         return stream.measure(test.chunks, on_rows=on_rows)
 
 
-def build_splits(cfg: BuildConfig, *, warn: Warn | None = None, argv: list[str] | None = None,
+def build_splits(cfg: SplitsOptions, *, warn: Warn | None = None, argv: list[str] | None = None,
                  engine: BatchEngine | None = None) -> BuildResult:
     """Run `isood build-splits` with ``cfg`` (module docstring): load -> clean/filter -> LAID -> measure -> bin ->
     write. Warnings go to ``warn`` (and into the manifest's summary); ``engine`` runs any extraction. The test
@@ -128,7 +128,7 @@ def build_splits(cfg: BuildConfig, *, warn: Warn | None = None, argv: list[str] 
     return replace(result, manifest=view)
 
 
-def _build(cfg: BuildConfig, out: Path, *, warn: Warn | None, argv: list[str] | None,
+def _build(cfg: SplitsOptions, out: Path, *, warn: Warn | None, argv: list[str] | None,
            engine: BatchEngine | None) -> BuildResult:
     """The build-splits steps in the work folder ``out`` (``manifests.writing``)."""
     notes: list[str] = []

@@ -21,7 +21,7 @@ from isood.science.laid import LAID
 from isood.features.laid_training import train_laid_from_labels
 from isood.core.engine import BatchEngine
 from isood.core.files import TMP_PREFIX
-from isood.stages.splits.config import BuildConfig
+from isood.stages.splits.options import SplitsOptions
 
 __all__ = ["FeatureSet", "Inputs", "check_sources", "input_paths", "load_inputs", "load_precomputed",
            "check_feature_sets", "load_encoder", "extract_set", "extracted_files", "train_laid"]
@@ -71,7 +71,7 @@ class Inputs:
     records: list[dict]
 
 
-def check_sources(cfg: BuildConfig) -> None:
+def check_sources(cfg: SplitsOptions) -> None:
     """Both sources exist, and ``--laid`` / ``--class-filter`` when given (``--out`` is checked by the writer,
     ``manifests.writing``)."""
     for name in ("id", "test"):
@@ -86,12 +86,12 @@ def check_sources(cfg: BuildConfig) -> None:
                             "(isood wordnet filter --out DIR)")
 
 
-def input_paths(cfg: BuildConfig) -> list[str]:
+def input_paths(cfg: SplitsOptions) -> list[str]:
     """The files and folders build-splits reads, which ``--out`` may not be (or be inside, or hold)."""
     return [str(p) for p in (cfg.id, cfg.test, cfg.laid, cfg.class_filter, cfg.labels) if p and Path(str(p)).exists()]
 
 
-def load_inputs(cfg: BuildConfig) -> Inputs:
+def load_inputs(cfg: SplitsOptions) -> Inputs:
     """Read --laid, --class-filter (verified) and (without --laid) --labels; decide whether a CLIP is needed."""
     precomputed = {name: is_feature_dir(getattr(cfg, name)) for name in ("id", "test")}
     need_clip = not (all(precomputed.values()) and cfg.laid)
@@ -161,7 +161,7 @@ def check_feature_sets(sets: Mapping[str, FeatureSet], *, clip: str | None = Non
             raise BadInputError(f"feature dimension mismatch: features have {s.dim}, --clip {clip} gives {clip_dim}")
 
 
-def load_encoder(cfg: BuildConfig, inputs: Inputs) -> ClipEncoder | None:
+def load_encoder(cfg: SplitsOptions, inputs: Inputs) -> ClipEncoder | None:
     """The CLIP, when images are to be extracted or LAID trained (its dimension checked against --laid)."""
     if not inputs.need_clip:
         return None
@@ -174,7 +174,7 @@ def load_encoder(cfg: BuildConfig, inputs: Inputs) -> ClipEncoder | None:
     return encoder
 
 
-def extract_set(name: str, source: str, encoder: ClipEncoder, sub: Path, cfg: BuildConfig, *, note: Warn,
+def extract_set(name: str, source: str, encoder: ClipEncoder, sub: Path, cfg: SplitsOptions, *, note: Warn,
                 argv: list[str] | None, engine: BatchEngine | None, images: ImageSource | None = None) -> FeatureSet:
     """Extract an image source into ``sub`` (resumable; ``isood.features.featurestore``) and open it for reading;
     ``images``: the source already listed (``list_images``), else listed here."""
@@ -202,7 +202,7 @@ def extracted_files(out: Path, sets: Iterable[FeatureSet]) -> list[str]:
     return files
 
 
-def train_laid(cfg: BuildConfig, inputs: Inputs, encoder: ClipEncoder | None, *,
+def train_laid(cfg: SplitsOptions, inputs: Inputs, encoder: ClipEncoder | None, *,
                dim: int) -> tuple[LAID, float | None]:
     """The given LAID, or one trained on ``inputs.labels`` with ``encoder``; its dimension must be ``dim``."""
     laid, fit_seconds = inputs.laid, None

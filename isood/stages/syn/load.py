@@ -98,7 +98,7 @@ def load_laid(opts: SynOptions, splits: SplitsView | None, encoder: ClipEncoder,
     source = opts.laid or (str(splits.laid_path) if splits is not None and splits.laid_path else None)
     if not source:
         laid, fit_seconds = train_laid_from_labels(encoder, labels.texts, labels_from=f"--labels {opts.labels}",
-                                                   triplets=opts.laid_triplets, seed=opts.seed,
+                                                   triplets=opts.triplets, seed=opts.seed,
                                                    progress=opts.progress)
         return LaidChoice(laid, "trained", None, fit_seconds)
     laid = LAID.load(source)

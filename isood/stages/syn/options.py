@@ -70,8 +70,7 @@ class SynOptions(EngineFields, JobArrayFields):
     seed: int = seed_option("Global seed (prompt sampling, LAID training, per-image seeds).")
     prompts_only: bool = option(False, help="Write the binned prompt manifest without generating.")
     device: str | None = device_option()
-    n_levels: int = levels_option("Levels per axis without --splits (with it: the splits' levels).",
-                                 flag="--levels")
+    levels: int = levels_option("Levels per axis without --splits (with it: the splits' levels).")
     na_threshold: int | None = na_threshold_option(
         "A cell with fewer images is N/A (default: the --splits manifest's threshold, else 10).", from_manifest=True)
     blocklist: str | None = option(None, kind="path", metavar="FILE",
@@ -82,8 +81,7 @@ class SynOptions(EngineFields, JobArrayFields):
                                         help="Image safety checker package.module:function (image, item) -> "
                                              "reason|None; imported and called (also from --config): it runs "
                                              "as trusted code, pass only code you would run yourself.")
-    laid_triplets: int = option(LAID_TRIPLETS, least=1, flag="--triplets",
-                                help="LAID training triplets (when LAID is trained here).")
+    triplets: int = option(LAID_TRIPLETS, least=1, help="LAID training triplets (when LAID is trained here).")
     progress: bool = option(True, cli=False, help="Progress bars.")
     verify: str = verify_option()
     ray_actors: int | None = option(None, least=1, flag="--ray-workers", metavar="N",
@@ -137,9 +135,9 @@ def check_options(opts: SynOptions, *, engine: str = "local", custom_generator: 
                             "--splits DIR (or --prompt-edges prompts)")
     if opts.partial and opts.prompts_only:
         raise BadInputError("--num-shards splits image generation; --prompts-only runs once (drop --num-shards)")
-    most = int(opts.per_cell) * int(opts.n_levels) ** 2 * int(opts.images_per_prompt)
+    most = int(opts.per_cell) * int(opts.levels) ** 2 * int(opts.images_per_prompt)
     if most > MAX_PLANNED_IMAGES:
-        raise BadInputError(f"--per-cell {opts.per_cell} x {int(opts.n_levels) ** 2} cells x --images-per-prompt "
+        raise BadInputError(f"--per-cell {opts.per_cell} x {int(opts.levels) ** 2} cells x --images-per-prompt "
                             f"{opts.images_per_prompt} may plan {most:,} images, more than {MAX_PLANNED_IMAGES:,} "
                             "(the plan is held in memory); lower --per-cell or --images-per-prompt")
     pipeline = str(opts.pipeline)

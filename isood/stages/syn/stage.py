@@ -72,7 +72,7 @@ def prompt_edges(opts: SynOptions, splits: SplitsView | None, d_sem, d_cov) -> P
     """The edges of ``--prompt-edges`` (``isood.stages.syn.edges``) with the levels and quantile clip the splits
     manifest chose (its typed view), else ``--levels`` and the grid's default clip."""
     if splits is None:
-        return choose_edges(d_sem, d_cov, mode=opts.prompt_edges, n_levels=opts.n_levels)
+        return choose_edges(d_sem, d_cov, mode=opts.prompt_edges, n_levels=opts.levels)
     images = splits.images
     return choose_edges(d_sem, d_cov, mode=opts.prompt_edges, n_levels=splits.n_levels, clip=splits.clip_quantile,
                         splits_edges=(splits.axis_edges("sem"), splits.axis_edges("cov")),

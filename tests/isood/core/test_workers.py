@@ -36,10 +36,10 @@ def test_every_command_that_decodes_takes_the_one_default():
     from isood.core.optspec import option_fields
     from isood.stages.evaluate.options import EvaluateOptions
     from isood.stages.extract import ExtractOptions
-    from isood.stages.splits.config import BuildConfig
+    from isood.stages.splits.options import SplitsOptions
 
     described = []
-    for cls in (ExtractOptions, BuildConfig, EvaluateOptions):
+    for cls in (ExtractOptions, SplitsOptions, EvaluateOptions):
         (f, spec, kind), = [(f, s, k) for f, s, k in option_fields(cls) if s.flag_name(f.name) == "--workers"]
         described.append((f.name, f.default, spec.least, spec.most, kind))
     assert described == [("decode_processes", None, 0, 256, "int")] * 3

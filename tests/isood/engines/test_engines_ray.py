@@ -228,7 +228,7 @@ def test_generate_syn_ray_equals_local(local_ray, syn_setup, tiny_clip_spec, tmp
         return SynOptions(out=out, styles="sdxl:photographic,anime", labels=str(syn_setup / "labels.txt"),
                           clip=tiny_clip_spec, laid=str(syn_setup / "laid.safetensors"), id_features=str(syn_setup / "id"),
                           per_cell=1, images_per_prompt=2, pipeline=f"local-dir:{syn_setup / 'sdxl'}", size=64,
-                          batch_size=3, seed=0, device="cpu", n_levels=3, na_threshold=2, progress=False)
+                          batch_size=3, seed=0, device="cpu", levels=3, na_threshold=2, progress=False)
 
     local = run_generate_syn(opts(tmp_path / "local"))
     ray = run_generate_syn(opts(tmp_path / "ray"), engine=RayEngine(actors=1, device="cpu"))

@@ -2,7 +2,7 @@
 refused before a prompt is encoded or an image generated: exit 2, one line on stderr naming the option or value,
 no traceback, no ``manifest.json`` in ``--out``. The inputs are valid otherwise (tiny open_clip, ID features, a
 LAID file and labels made here), so a row passes only through its guard, named in its id (``module.function``).
-``n_levels`` / ``na_threshold`` / ``laid_triplets`` have no CLI flag: their rows go through the Python API.
+The rows of ``levels`` / ``na_threshold`` / ``triplets`` go through the Python API (the same check as their flags).
 """
 
 from __future__ import annotations
@@ -116,8 +116,8 @@ def test_bad_option_is_one_line_exit_2_and_nothing_complete(extra, names, inputs
     assert not (out / "manifest.json").exists()
 
 
-@pytest.mark.parametrize("field, value", [("n_levels", 0), ("n_levels", -1), ("na_threshold", 0),
-                                          ("laid_triplets", 0)], ids=lambda v: str(v))
+@pytest.mark.parametrize("field, value", [("levels", 0), ("levels", -1), ("na_threshold", 0),
+                                          ("triplets", 0)], ids=lambda v: str(v))
 def test_api_counts_are_checked_before_anything_runs(field, value, inputs, tiny_clip_spec, tmp_path,
                                                      monkeypatch):
     """Guard: isood.stages.syn.options.check_options (isood.core.optspec.check: the error names the field's flag).
@@ -136,6 +136,6 @@ def test_api_counts_are_checked_before_anything_runs(field, value, inputs, tiny_
                       prompts_only=True, progress=False, **{field: value})
     with pytest.raises(BadInputError) as e:
         run_generate_syn(opts)
-    flag = {"n_levels": "--levels", "na_threshold": "--na-threshold", "laid_triplets": "--triplets"}[field]
+    flag = {"levels": "--levels", "na_threshold": "--na-threshold", "triplets": "--triplets"}[field]
     assert f"{flag} must be" in str(e.value) and str(value) in str(e.value) and "\n" not in str(e.value)
     assert not (tmp_path / "out").exists()

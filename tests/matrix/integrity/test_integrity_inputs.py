@@ -92,7 +92,7 @@ def test_bom_is_dropped_by_every_reader_of_a_user_text_file(tmp_path, tiny_image
     from isood.classifiers.classes import read_class_file
     from isood.features.listing import list_images
     from isood.features.labels import load_labels
-    from isood.stages.splits.config import read_toml  # isood.core.optconfig.from_config of BuildConfig
+    from isood.stages.splits.options import read_toml  # isood.core.optconfig.from_config of SplitsOptions
     from isood.stages.wordnet.jobs import read_list_file
     from wordnet_tools.synsets import load_synset_list
 

@@ -203,13 +203,13 @@ def feature_world(tmp_path_factory, tiny_clip_spec, image_dataset_factory):
     from isood.features.featurestore import extract_features
     from isood.science.laid import LAID
     from isood.science.simulate import random_orthogonal
-    from isood.stages.splits import BuildConfig, build_splits
+    from isood.stages.splits import SplitsOptions, build_splits
 
     root = tmp_path_factory.mktemp("tampered")
     images = image_dataset_factory(root / "images", classes={"n01440764": 4, "n02084071": 4}, seed=2, corrupt=None)
     extract_features(images, tiny_clip_spec, root / "features", batch_size=8, device="cpu", progress=False)
     LAID(random_orthogonal(32, seed=2)).save(root / "laid.safetensors")
-    build_splits(BuildConfig(id=str(root / "features"), test=str(root / "features"), laid=str(root / "laid.safetensors"),
+    build_splits(SplitsOptions(id=str(root / "features"), test=str(root / "features"), laid=str(root / "laid.safetensors"),
                              out=str(root / "splits"), levels=2, na_threshold=1, progress=False))
     return root
 

@@ -4,7 +4,7 @@ traceback for a user) where the house asks for a one-line error saying what to p
 
 | row                                      | mypy's complaint                      | guard                             |
 |------------------------------------------|---------------------------------------|-----------------------------------|
-| build_splits without id / test / out     | BuildConfig.out / .id may be None     | stages.splits.config.validate     |
+| build_splits without id / test / out     | SplitsOptions.out / .id may be None     | stages.splits.config.validate     |
 | a DER metric without thresholds          | CellInputs.der_thresholds may be None | evaluation.metrics._der_metric    |
 | a leak mask on a set that is no grid     | EvalSet.images may be None            | evaluation.assemble.leak_free_set |
 | a streamed layout whose main is unlisted | ConfigLayout.main may be None         | manifests.card.write_with_card    |
@@ -24,14 +24,14 @@ from isood.core.errors import BadInputError, ManifestError
 
 @pytest.mark.parametrize("missing, named", [("id", "--id"), ("test", "--test"), ("out", "--out")])
 def test_build_splits_without_a_required_path(tmp_path, missing, named):
-    from isood.stages.splits import BuildConfig, build_splits
+    from isood.stages.splits import SplitsOptions, build_splits
 
     src = tmp_path / "src"
     src.mkdir()
     paths = {"id": str(src), "test": str(src), "out": str(tmp_path / "out")}
     paths[missing] = None
     with pytest.raises(BadInputError) as e:
-        build_splits(BuildConfig(**paths))
+        build_splits(SplitsOptions(**paths))
     message = str(e.value)
     assert "\n" not in message and f"{named} is required" in message, message
     assert not (tmp_path / "out").exists()  # refused before anything is written

@@ -11,8 +11,8 @@ from isood.kinds import SplitsView
 from isood.science.laid import LAID
 from isood.features.shift import shift_distances
 from isood.science.simulate import random_orthogonal
-from isood.stages.splits import (BuildConfig, FeatureSet, bin_shifts, cell_lists, clean_features, dropped_rows,
-                                 filter_test_rows, load_build_config, measure_shift, parse_quantile, rejected_rows,
+from isood.stages.splits import (SplitsOptions, FeatureSet, bin_shifts, cell_lists, clean_features, dropped_rows,
+                                 filter_test_rows, load_splits_options, measure_shift, parse_quantile, rejected_rows,
                                  splits_config, write_splits)
 from isood.features.featurestore.loading import FeatureReader
 from isood.stages.splits.load import check_feature_sets
@@ -162,16 +162,16 @@ def test_parse_quantile_rejects_bad_values(value):
 
 
 def test_load_build_config_merges_defaults_toml_and_command_line(tmp_path):
-    cfg = load_build_config(None, dict(id="a", test="b", out="c", clip_quantile="0.05"))
+    cfg = load_splits_options(None, dict(id="a", test="b", out="c", clip_quantile="0.05"))
     assert cfg.clip_quantile == (0.05, 0.95) and cfg.levels == 8 and cfg.na_threshold == 10 and cfg.labels == "21k"
     toml = tmp_path / "conf" / "b.toml"
     toml.parent.mkdir()
     toml.write_text('[build-splits]\nid = "ids"\ntest = "/abs/test"\nout = "o"\nlevels = 5\nna-threshold = 3\n')
-    cfg = load_build_config(toml, dict(levels=4, seed=None))
+    cfg = load_splits_options(toml, dict(levels=4, seed=None))
     assert (cfg.id, cfg.test, cfg.out) == (str(toml.parent / "ids"), "/abs/test", str(toml.parent / "o"))
     assert (cfg.levels, cfg.na_threshold, cfg.seed) == (4, 3, 0)  # command line > TOML > default
     with pytest.raises(TypeError):
-        load_build_config(None, dict(id="a", test="b", out="c", not_an_option=1))
+        load_splits_options(None, dict(id="a", test="b", out="c", not_an_option=1))
 
 
 @pytest.mark.parametrize("overrides, match", [
@@ -181,12 +181,12 @@ def test_load_build_config_merges_defaults_toml_and_command_line(tmp_path):
 ])
 def test_load_build_config_rejects_bad_values(overrides, match):
     with pytest.raises(BadInputError, match=match):
-        load_build_config(None, overrides)
+        load_splits_options(None, overrides)
 
 
 def test_splits_config_records_every_option_but_progress_and_the_view_fields(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    cfg = BuildConfig(id="a", test="b", out="c")
+    cfg = SplitsOptions(id="a", test="b", out="c")
     config = splits_config(cfg, clip_identity="X", id_root="ids", test_root="/test")
     assert "progress" not in config and "verify" not in config and config["levels"] == 8
     # paths against explicit roots, never the working directory
@@ -204,7 +204,7 @@ def _grid():
 @pytest.mark.parametrize("card", [False, True])
 def test_write_splits_writes_a_readable_view_with_lists(tmp_path, card):
     grid = _grid()
-    config = splits_config(BuildConfig(id="a", test="b", out=str(tmp_path), levels=3, na_threshold=5),
+    config = splits_config(SplitsOptions(id="a", test="b", out=str(tmp_path), levels=3, na_threshold=5),
                            clip_identity="X", id_root="/ids", test_root="/test")
     view = write_splits(tmp_path / "s", images=grid.images, cells=grid.cells, edges=grid.edges, config=config,
                         files={"extra.txt": "x"}, argv=["test"], card=card)

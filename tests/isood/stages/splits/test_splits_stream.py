@@ -16,7 +16,7 @@ from isood.features.featurestore.loading import FeatureReader
 from isood.kinds import FEATURES, SPLITS
 from isood.science.laid import LAID
 from isood.science.simulate import random_orthogonal
-from isood.stages.splits import (BuildConfig, ann_summary, bin_shifts, build_splits, clean_features, filter_test_rows,
+from isood.stages.splits import (SplitsOptions, ann_summary, bin_shifts, build_splits, clean_features, filter_test_rows,
                                  measure_shift, rejected_rows, write_splits)
 
 DIM = 32
@@ -74,7 +74,7 @@ def planted(tmp_path_factory):
 
 
 def _cfg(planted, out, **kw):
-    return BuildConfig(id=str(planted["id"]), test=str(planted["test"]), laid=str(planted["laid"]), out=str(out),
+    return SplitsOptions(id=str(planted["id"]), test=str(planted["test"]), laid=str(planted["laid"]), out=str(out),
                        levels=4, na_threshold=2, exclude_id_classes=True, progress=False, **kw)
 
 
@@ -182,7 +182,7 @@ def test_memory_does_not_grow_with_the_test_features(tmp_path, monkeypatch):
     LAID(random_orthogonal(dim, seed=0)).save(tmp_path / "laid.safetensors")
     monkeypatch.setattr(shift, "BLOCK_ROWS", 2048)  # 2 MB blocks: what stays is what grows with the rows
     monkeypatch.setattr(loading, "READ_ROWS", 2048)
-    cfg = BuildConfig(id=str(ids), test=str(test), laid=str(tmp_path / "laid.safetensors"), out=str(tmp_path / "s"),
+    cfg = SplitsOptions(id=str(ids), test=str(test), laid=str(tmp_path / "laid.safetensors"), out=str(tmp_path / "s"),
                       progress=False)
     import torch  # noqa: F401  (the search imports it: ~70 MB of Python objects, before measuring)
 

@@ -33,7 +33,7 @@ def write_splits_manifest(root, *, sem_edges, cov_edges, config):
 def options(syn_inputs, out, clip, **kw):
     base = dict(out=out, styles=STYLES, labels=str(syn_inputs["labels"]), clip=clip, laid=str(syn_inputs["laid"]),
                 id_features=str(syn_inputs["id_features"]), per_cell=1, images_per_prompt=2, size=64, steps=1,
-                batch_size=3, seed=0, device="cpu", n_levels=4, na_threshold=2, progress=False)
+                batch_size=3, seed=0, device="cpu", levels=4, na_threshold=2, progress=False)
     base.update(kw)
     return SynOptions(**base)
 
@@ -134,7 +134,7 @@ def test_kill_and_resume_gives_the_uninterrupted_files(syn_inputs, tiny_clip_spe
 
 def test_prompts_only_cells_follow_the_binning(syn_inputs, tiny_clip_spec, tmp_path):
     out = tmp_path / "prompts"
-    res = run_generate_syn(options(syn_inputs, out, tiny_clip_spec, prompts_only=True, per_cell=2, n_levels=3))
+    res = run_generate_syn(options(syn_inputs, out, tiny_clip_spec, prompts_only=True, per_cell=2, levels=3))
     m = manifests.read(out, kind=SYN_IS_PROMPTS)
     assert m.kind == KIND_PROMPTS and manifests.verify(out).ok and not (out / "images").exists()
     prompts = m.frame("prompts")
@@ -176,7 +176,7 @@ def test_splits_edges_are_reused_and_laid_is_trained_when_absent(syn_inputs, tin
                           config={"clip": tiny_clip_spec, "id": str(syn_inputs["id_features"])})
     out = tmp_path / "o"
     opts = options(syn_inputs, out, None, prompts_only=True, laid=None, splits=str(tmp_path / "splits"),
-                   laid_triplets=200, id_features=None, prompt_edges="splits")  # CLIP, ID features: build-splits'
+                   triplets=200, id_features=None, prompt_edges="splits")  # CLIP, ID features: build-splits'
     run_generate_syn(opts)
     m = manifests.read(out)
     got = m.frame("edges")

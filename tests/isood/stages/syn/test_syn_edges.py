@@ -19,7 +19,7 @@ from isood.kinds import SPLITS, SYN_IS_PROMPTS
 from isood.science.laid import LAID
 from isood.features.shift import shift_distances
 from isood.science.simulate_clip import make_clip_world, modality_cosines
-from isood.stages.splits import BuildConfig, build_splits
+from isood.stages.splits import SplitsOptions, build_splits
 
 
 def run_prompts(world_syn, out, monkeypatch, **kw):
@@ -119,7 +119,7 @@ def test_calibrated_edges_move_the_splits_edges_by_the_median_gap(clip_world_syn
 def test_levels_clip_and_na_threshold_come_from_the_splits_manifest(clip_world_syn, isood_cache, tmp_path,
                                                                     monkeypatch):
     root = clip_world_syn["root"]
-    build_splits(BuildConfig(id=str(root / "id"), test=str(root / "test"), laid=str(root / "laid.safetensors"),
+    build_splits(SplitsOptions(id=str(root / "id"), test=str(root / "test"), laid=str(root / "laid.safetensors"),
                              out=str(tmp_path / "splits"), levels=6, clip_quantile=(0.05, 0.95), na_threshold=3,
                              progress=False))
     world = dict(clip_world_syn, splits=tmp_path / "splits")

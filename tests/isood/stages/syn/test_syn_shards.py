@@ -24,7 +24,7 @@ def options(syn_inputs, out, clip, pipeline, **kw):
     base = dict(out=out, styles="sdxl:photographic,anime,pixel-art", labels=str(syn_inputs["labels"]), clip=clip,
                 laid=str(syn_inputs["laid"]), id_features=str(syn_inputs["id_features"]), per_cell=1,
                 images_per_prompt=2, pipeline=pipeline, size=64, steps=1, batch_size=3, seed=0, device="cpu",
-                n_levels=4, na_threshold=2, progress=False)
+                levels=4, na_threshold=2, progress=False)
     base.update(kw)
     return SynOptions(**base)
 

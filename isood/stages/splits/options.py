@@ -20,7 +20,7 @@ from isood.core.optspec import check, option
 from isood.core.shared_options import (batch_size_option, decode_processes_option, device_option, levels_option,
                                        na_threshold_option, seed_option, shard_size_option, verify_option)
 
-__all__ = ["BuildConfig", "load_build_config", "validate", "parse_quantile", "read_toml", "splits_config",
+__all__ = ["SplitsOptions", "load_splits_options", "validate", "parse_quantile", "read_toml", "splits_config",
            "PATH_KEYS"]
 
 #: Options holding paths (absolute in the manifest's config: explicit roots, never the working directory).
@@ -29,7 +29,7 @@ _SETS = "image folder / file list, or a feature set (isood extract output, or fe
 
 
 @dataclass(frozen=True, kw_only=True)
-class BuildConfig:
+class SplitsOptions:
     """Options of `isood build-splits`, one description each (flag = field name with - for _)."""
 
     id: str | None = option(None, kind="path", required=True, metavar="SET", help=f"ID set: {_SETS}.")
@@ -77,7 +77,7 @@ class BuildConfig:
     progress: bool = option(True, cli=False, help="Progress bars.")
 
 
-_KNOWN = tuple(f.name for f in fields(BuildConfig))
+_KNOWN = tuple(f.name for f in fields(SplitsOptions))
 
 
 def parse_quantile(value: Any) -> tuple[float, float]:
@@ -102,10 +102,10 @@ def parse_quantile(value: Any) -> tuple[float, float]:
 def read_toml(config_file: str | os.PathLike) -> dict[str, Any]:
     """The options of a build-splits TOML file (``isood.core.optconfig.from_config``: keys with _, paths resolved
     against its folder, unknown keys refused)."""
-    return from_config(BuildConfig, config_file, "build-splits")
+    return from_config(SplitsOptions, config_file, "build-splits")
 
 
-def _check_ann(cfg: BuildConfig) -> None:
+def _check_ann(cfg: SplitsOptions) -> None:
     """--ann-recall / --ann-levels (checked numbers in (0, 1], their description's bound): one of them, asking
     for approximate search (not an exact --backend)."""
     if cfg.ann_recall is not None and cfg.ann_levels is not None:
@@ -116,7 +116,7 @@ def _check_ann(cfg: BuildConfig) -> None:
                                 f"exact; pass --backend auto or faiss-ivf, or drop {flag}")
 
 
-def validate(cfg: BuildConfig) -> BuildConfig:
+def validate(cfg: SplitsOptions) -> SplitsOptions:
     """The checked options (one-line errors naming the flag, ``isood.core.optspec.check``), the quantiles
     normalised, paths as strings; ``--id``, ``--test`` and ``--out`` required (command line or ``--config``)."""
     cfg = check(cfg)
@@ -128,18 +128,18 @@ def validate(cfg: BuildConfig) -> BuildConfig:
     return cfg
 
 
-def load_build_config(config_file: str | os.PathLike | None = None,
-                      overrides: Mapping[str, Any] | None = None) -> BuildConfig:
+def load_splits_options(config_file: str | os.PathLike | None = None,
+                      overrides: Mapping[str, Any] | None = None) -> SplitsOptions:
     """Merge defaults < TOML file < ``overrides`` (the command line: option name with _ -> value, ``None`` =
     not given), validated. An unknown override name is a programming error (``TypeError``)."""
     unknown = set(overrides or {}) - set(_KNOWN)
     if unknown:
         raise TypeError(f"unknown build option {sorted(unknown)[0]}")
     config = read_toml(config_file) if config_file is not None else {}
-    return validate(merge_values(BuildConfig, dict(overrides or {}), config))
+    return validate(merge_values(SplitsOptions, dict(overrides or {}), config))
 
 
-def splits_config(cfg: BuildConfig, *, clip_identity: str | None, id_root: str | None,
+def splits_config(cfg: SplitsOptions, *, clip_identity: str | None, id_root: str | None,
                   test_root: str | None) -> dict[str, Any]:
     """The config a splits manifest records: every option (but ``progress`` and ``verify``) plus what the views
     read (``clip_identity``, ``id_root``, ``test_root``). Paths, the ``--labels`` file and the ``--clip`` spec
