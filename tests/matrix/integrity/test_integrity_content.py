@@ -7,7 +7,7 @@ stage's own function) on tiny data made here and names its guard.
 | overwritten_same_size    | image overwritten in place, same size and mtime| featurestore.shards.shard_key (content) |
 | reads                    | first run, rerun, touch, racy file             | isood.core.content.content_hashes, StatCache |
 | machine_independent      | a copy of the images (other inodes, mtimes)    | shard_key: relative paths + content     |
-| job_array                | parts merged, then rerun                       | stages.extract._take_part (stat caches) |
+| job_array                | parts merged, then rerun                       | stages.extract.stage._take_part (stat caches) |
 | evaluate_overwritten     | a test image overwritten in place, same size   | stages.evaluate.datasets.data_identity  |
 | truncated_cache          | a truncated model-output cache file            | evaluation.capture.OutputCache.get      |
 | new_weights              | new weights saved into the same pipeline folder| generation.fingerprint.pipeline_weights |

@@ -15,7 +15,8 @@ from isood.cli import app
 from isood.cli.extract import merge_dirs
 from isood.core.errors import IsoodError
 from isood.features.featurestore import SHARD_NAME, load_features
-from isood.stages.extract import ExtractOptions, merged_config, part_table, run_extract, task_shards
+from isood.stages.extract import ExtractOptions, run_extract
+from isood.stages.extract.stage import merged_config, part_table, task_shards
 
 N_GOOD = 16  # tiny_images: 16 readable images + 1 corrupt file
 KW = dict(batch_size=2, shard_size=3, decode_processes=0, progress=False)  # tiny_images: 17 files -> 6 shards
