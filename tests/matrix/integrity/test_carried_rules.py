@@ -182,7 +182,7 @@ def test_clip_prompts_use_open_clip_imagenet_names():
 
 
 def test_mcm_on_a_non_clip_model_is_refused_in_one_line(world, cli, tmp_path, monkeypatch):
-    """Guards: evaluation.options.check_options (--model NAME) and stages.evaluate.model.build_model (a Python model)."""
+    """Guards: stages.evaluate.options.check_options (--model NAME) and stages.evaluate.model.build_model (a Python model)."""
     import isood
     from isood.core.errors import BadInputError
     from isood.stages.evaluate import job

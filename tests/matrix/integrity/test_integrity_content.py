@@ -9,7 +9,7 @@ stage's own function) on tiny data made here and names its guard.
 | machine_independent      | a copy of the images (other inodes, mtimes)    | shard_key: relative paths + content     |
 | job_array                | parts merged, then rerun                       | stages.extract.stage._take_part (stat caches) |
 | evaluate_overwritten     | a test image overwritten in place, same size   | stages.evaluate.datasets.data_identity  |
-| truncated_cache          | a truncated model-output cache file            | evaluation.capture.OutputCache.get      |
+| truncated_cache          | a truncated model-output cache file            | classifiers.output_cache.OutputCache.get|
 | new_weights              | new weights saved into the same pipeline folder| generation.fingerprint.pipeline_weights |
 | weights_cached           | a weights folder fingerprinted twice, touched  | isood.core.content.folder_fingerprint        |
 | float / int32 images     | TIFF mode F in [0,1], [0,255], other; mode I   | isood.features.decoding.to_rgb                     |

@@ -149,7 +149,7 @@ ROWS = [
     ("audit", "audit", "classes", "wnid", "isood.stages.wordnet.jobs.run_audit"),
     ("imagenet-ood", "image-list", "images", "path", "stages.interop.imports"),
     ("openood-imglist", "image-list", "images", "path", "stages.interop.imports"),
-    ("evaluation", "evaluation", "cell_metrics", "cell", "evaluation.write"),
+    ("evaluation", "evaluation", "cell_metrics", "cell", "stages.evaluate.write"),
 ]
 
 

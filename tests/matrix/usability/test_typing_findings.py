@@ -6,10 +6,10 @@ traceback for a user) where the house asks for a one-line error saying what to p
 |------------------------------------------|---------------------------------------|-----------------------------------|
 | build_splits without id / test / out     | SplitsOptions.out / .id may be None     | stages.splits.config.validate     |
 | a DER metric without thresholds          | CellInputs.der_thresholds may be None | evaluation.metrics._der_metric    |
-| a leak mask on a set that is no grid     | EvalSet.images may be None            | evaluation.assemble.leak_free_set |
+| a leak mask on a set that is no grid     | EvalSet.images may be None            | stages.evaluate.assemble.leak_free_set|
 | a streamed layout whose main is unlisted | ConfigLayout.main may be None         | manifests.card.write_with_card    |
 | write() on a file staged by path         | StagedFile.file may be None           | manifests.stream.StagedFile.write |
-| an input detector without input scores   | input_scores may be None              | evaluation.scoring.score_dataset  |
+| an input detector without input scores   | input_scores may be None              | classifiers.scoring.score_dataset|
 | outputs without logits, fitted / scored  | ForwardOutputs.logits may be None     | ForwardOutputs.captured           |
 """
 
