@@ -7,15 +7,21 @@ internal edge lies within the overestimate below its distance (or an end edge wi
 edges are quantiles of all the distances). :class:`LevelSearch`:
 
 1. builds the IVF index and searches two disjoint samples of the queries exactly (tuning, held-out);
-2. on the tuning sample picks the probed lists ``nprobe``, a margin scale ``h`` and a bound ``tau`` of the cheapest
-   plan: a query's *reach* is ``tau * w`` with ``w = exp(-m / h)``, ``m`` = its best similarity after ``nprobe``
-   lists minus the similarity of its next centroid (a query far ahead of the lists it did not probe gains little
-   from them); ``tau`` is the smallest that leaves at most the target's share (plus one binomial standard error)
-   of the tuning queries at another level with no edge within reach; cost = lists scanned (``SCAN_WEIGHT``) +
-   the share of queries an edge is within reach of (searched exactly);
-3. searches every query with ``nprobe`` lists, keeps the queries an edge may be within reach of (edges of the
-   distances found so far, widened by ``EDGE_Z`` standard errors of their end quantiles), and at the end, at the
-   final edges, searches exactly every kept query an edge is within reach of (repeated until the edges settle);
+2. on the tuning sample picks the probed lists ``nprobe``, the widening (``wide`` lists for the queries whose
+   best unprobed centroid is within ``gap`` of the similarity their level's lower edge asks for,
+   :mod:`isood.ann.widen`), a margin scale ``h`` and a bound ``tau`` of the cheapest plan: a query's *reach* is
+   ``tau * w`` with ``w = exp(-m / h)``, ``m`` = its best similarity after its lists minus the similarity of its
+   next centroid (a query far ahead of the lists it did not probe gains little from them); ``tau`` is the
+   smallest that leaves at most the target's share (plus one binomial standard error) of the tuning queries at
+   another level with no edge within reach, at the sample's edges and at those edges moved by up to their slack
+   (``EDGE_SHIFTS``: the build's edges are not the sample's); cost = the share of the reference rows scanned
+   (``SCAN_WEIGHT``) + the share of queries an edge is within reach of (searched exactly);
+3. searches every query with ``nprobe`` lists, the queries the widening rule picks (at the edges of the
+   distances found before their chunk) with lists ``nprobe .. wide`` too, keeps the queries an edge may be
+   within reach of (edges of the distances found so far, widened by ``EDGE_Z`` standard errors of their end
+   quantiles), and at the end, at the final edges, searches exactly every kept query an edge is within reach of
+   by its own answer (repeated until the edges settle; a sampled query too, so that the held-out check
+   measures what every other query gets);
 4. reports the level agreement of the held-out queries at the build's own edges and its one-sided lower
    confidence bound (Wilson), from held-out queries only, and the queries an edge reached that were not kept
    (``uncovered``: 0 unless a streamed build's edges moved beyond their estimate).
@@ -50,8 +56,11 @@ SCALES = (0.05, 0.1, 0.2, math.inf)
 EDGE_Z = 4.0
 #: Shifts of the edges, in units of their slack, at which a tuning query must keep its level.
 EDGE_SHIFTS = (-1.0, -0.5, 0.0, 0.5, 1.0)
-#: A list scanned costs this many times its share of an exact search (scanning lists is less efficient).
-SCAN_WEIGHT = 2.0
+#: A list scanned costs this many times its share of an exact search (scanning lists is less efficient:
+#: 1 / 0.6 measured on 2 cores at 2048 lists of 200k rows).
+SCAN_WEIGHT = 1.7
+#: A widened query may probe this many times the lists (``MAX_SCAN_FRACTION``) every query may probe.
+WIDE_FACTOR = 2
 #: k-means iterations of the index (the lists only have to be compact enough to probe; the answer's level is
 #: what is checked): 8 cost 40% of the default 20 and gave the same recall@1 at 128 of 2048 lists (clip world).
 KMEANS_ITER = 8
@@ -146,7 +155,8 @@ def tune_levels(index: IVFIndex, query: np.ndarray, exact_sims: np.ndarray, samp
     """The cheapest :class:`LevelPlan` (module docstring) for the tuning ``query`` rows (exact similarities
     ``exact_sims``); ``sample_d``: the exact distances of the tuning sample (the provisional edges)."""
     n = len(query)
-    limit = max(1, int(index.nlist * MAX_SCAN_FRACTION))
+    first = max(1, int(index.nlist * MAX_SCAN_FRACTION))  # the lists every query may probe
+    limit = min(index.nlist, WIDE_FACTOR * first)  # and a widened one
     csims, lists = probe(index, query, min(limit + 1, index.nlist))
     seen = np.maximum.accumulate(list_maxima(index, query, lists[:, :limit], threads=threads), axis=1)
     rows = list_rows(np.diff(index.offsets), lists[:, :limit], len(index.ids))
@@ -159,7 +169,7 @@ def tune_levels(index: IVFIndex, query: np.ndarray, exact_sims: np.ndarray, samp
     found = {p: seen[:, p - 1].astype(np.float64) for p in ladder}
     changed = {p: np.isfinite(found[p]) & _moved(_distance(found[p]), exact_d, edges, slack) for p in ladder}
     best: tuple[float, LevelPlan] | None = None
-    for p in ladder:
+    for p in [k for k in ladder if k <= first]:
         stat = widen_stat(_distance(found[p]), nxt[p], edges, slack)
         for wide in [w for w in ladder if w >= 2 * p] or [p]:
             for gap in gap_candidates(stat, changed[p]) if wide > p else [math.inf]:
@@ -174,7 +184,7 @@ def tune_levels(index: IVFIndex, query: np.ndarray, exact_sims: np.ndarray, samp
                     plan = LevelPlan(p, h, 0.0, edges, slack, 0.0, wide=wide, gap=gap)
                     w = plan.weight(margin)
                     ratio = np.sort(over[moved] / w[moved])[::-1]
-                    plan.tau = float(ratio[allowed]) * (1 + 1e-6) if allowed < len(ratio) else 0.0
+                    plan.tau = max(0.0, float(ratio[allowed]) * (1 + 1e-6)) if allowed < len(ratio) else 0.0
                     plan.exact_share = float(np.mean(near_edge(_distance(f), plan.tau * w, edges) | ~ok))
                     plan.widened_share, plan.scan_share = float(np.mean(widened)), scan
                     cost = SCAN_WEIGHT * scan + plan.exact_share
