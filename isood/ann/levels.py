@@ -55,7 +55,7 @@ SCALES = (0.05, 0.1, 0.2, math.inf)
 #: Standard errors of the sample's end quantiles by which the provisional edges are widened.
 EDGE_Z = 4.0
 #: Shifts of the edges, in units of their slack, at which a tuning query must keep its level.
-EDGE_SHIFTS = (-0.5, -0.25, 0.0, 0.25, 0.5)
+EDGE_SHIFTS = (-1.0, -0.5, 0.0, 0.5, 1.0)
 #: A list scanned costs this many times its share of an exact search (scanning lists is less efficient:
 #: 1 / 0.6 measured on 2 cores at 2048 lists of 200k rows).
 SCAN_WEIGHT = 1.7
