@@ -21,8 +21,9 @@ Backends (:class:`SearchOptions`):
   plan on a sample of the queries against exact search and reports what it reached on a held-out sample
   (:mod:`isood.features.ann.tune`); :mod:`isood.features.ann.agreement` turns that sample into the share of images whose grid
   cell equals an exact build's, with a confidence interval. A ``levels`` target searches with
-  :mod:`isood.features.ann.levels`: IVF answers, and an exact search of every query an edge is within reach of (the reach
-  tuned on the tuning sample: an IVF distance can only overestimate), with the held-out level agreement and its
+  :mod:`isood.features.ann.levels`: IVF answers, more lists for the queries an unprobed list could move to a lower
+  level (:mod:`isood.features.ann.widen`), and an exact search of every query an edge is within reach of (the reach tuned
+  on the tuning sample: an IVF distance can only overestimate), with the held-out level agreement and its
   one-sided lower confidence bound in the report.
 
 Measured by ``bench/shift_nn.py`` on 1M x 256 clustered features, half of the queries far OOD, on 2 CPU cores

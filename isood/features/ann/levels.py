@@ -7,15 +7,21 @@ internal edge lies within the overestimate below its distance (or an end edge wi
 edges are quantiles of all the distances). :class:`LevelSearch`:
 
 1. builds the IVF index and searches two disjoint samples of the queries exactly (tuning, held-out);
-2. on the tuning sample picks the probed lists ``nprobe``, a margin scale ``h`` and a bound ``tau`` of the cheapest
-   plan: a query's *reach* is ``tau * w`` with ``w = exp(-m / h)``, ``m`` = its best similarity after ``nprobe``
-   lists minus the similarity of its next centroid (a query far ahead of the lists it did not probe gains little
-   from them); ``tau`` is the smallest that leaves at most the target's share (plus one binomial standard error)
-   of the tuning queries at another level with no edge within reach; cost = lists scanned (``SCAN_WEIGHT``) +
-   the share of queries an edge is within reach of (searched exactly);
-3. searches every query with ``nprobe`` lists, keeps the queries an edge may be within reach of (edges of the
-   distances found so far, widened by ``EDGE_Z`` standard errors of their end quantiles), and at the end, at the
-   final edges, searches exactly every kept query an edge is within reach of (repeated until the edges settle);
+2. on the tuning sample picks the probed lists ``nprobe``, the widening (``wide`` lists for the queries whose
+   best unprobed centroid is within ``gap`` of the similarity their level's lower edge asks for,
+   :mod:`isood.features.ann.widen`), a margin scale ``h`` and a bound ``tau`` of the cheapest plan: a query's *reach* is
+   ``tau * w`` with ``w = exp(-m / h)``, ``m`` = its best similarity after its lists minus the similarity of its
+   next centroid (a query far ahead of the lists it did not probe gains little from them); ``tau`` is the
+   smallest that leaves at most the target's share (plus one binomial standard error) of the tuning queries at
+   another level with no edge within reach, at the sample's edges and at those edges moved by up to their slack
+   (``EDGE_SHIFTS``: the build's edges are not the sample's); cost = the share of the reference rows scanned
+   (``SCAN_WEIGHT``) + the share of queries an edge is within reach of (searched exactly);
+3. searches every query with ``nprobe`` lists, the queries the widening rule picks (at the edges of the
+   distances found before their chunk) with lists ``nprobe .. wide`` too, keeps the queries an edge may be
+   within reach of (edges of the distances found so far, widened by ``EDGE_Z`` standard errors of their end
+   quantiles), and at the end, at the final edges, searches exactly every kept query an edge is within reach of
+   by its own answer (repeated until the edges settle; a sampled query too, so that the held-out check
+   measures what every other query gets);
 4. reports the level agreement of the held-out queries at the build's own edges and its one-sided lower
    confidence bound (Wilson), from held-out queries only, and the queries an edge reached that were not kept
    (``uncovered``: 0 unless a streamed build's edges moved beyond their estimate).
@@ -34,6 +40,7 @@ from typing import Callable
 import numpy as np
 
 from isood.features.ann.ivf import QUERY_CHUNK, IVFIndex, build_ivf, list_maxima, probe, scan_lists
+from isood.features.ann.widen import gap_candidates, list_rows, widen_stat
 from isood.features.ann.tune import MAX_SCAN_FRACTION, MIN_SAMPLE, _needed, AnnReport, Fix, ProbePlan, Target, probe_ladder
 from isood.core.errors import BadInputError
 from isood.science.grid import bin_with_edges, level_edges
@@ -47,8 +54,13 @@ Exact = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 SCALES = (0.05, 0.1, 0.2, math.inf)
 #: Standard errors of the sample's end quantiles by which the provisional edges are widened.
 EDGE_Z = 4.0
-#: A list scanned costs this many times its share of an exact search (scanning lists is less efficient).
-SCAN_WEIGHT = 2.0
+#: Shifts of the edges, in units of their slack, at which a tuning query must keep its level.
+EDGE_SHIFTS = (-1.0, -0.5, 0.0, 0.5, 1.0)
+#: A list scanned costs this many times its share of an exact search (scanning lists is less efficient:
+#: 1 / 0.6 measured on 2 cores at 2048 lists of 200k rows).
+SCAN_WEIGHT = 1.7
+#: A widened query may probe this many times the lists (``MAX_SCAN_FRACTION``) every query may probe.
+WIDE_FACTOR = 2
 #: k-means iterations of the index (the lists only have to be compact enough to probe; the answer's level is
 #: what is checked): 8 cost 40% of the default 20 and gave the same recall@1 at 128 of 2048 lists (clip world).
 KMEANS_ITER = 8
@@ -57,13 +69,17 @@ BOUND_CONFIDENCE = 0.95
 
 
 class LevelPlan:
-    """What the tuner chose: ``nprobe`` lists per query, margin scale ``scale``, bound ``tau``, the provisional
-    ``edges`` and their ``slack`` (per edge), and the estimated share of queries searched exactly."""
+    """What the tuner chose: ``nprobe`` lists per query, ``wide`` lists for a query the widening rule picks
+    (``gap``, :mod:`isood.features.ann.widen`; ``wide == nprobe``: none), margin scale ``scale``, bound ``tau``, the
+    provisional ``edges`` and their ``slack`` (per edge), the estimated shares of queries widened and searched
+    exactly, and the estimated share of the reference rows a query scans."""
 
     def __init__(self, nprobe: int, scale: float, tau: float, edges: np.ndarray, slack: np.ndarray,
-                 exact_share: float):
+                 exact_share: float, *, wide: int | None = None, gap: float = math.inf):
         self.nprobe, self.scale, self.tau = int(nprobe), float(scale), float(tau)
+        self.wide, self.gap = int(wide or nprobe), float(gap)
         self.edges, self.slack, self.exact_share = edges, slack, float(exact_share)
+        self.widened_share, self.scan_share = 0.0, 0.0
         self.shift = [0.0, 0.0]  # how far the end quantiles of the sample's IVF answers are from its exact ones
 
     def weight(self, margin: np.ndarray) -> np.ndarray:
@@ -73,8 +89,8 @@ class LevelPlan:
         return np.exp(np.minimum(-np.asarray(margin, np.float64) / self.scale, 50.0))
 
     def as_dict(self) -> dict:
-        return {"nprobe": self.nprobe, "margin_scale": None if math.isinf(self.scale) else self.scale,
-                "tau": self.tau}
+        return {"nprobe": self.nprobe, "wide": self.wide, "gap": None if math.isinf(self.gap) else self.gap,
+                "margin_scale": None if math.isinf(self.scale) else self.scale, "tau": self.tau}
 
 
 def near_edge(distance: np.ndarray, reach: np.ndarray, edges: np.ndarray, slack: np.ndarray | float = 0.0) -> np.ndarray:
@@ -123,37 +139,60 @@ def _edges(exact_d: np.ndarray, target: Target) -> tuple[np.ndarray, np.ndarray]
     return edges, (1 - t) * spread[0] + t * spread[1]
 
 
+def _moved(found_d: np.ndarray, exact_d: np.ndarray, edges: np.ndarray, slack: np.ndarray) -> np.ndarray:
+    """Whether each tuning query is at another level than its exact distance's at the edges, or at the edges
+    moved by up to their ``slack`` either way (the build's edges are not the sample's: a rule tuned only at
+    the sample's own edges overfits their place)."""
+    out = np.zeros(len(found_d), bool)
+    for shift in EDGE_SHIFTS:
+        e = np.maximum.accumulate(edges + shift * slack)
+        out |= bin_with_edges(found_d, e) != bin_with_edges(exact_d, e)
+    return out
+
+
 def tune_levels(index: IVFIndex, query: np.ndarray, exact_sims: np.ndarray, sample_d: np.ndarray, *,
                 target: Target, threads: int | None = None) -> LevelPlan:
     """The cheapest :class:`LevelPlan` (module docstring) for the tuning ``query`` rows (exact similarities
     ``exact_sims``); ``sample_d``: the exact distances of the tuning sample (the provisional edges)."""
     n = len(query)
-    limit = max(1, int(index.nlist * MAX_SCAN_FRACTION))
+    first = max(1, int(index.nlist * MAX_SCAN_FRACTION))  # the lists every query may probe
+    limit = min(index.nlist, WIDE_FACTOR * first)  # and a widened one
     csims, lists = probe(index, query, min(limit + 1, index.nlist))
     seen = np.maximum.accumulate(list_maxima(index, query, lists[:, :limit], threads=threads), axis=1)
+    rows = list_rows(np.diff(index.offsets), lists[:, :limit], len(index.ids))
     edges, slack = _edges(sample_d, target)
     exact_s = np.asarray(exact_sims, np.float64)
-    truth = bin_with_edges(_distance(exact_s), edges)
+    exact_d = _distance(exact_s)
     allowed = int(math.floor((1.0 - _needed(float(target.levels or 1.0), n)) * n + 1e-9))
+    ladder = probe_ladder(limit)
+    nxt = {p: (csims[:, p] if p < csims.shape[1] else np.full(n, -1.0)).astype(np.float64) for p in ladder}
+    found = {p: seen[:, p - 1].astype(np.float64) for p in ladder}
+    changed = {p: np.isfinite(found[p]) & _moved(_distance(found[p]), exact_d, edges, slack) for p in ladder}
     best: tuple[float, LevelPlan] | None = None
-    for p in probe_ladder(limit):
-        found = seen[:, p - 1].astype(np.float64)
-        ok = np.isfinite(found)
-        over = np.where(ok, exact_s - found, 0.0)
-        nxt = csims[:, p] if p < csims.shape[1] else np.full(n, -1.0)
-        margin = np.where(ok, found - nxt, 0.0)
-        changed = ok & (bin_with_edges(_distance(found), edges) != truth)
-        for h in SCALES:
-            plan = LevelPlan(p, h, 0.0, edges, slack, 0.0)
-            w = plan.weight(margin)
-            ratio = np.sort(over[changed] / w[changed])[::-1]
-            plan.tau = float(ratio[allowed]) * (1 + 1e-6) if allowed < len(ratio) else 0.0
-            plan.exact_share = float(np.mean(near_edge(_distance(found), plan.tau * w, edges) | ~ok))
-            plan.shift = [float(abs(np.quantile(_distance(found[ok]), c) - np.quantile(_distance(exact_s[ok]), c)))
-                          if ok.any() else 0.0 for c in target.grid_clip]
-            cost = SCAN_WEIGHT * p / index.nlist + plan.exact_share
-            if best is None or cost < best[0]:
-                best = (cost, plan)
+    for p in [k for k in ladder if k <= first]:
+        stat = widen_stat(_distance(found[p]), nxt[p], edges, slack)
+        for wide in [w for w in ladder if w >= 2 * p] or [p]:
+            for gap in gap_candidates(stat, changed[p]) if wide > p else [math.inf]:
+                widened = stat >= gap
+                f = np.where(widened, found[wide], found[p])
+                ok = np.isfinite(f)
+                over = np.where(ok, exact_s - f, 0.0)
+                margin = np.where(ok, f - np.where(widened, nxt[wide], nxt[p]), 0.0)
+                moved = np.where(widened, changed[wide], changed[p])
+                scan = float(np.mean(np.where(widened, rows[:, wide - 1], rows[:, p - 1])))
+                for h in SCALES:
+                    plan = LevelPlan(p, h, 0.0, edges, slack, 0.0, wide=wide, gap=gap)
+                    w = plan.weight(margin)
+                    ratio = np.sort(over[moved] / w[moved])[::-1]
+                    plan.tau = max(0.0, float(ratio[allowed]) * (1 + 1e-6)) if allowed < len(ratio) else 0.0
+                    plan.exact_share = float(np.mean(near_edge(_distance(f), plan.tau * w, edges) | ~ok))
+                    plan.widened_share, plan.scan_share = float(np.mean(widened)), scan
+                    cost = SCAN_WEIGHT * scan + plan.exact_share
+                    if best is None or cost < best[0]:
+                        plan.shift = [float(abs(np.quantile(_distance(f[ok]), c) -
+                                                np.quantile(_distance(exact_s[ok]), c))) if ok.any() else 0.0
+                                      for c in target.grid_clip]
+                        best = (cost, plan)
     assert best is not None
     return best[1]
 
@@ -186,6 +225,7 @@ class LevelSearch:
                                 _distance(self.ex_sims[:n_t]), target=target, threads=threads)
         self.seconds = [t1 - t0, time.perf_counter() - t1, 0.0]
         self.found = np.empty(self.n_query, np.float32)
+        self.widened = 0
         self.reach = np.empty(self.n_query, np.float64)
         self.kept_rows: list[np.ndarray] = []
         self.kept_q: list[np.ndarray] = []
@@ -203,11 +243,22 @@ class LevelSearch:
         plan, p = self.plan, self.plan.nprobe
         sims = np.empty(len(q), np.float32)
         idx = np.empty(len(q), np.int64)
+        edges, slack = self._provisional(start)  # the distances before this chunk
         for a in range(0, len(q), self.query_chunk):
             part = q[a:a + self.query_chunk]
             csims, lists = probe(self.index, part, min(p + 1, self.index.nlist))
             s, i = scan_lists(self.index, part, lists[:, :p], threads=self.threads)
             nxt = csims[:, p] if p < csims.shape[1] else np.full(len(part), -1.0, np.float32)
+            nxt = nxt.astype(np.float64)
+            if plan.wide > p:  # the widening rule (isood.features.ann.widen): lists p .. wide of the queries it picks
+                more = np.flatnonzero(widen_stat(_distance(s), nxt, edges, slack) >= plan.gap)
+                if len(more):
+                    c2, l2 = probe(self.index, part[more], min(plan.wide + 1, self.index.nlist))
+                    s2, i2 = scan_lists(self.index, part[more], l2[:, p:plan.wide], threads=self.threads)
+                    better = s2 > s[more]
+                    s[more[better]], i[more[better]] = s2[better], i2[better]
+                    nxt[more] = c2[:, plan.wide] if plan.wide < c2.shape[1] else -1.0
+                    self.widened += len(more)
             margin = np.where(np.isfinite(s), s.astype(np.float64) - nxt, 0.0)
             sims[a:a + len(part)], idx[a:a + len(part)] = s, i
             self.reach[start + a:start + a + len(part)] = plan.tau * plan.weight(margin)
@@ -221,16 +272,18 @@ class LevelSearch:
         self.seconds[2] += time.perf_counter() - t
         return sims, idx
 
-    def _provisional(self) -> tuple[np.ndarray, np.ndarray]:
-        """Edges of the distances found so far (the sampled queries' exact ones in), widened by EDGE_Z
-        standard errors of their end quantiles and by the sample's IVF overestimate of them."""
-        seen = self.found[:self.done].copy()
-        inside = self.both[self.both < self.done]
+    def _provisional(self, upto: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Edges of the distances found so far (of the first ``upto`` queries, default all searched; the
+        sampled queries' exact ones in), widened by EDGE_Z standard errors of their end quantiles and by the
+        sample's IVF overestimate of them."""
+        upto = self.done if upto is None else int(upto)
+        seen = self.found[:upto].copy()
+        inside = self.both[self.both < upto]
         at = np.searchsorted(self.both_sorted, inside)
         seen[inside] = self.ex_sorted[at]
         d = _distance(seen)
         d = d[np.isfinite(seen)]
-        if self.done < self.n_query:  # distances still to come: the exact sample's edges weigh in
+        if upto < self.n_query:  # distances still to come: the exact sample's edges weigh in
             d = np.concatenate([d, _distance(self.ex_sims)])
         edges, slack = _edges(d, self.target)
         t = np.linspace(0.0, 1.0, len(edges))
@@ -255,7 +308,9 @@ class LevelSearch:
             final = approx.copy()
             final[self.both] = self.ex_sims
             edges = level_edges(_distance(final), target.grid_levels, clip=target.grid_clip)
-            todo = ~searched & (near_edge(_distance(final[kept]), self.reach[kept], edges) | ~np.isfinite(final[kept]))
+            # decided on each kept query's own answer (a sampled one's exact answer is only the check's)
+            mine = approx[kept]
+            todo = ~searched & (near_edge(_distance(mine), self.reach[kept], edges) | ~np.isfinite(mine))
             if not todo.any():
                 break
             k_sims[todo], k_idx[todo] = self.exact(np.ascontiguousarray(kept_q[todo]))
@@ -280,7 +335,10 @@ class LevelSearch:
             tune_seconds=tune, search_seconds=search, index_bytes=self.index.nbytes, check_rows=check,
             check_exact=self.ex_sims[n_t:].copy(), check_approx=approx[check].copy(), n_queries=self.n_query,
             target_levels=target.levels, levels_tune=float(np.mean(agree[:n_t])))
-        report.levels = {"plan": self.plan.as_dict(), "exact_share": len(kept) / max(self.n_query, 1), "kept_share": len(searched) / max(self.n_query, 1),
+        report.levels = {"plan": self.plan.as_dict(), "exact_share": len(kept) / max(self.n_query, 1),
+                         "kept_share": len(searched) / max(self.n_query, 1),
+                         "widened_share": self.widened / max(self.n_query, 1),
+                         "widened_share_tuned": self.plan.widened_share, "scan_share_tuned": self.plan.scan_share,
                          "exact_share_tuned": self.plan.exact_share, "uncovered": uncovered,
                          "levels_heldout": k_held / n_held if n_held else 1.0,
                          "levels_heldout_lower": lower_bound(k_held, n_held), "bound_confidence": BOUND_CONFIDENCE,
