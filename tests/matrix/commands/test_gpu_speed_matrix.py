@@ -28,7 +28,7 @@ def syn_inputs(tmp_path_factory, syn_inputs_factory):
 def syn_options(syn_inputs, out, clip, **kw):
     base = dict(out=out, styles=STYLES, labels=str(syn_inputs["labels"]), clip=clip, laid=str(syn_inputs["laid"]),
                 id_features=str(syn_inputs["id_features"]), per_cell=1, images_per_prompt=2, size=64, steps=1,
-                batch_size=3, seed=0, device="cpu", n_levels=4, na_threshold=2, progress=False)
+                batch_size=3, seed=0, device="cpu", levels=4, na_threshold=2, progress=False)
     base.update(kw)
     return SynOptions(**base)
 

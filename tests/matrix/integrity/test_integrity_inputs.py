@@ -266,7 +266,7 @@ def syn_manifest(syn_inputs, tiny_clip_spec, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("syn") / "syn"
     run_generate_syn(SynOptions(out=out, styles="sdxl:anime,clay", labels=str(root / "labels.txt"),
                                 clip=tiny_clip_spec, laid=str(root / "laid.safetensors"), id_features=str(root / "id"),
-                                per_cell=1, size=16, device="cpu", n_levels=2, na_threshold=1, progress=False),
+                                per_cell=1, size=16, device="cpu", levels=2, na_threshold=1, progress=False),
                      generator=Pictures())
     return out
 
@@ -421,7 +421,7 @@ def test_a_checker_failing_on_an_image_is_one_line(syn_inputs, tiny_clip_spec, t
     root = syn_inputs["root"]
     opts = SynOptions(out=tmp_path / "syn", styles="sdxl:anime", labels=str(root / "labels.txt"), clip=tiny_clip_spec,
                       laid=str(root / "laid.safetensors"), id_features=str(root / "id"), per_cell=1, size=16,
-                      device="cpu", n_levels=2, na_threshold=1, progress=False)
+                      device="cpu", levels=2, na_threshold=1, progress=False)
     with pytest.raises(IsoodError) as e:
         run_generate_syn(opts, generator=Pictures(), image_checker=broken)
     assert "broken" in str(e.value) and "KeyError" in str(e.value) and "images/" in str(e.value)
@@ -473,7 +473,7 @@ def test_generate_syn_levels_beyond_the_bound_is_refused(syn_inputs, nothing_loa
     with pytest.raises(BadInputError, match=r"--levels must be an integer in \[1, 32\], got 33"):
         run_generate_syn(SynOptions(out=tmp_path / "o", labels=str(root / "labels.txt"), clip=tiny_clip_spec,
                                     laid=str(root / "laid.safetensors"), id_features=str(root / "id"),
-                                    prompts_only=True, n_levels=33, progress=False))
+                                    prompts_only=True, levels=33, progress=False))
 
 
 # ========================================================================== the ANN report and the --ann-recall refusal

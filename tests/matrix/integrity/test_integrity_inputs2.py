@@ -92,7 +92,7 @@ def _syn(syn_inputs_factory, tiny_clip_spec, tiny_sdxl, tmp_path, out, **kw):
     opts = SynOptions(out=str(out), styles="sdxl:photographic,anime", labels=str(inputs["labels"]),
                       clip=tiny_clip_spec, laid=str(inputs["laid"]), id_features=str(inputs["id_features"]),
                       per_cell=1, images_per_prompt=1, pipeline=tiny_sdxl, size=64, steps=1, batch_size=64, seed=0,
-                      device="cpu", n_levels=2, na_threshold=1, progress=False, **kw)
+                      device="cpu", levels=2, na_threshold=1, progress=False, **kw)
     return run_generate_syn(opts)
 
 
@@ -199,8 +199,8 @@ def test_a_plan_too_large_for_memory_is_refused_before_any_work(tmp_path):
 
     with pytest.raises(BadInputError, match="--per-cell"):
         check_options(SynOptions(out=str(tmp_path / "o"), per_cell=MAX_PLANNED_IMAGES // 64 + 1,
-                                 images_per_prompt=1, n_levels=8))
-    check_options(SynOptions(out=str(tmp_path / "o"), per_cell=MAX_PLANNED_IMAGES // 64, n_levels=8))
+                                 images_per_prompt=1, levels=8))
+    check_options(SynOptions(out=str(tmp_path / "o"), per_cell=MAX_PLANNED_IMAGES // 64, levels=8))
 
 
 # ============================================================================ rough edges
