@@ -21,7 +21,7 @@ from isood.core.errors import BadInputError, IsoodError
 
 __all__ = [
     "TMP_PREFIX", "naming", "read_file", "atomic_write_bytes", "remove_temporaries", "sha256_bytes", "sha256_file",
-    "link_or_copy", "LOCK_FILE", "LOCK_SUFFIX", "OutputLocked", "lock_path", "file_lock", "output_lock",
+    "link_or_copy", "LOCK_SUFFIX", "OutputLocked", "lock_path", "file_lock", "output_lock",
 ]
 
 
@@ -137,9 +137,6 @@ def link_or_copy(src: str | os.PathLike, dst: str | os.PathLike) -> None:
         tmp.unlink(missing_ok=True)
         raise
 
-
-#: The lock file of an older layout (inside the --out folder); kept as a name so that leftovers are recognised.
-LOCK_FILE = f"{TMP_PREFIX}isood.lock"
 
 LOCK_SUFFIX = ".isood.lock"
 

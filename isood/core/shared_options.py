@@ -32,10 +32,9 @@ def check_seed(seed: Any) -> int:
     return check_described("seed", seed_option(), seed)
 
 
-def levels_option(help: str = "Levels per axis of the grid.", *, flag: str | None = None) -> Any:
-    """``--levels``: one bound for every command (``isood.core.defaults.MAX_LEVELS``; ``isood.science.grid.check_levels``);
-    ``flag`` for a field named otherwise (``n_levels``)."""
-    return option(N_LEVELS, help=help, flag=flag, least=1, most=MAX_LEVELS, why=LEVELS_NOTE)
+def levels_option(help: str = "Levels per axis of the grid.") -> Any:
+    """``--levels``: one bound for every command (``isood.core.defaults.MAX_LEVELS``; ``isood.science.grid.check_levels``)."""
+    return option(N_LEVELS, help=help, least=1, most=MAX_LEVELS, why=LEVELS_NOTE)
 
 
 def out_option(help: str = "Output manifest directory.", *, required: bool = True) -> Any:

@@ -34,6 +34,7 @@ from isood.kinds.grid import (
 )
 from isood.kinds.wordnet import AUDIT, CLASS_FILTER, AuditView, ClassFilterView
 from isood.kinds.evaluation import EVALUATION, IMAGE_LIST, EvaluationView, ImageListView
+from manifests.store import read as read_manifest
 
 __all__ = [
     "FEATURES", "FEATURES_PART", "SPLITS", "SYN_IS", "SYN_IS_PROMPTS", "SYN_IS_PART", "CLASS_FILTER", "AUDIT",
@@ -46,6 +47,4 @@ __all__ = [
 def read(root: str | Path, kind: str | tuple[str, ...] | None = None, *, verify: str | None = None):
     """``isood.read``: ``manifests.read`` with isood's kinds registered (importing this module registers them), so a
     typed view comes back whether or not the distribution's install metadata (its entry point) is there."""
-    from manifests.store import read as read_manifest
-
     return read_manifest(root, kind, verify=verify)
